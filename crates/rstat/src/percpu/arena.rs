@@ -1,0 +1,370 @@
+//! The per-CPU arena: where every (group, controller) keeps its per-CPU state.
+//!
+//! Modelled on the kernel's percpu allocator. Memory comes in *chunks*; a
+//! chunk is `nr_units` *units* of [`UNIT_SIZE`] bytes laid end to end, one
+//! unit per possible CPU. An allocation is a single offset inside a chunk that
+//! is valid in every unit: the copy for CPU `c` lives at
+//! `chunk + c * UNIT_SIZE + offset`. So
+//!
+//! - all groups' state for CPU `c` sits densely in unit `c`: a CPU updating
+//!   many groups touches few cache lines, and the lines it touches are never
+//!   written by another CPU's updates (units are [`UNIT_SIZE`] apart, so no
+//!   false sharing between CPUs);
+//! - no allocation is padded to a cache line: the per-group cost is exactly
+//!   `size_rounded_to_16 * nr_units` bytes of chunk space;
+//! - finding a CPU's copy is one multiply-add, no table lookup.
+//!
+//! Freed offsets go on a free list per rounded size and are reused first.
+//! Chunks are returned to the system allocator when the arena is dropped.
+//!
+//! The arena itself is single-threaded (`&mut self`); the engine keeps it
+//! behind a mutex, taken only when groups are created or freed.
+
+use core::alloc::Layout;
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Bytes per unit per chunk: the largest single per-CPU allocation. Shrunk
+/// under Miri so its allocation tracking stays fast.
+pub const UNIT_SIZE: usize = if cfg!(miri) { 4096 } else { 64 * 1024 };
+
+/// Allocation granule: every size is rounded up to this, and every offset is
+/// aligned to it.
+pub const GRANULE: usize = 16;
+
+/// Allocation failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArenaError {
+    /// One per-CPU allocation must fit in a unit.
+    TooLarge { bytes: usize },
+    /// The system allocator refused a new chunk.
+    OutOfMemory { bytes: usize },
+}
+
+impl fmt::Display for ArenaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArenaError::TooLarge { bytes } => write!(
+                f,
+                "per-CPU state of {bytes} bytes exceeds the arena unit of {UNIT_SIZE} bytes; use fewer stat items per controller"
+            ),
+            ArenaError::OutOfMemory { bytes } => {
+                write!(f, "out of memory allocating a per-CPU chunk of {bytes} bytes")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ArenaError {}
+
+/// A per-CPU array of `len` values of `T`: one copy per unit.
+///
+/// Plain data (`Copy`); validity is the owner's business: it is valid from
+/// [`Arena::alloc`] until it is passed to [`Arena::free`], while the arena
+/// lives.
+pub struct PcpuPtr<T> {
+    base: NonNull<T>, // the copy in unit 0
+    len: usize,
+    _t: PhantomData<*const T>,
+}
+
+impl<T> Clone for PcpuPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for PcpuPtr<T> {}
+
+// SAFETY: a PcpuPtr is an address; sending or sharing it only shares `&T`s
+// (via `slot`), which is sound when `T: Sync`.
+unsafe impl<T: Sync> Send for PcpuPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for PcpuPtr<T> {}
+
+impl<T> fmt::Debug for PcpuPtr<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PcpuPtr({:p}, len {})", self.base, self.len)
+    }
+}
+
+impl<T> PcpuPtr<T> {
+    /// Number of `T`s per CPU.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the per-CPU array is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The copy of element 0 for `cpu`, as a raw pointer (no dereference).
+    #[inline(always)]
+    pub fn raw(&self, cpu: usize) -> *const T {
+        self.base
+            .as_ptr()
+            .cast::<u8>()
+            .wrapping_add(cpu * UNIT_SIZE)
+            .cast::<T>()
+    }
+
+    /// CPU `cpu`'s copy of the array.
+    ///
+    /// # Safety
+    /// `self` is live (allocated, not freed, arena alive) and `cpu` is less
+    /// than the arena's `nr_units`.
+    #[inline(always)]
+    pub unsafe fn slot<'a>(&self, cpu: usize) -> &'a [T] {
+        // SAFETY: the caller guarantees liveness and `cpu < nr_units`; `alloc`
+        // initialised `len` values at this address in every unit.
+        unsafe { core::slice::from_raw_parts(self.raw(cpu), self.len) }
+    }
+
+    /// CPU `cpu`'s copy of element `i`.
+    ///
+    /// # Safety
+    /// As [`slot`](Self::slot), and `i < len`.
+    #[inline(always)]
+    pub unsafe fn elem<'a>(&self, cpu: usize, i: usize) -> &'a T {
+        // SAFETY: the caller's guarantees make this in bounds and initialised.
+        unsafe { &*self.raw(cpu).add(i) }
+    }
+}
+
+struct Chunk {
+    base: NonNull<u8>,
+    layout: Layout,
+}
+
+/// The arena: chunks of `nr_units` units.
+pub struct Arena {
+    nr_units: usize,
+    chunks: Vec<Chunk>,
+    /// Next free byte in the last chunk's unit.
+    bump: usize,
+    /// Rounded size -> freed unit-0 addresses of that size.
+    free: BTreeMap<usize, Vec<NonNull<u8>>>,
+    live_allocations: usize,
+    bytes_in_use_per_unit: usize,
+}
+
+// SAFETY: the arena owns its chunks; the raw pointers are not shared with
+// other threads by the arena itself.
+unsafe impl Send for Arena {}
+
+/// Counters describing the arena, for tests and reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArenaStats {
+    /// Units per chunk (= possible CPUs).
+    pub nr_units: usize,
+    /// Allocations not yet freed.
+    pub live_allocations: usize,
+    /// Bytes allocated (rounded) in each unit, over all live allocations.
+    pub bytes_in_use_per_unit: usize,
+    /// Chunks obtained from the system allocator.
+    pub chunks: usize,
+    /// Bytes obtained from the system allocator for chunks.
+    pub chunk_bytes: usize,
+}
+
+impl Arena {
+    /// An empty arena with `nr_units` units per chunk (at least 1).
+    pub fn new(nr_units: usize) -> Self {
+        Arena {
+            nr_units: nr_units.max(1),
+            chunks: Vec::new(),
+            bump: UNIT_SIZE,
+            free: BTreeMap::new(),
+            live_allocations: 0,
+            bytes_in_use_per_unit: 0,
+        }
+    }
+
+    /// Units per chunk.
+    pub fn nr_units(&self) -> usize {
+        self.nr_units
+    }
+
+    /// The bytes one allocation of `len` `T`s takes in each unit.
+    pub fn rounded_size<T>(len: usize) -> usize {
+        let bytes = core::mem::size_of::<T>().saturating_mul(len).max(1);
+        bytes.div_ceil(GRANULE).saturating_mul(GRANULE)
+    }
+
+    /// Allocate `len` values of `T` in every unit, initialised by
+    /// `init(cpu, index)`. Cost: a free-list pop or a bump, plus the
+    /// initialisation writes; a new chunk (one system allocation) only when
+    /// the current one is full.
+    pub fn alloc<T>(
+        &mut self,
+        len: usize,
+        mut init: impl FnMut(usize, usize) -> T,
+    ) -> Result<PcpuPtr<T>, ArenaError> {
+        assert!(core::mem::align_of::<T>() <= GRANULE, "arena values are 16-byte aligned at most");
+        let size = Self::rounded_size::<T>(len);
+        if size > UNIT_SIZE {
+            return Err(ArenaError::TooLarge { bytes: size });
+        }
+        let base = match self.free.get_mut(&size).and_then(Vec::pop) {
+            Some(p) => p,
+            None => self.bump_alloc(size)?,
+        };
+        let ptr = PcpuPtr { base: base.cast::<T>(), len, _t: PhantomData };
+        for cpu in 0..self.nr_units {
+            let unit = ptr.raw(cpu) as *mut T;
+            for i in 0..len {
+                // SAFETY: `unit` is this allocation's copy in unit `cpu`,
+                // inside a live chunk, aligned to GRANULE >= align_of::<T>(),
+                // with room for `len` values; the slot is uninitialised (fresh
+                // or freed, and `free` dropped its old values).
+                unsafe { unit.add(i).write(init(cpu, i)) };
+            }
+        }
+        self.live_allocations += 1;
+        self.bytes_in_use_per_unit += size;
+        Ok(ptr)
+    }
+
+    fn bump_alloc(&mut self, size: usize) -> Result<NonNull<u8>, ArenaError> {
+        if self.bump + size > UNIT_SIZE {
+            let bytes = UNIT_SIZE * self.nr_units;
+            let layout = Layout::from_size_align(bytes, 4096)
+                .map_err(|_| ArenaError::OutOfMemory { bytes })?;
+            // SAFETY: the layout has non-zero size.
+            let raw = unsafe { std::alloc::alloc(layout) };
+            let base = NonNull::new(raw).ok_or(ArenaError::OutOfMemory { bytes })?;
+            self.chunks.push(Chunk { base, layout });
+            self.bump = 0;
+        }
+        let chunk = self.chunks.last().expect("a chunk was just ensured");
+        // SAFETY: bump + size <= UNIT_SIZE, inside the chunk's unit 0.
+        let p = unsafe { chunk.base.add(self.bump) };
+        self.bump += size;
+        Ok(p)
+    }
+
+    /// Drop every copy of the values and make the offset reusable.
+    ///
+    /// # Safety
+    /// `ptr` came from this arena's `alloc` and has not been freed, and no
+    /// reference obtained through it is used afterwards.
+    pub unsafe fn free<T>(&mut self, ptr: PcpuPtr<T>) {
+        for cpu in 0..self.nr_units {
+            let unit = ptr.raw(cpu) as *mut T;
+            // SAFETY: the caller guarantees these `len` values are live and
+            // unreferenced.
+            unsafe { core::ptr::drop_in_place(core::ptr::slice_from_raw_parts_mut(unit, ptr.len)) };
+        }
+        let size = Self::rounded_size::<T>(ptr.len);
+        self.free.entry(size).or_default().push(ptr.base.cast::<u8>());
+        self.live_allocations -= 1;
+        self.bytes_in_use_per_unit -= size;
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> ArenaStats {
+        ArenaStats {
+            nr_units: self.nr_units,
+            live_allocations: self.live_allocations,
+            bytes_in_use_per_unit: self.bytes_in_use_per_unit,
+            chunks: self.chunks.len(),
+            chunk_bytes: self.chunks.iter().map(|c| c.layout.size()).sum(),
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // Live allocations' values are not dropped here: their owners free
+        // them before the arena goes (the engine guarantees it); anything
+        // still live holds only atomics and plain data.
+        for c in self.chunks.drain(..) {
+            // SAFETY: allocated in `bump_alloc` with exactly this layout.
+            unsafe { std::alloc::dealloc(c.base.as_ptr(), c.layout) };
+        }
+    }
+}
+
+#[cfg(all(test, not(rstat_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[test]
+    fn one_offset_valid_in_every_unit_and_units_are_disjoint() {
+        let mut a = Arena::new(3);
+        let p = a.alloc::<AtomicU64>(4, |cpu, i| AtomicU64::new((cpu * 10 + i) as u64)).unwrap();
+        for cpu in 0..3 {
+            // SAFETY: live, cpu < 3.
+            let s = unsafe { p.slot(cpu) };
+            for (i, v) in s.iter().enumerate() {
+                assert_eq!(v.load(Ordering::Relaxed), (cpu * 10 + i) as u64);
+            }
+            s[0].fetch_add(100, Ordering::Relaxed);
+        }
+        // SAFETY: live.
+        assert_eq!(unsafe { p.elem(1, 0) }.load(Ordering::Relaxed), 110);
+        assert_eq!(p.raw(1) as usize - p.raw(0) as usize, UNIT_SIZE);
+        // SAFETY: allocated here, not used afterwards.
+        unsafe { a.free(p) };
+        assert_eq!(a.stats().live_allocations, 0);
+    }
+
+    #[test]
+    fn allocations_are_dense_and_freed_offsets_are_reused() {
+        let mut a = Arena::new(2);
+        let x = a.alloc::<u64>(3, |_, _| 0).unwrap(); // 24 -> 32 bytes
+        let y = a.alloc::<u64>(3, |_, _| 0).unwrap();
+        assert_eq!(y.raw(0) as usize - x.raw(0) as usize, 32, "no padding beyond the 16-byte granule");
+        assert_eq!(a.stats().bytes_in_use_per_unit, 64);
+        let x_addr = x.raw(0);
+        // SAFETY: allocated here, not used afterwards.
+        unsafe { a.free(x) };
+        let z = a.alloc::<u64>(4, |_, _| 0).unwrap(); // same rounded size
+        assert_eq!(z.raw(0), x_addr, "a freed offset of the same size is reused first");
+        let w = a.alloc::<u64>(1, |_, _| 0).unwrap(); // a different size bumps
+        assert_ne!(w.raw(0), x_addr);
+        assert_eq!(a.stats().live_allocations, 3);
+        // SAFETY: allocated here, not used afterwards.
+        unsafe {
+            a.free(y);
+            a.free(z);
+            a.free(w);
+        }
+        assert_eq!(a.stats().live_allocations, 0);
+        assert_eq!(a.stats().bytes_in_use_per_unit, 0);
+    }
+
+    #[test]
+    fn chunks_grow_and_oversized_requests_are_refused() {
+        let mut a = Arena::new(2);
+        let per = UNIT_SIZE / 4;
+        let v: Vec<_> = (0..9).map(|_| a.alloc::<u8>(per, |_, _| 7).unwrap()).collect();
+        assert_eq!(a.stats().chunks, 3);
+        assert_eq!(a.stats().chunk_bytes, 3 * 2 * UNIT_SIZE);
+        assert_eq!(
+            a.alloc::<u8>(UNIT_SIZE + 1, |_, _| 0).unwrap_err(),
+            ArenaError::TooLarge { bytes: UNIT_SIZE + GRANULE }
+        );
+        for p in v {
+            // SAFETY: live.
+            assert!(unsafe { p.slot(1) }.iter().all(|b| *b == 7));
+            // SAFETY: allocated here, not used afterwards.
+            unsafe { a.free(p) };
+        }
+    }
+
+    #[test]
+    fn values_with_drop_are_dropped_on_free() {
+        use std::sync::Arc;
+        let token = Arc::new(());
+        let mut a = Arena::new(2);
+        let p = a.alloc(2, |_, _| Arc::clone(&token)).unwrap();
+        assert_eq!(Arc::strong_count(&token), 5);
+        // SAFETY: allocated here, not used afterwards.
+        unsafe { a.free(p) };
+        assert_eq!(Arc::strong_count(&token), 1);
+    }
+}

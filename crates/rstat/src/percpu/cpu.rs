@@ -1,0 +1,328 @@
+//! Which CPU is this thread on?
+//!
+//! Per-CPU state is only as cheap as the answer to that question. Three
+//! sources, tried in order once per process:
+//!
+//! 1. **rseq.** glibc (2.35 and later) registers a restartable-sequences area
+//!    for every thread and exports its offset from the thread pointer as
+//!    `__rseq_offset`; the kernel keeps `cpu_id` in it current across
+//!    migrations. Reading it is one load relative to the thread pointer
+//!    (about a nanosecond), with no system call.
+//! 2. **`sched_getcpu()`**, when rseq is not registered (old glibc, or
+//!    `GLIBC_TUNABLES=glibc.pthread.rseq=0`). A vDSO call on most systems.
+//! 3. **A per-thread hash**: each thread gets a fixed slot, handed out round
+//!    robin. Still spreads writers over slots, so contention stays low even
+//!    where the CPU cannot be known (and under Miri).
+//!
+//! `RSTAT_CPU_ID=rseq|getcpu|hash` forces a source (for benchmarks and tests);
+//! a forced source that is not available falls back down the list.
+//!
+//! The answer may be stale by the time it is used (the thread can migrate), so
+//! callers write per-CPU slots with atomic read-modify-writes: a slot is almost
+//! always local, so the RMW is uncontended, and a stale id costs a little
+//! contention, never correctness. Ids at or beyond the slot count are folded in
+//! with [`fold`], never used as an index.
+
+use std::fmt;
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+
+/// Where CPU ids come from in this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuIdSource {
+    /// The rseq area glibc registered for each thread.
+    Rseq,
+    /// The `sched_getcpu()` call.
+    SchedGetcpu,
+    /// A fixed per-thread slot (round robin over threads).
+    ThreadHash,
+}
+
+impl CpuIdSource {
+    /// The short name used in reports and benchmark output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuIdSource::Rseq => "rseq",
+            CpuIdSource::SchedGetcpu => "sched_getcpu",
+            CpuIdSource::ThreadHash => "thread_hash",
+        }
+    }
+}
+
+impl fmt::Display for CpuIdSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// `SOURCE` holds the detected source, or UNKNOWN before detection. Relaxed
+// everywhere: detection is idempotent (every thread computes the same answer
+// from process-wide facts), so a racing second detection is harmless, and
+// `RSEQ_CPU_ID_OFFSET` is written before `SOURCE` by the same thread and only
+// read by a thread that has itself seen `SOURCE == RSEQ` ... which Relaxed
+// does not order; so readers of the offset re-detect when they see the
+// sentinel instead of trusting the pairing.
+const UNKNOWN: usize = usize::MAX;
+static SOURCE: AtomicUsize = AtomicUsize::new(UNKNOWN);
+const NO_OFFSET: isize = isize::MIN;
+static RSEQ_CPU_ID_OFFSET: AtomicIsize = AtomicIsize::new(NO_OFFSET);
+
+/// The source in use in this process (detected on first use).
+pub fn source() -> CpuIdSource {
+    match SOURCE.load(Ordering::Relaxed) {
+        0 => CpuIdSource::Rseq,
+        1 => CpuIdSource::SchedGetcpu,
+        2 => CpuIdSource::ThreadHash,
+        _ => detect(),
+    }
+}
+
+#[cold]
+fn detect() -> CpuIdSource {
+    let forced = std::env::var("RSTAT_CPU_ID").ok();
+    let want = forced.as_deref().unwrap_or("rseq");
+    let mut chosen = CpuIdSource::ThreadHash;
+    if want == "rseq" {
+        if let Some(off) = rseq::cpu_id_offset() {
+            RSEQ_CPU_ID_OFFSET.store(off, Ordering::Relaxed);
+            chosen = CpuIdSource::Rseq;
+        }
+    }
+    if chosen == CpuIdSource::ThreadHash && want != "hash" && sched_getcpu().is_some() {
+        chosen = CpuIdSource::SchedGetcpu;
+    }
+    SOURCE.store(chosen as usize, Ordering::Relaxed);
+    chosen
+}
+
+/// The id of the CPU this thread is running on, from the process's source.
+/// Not folded: may exceed any slot count; pass it through [`fold`].
+#[inline]
+pub fn current() -> usize {
+    match SOURCE.load(Ordering::Relaxed) {
+        0 => {
+            let off = RSEQ_CPU_ID_OFFSET.load(Ordering::Relaxed);
+            if off != NO_OFFSET {
+                // SAFETY: `off` was produced by `rseq::cpu_id_offset`, which
+                // checked that glibc registered an rseq area for this process;
+                // glibc registers one for every thread at the same offset.
+                if let Some(cpu) = unsafe { rseq::read_cpu_id(off) } {
+                    return cpu;
+                }
+            }
+            current_slow()
+        }
+        1 => sched_getcpu().unwrap_or_else(thread_slot),
+        2 => thread_slot(),
+        _ => current_slow(),
+    }
+}
+
+#[cold]
+fn current_slow() -> usize {
+    match detect() {
+        CpuIdSource::Rseq => {
+            let off = RSEQ_CPU_ID_OFFSET.load(Ordering::Relaxed);
+            // SAFETY: as in `current`; `detect` stored `off` on this thread.
+            unsafe { rseq::read_cpu_id(off) }
+                .or_else(sched_getcpu)
+                .unwrap_or_else(thread_slot)
+        }
+        CpuIdSource::SchedGetcpu => sched_getcpu().unwrap_or_else(thread_slot),
+        CpuIdSource::ThreadHash => thread_slot(),
+    }
+}
+
+/// Fold any id into `0..nr` (`nr > 0`). Ids in range are returned unchanged
+/// (the predicted branch); others wrap, so an unexpected CPU number (hotplug,
+/// a lying source) never indexes out of bounds.
+#[inline(always)]
+pub fn fold(id: usize, nr: usize) -> usize {
+    if id < nr {
+        id
+    } else {
+        id % nr
+    }
+}
+
+/// The number of possible CPUs: `sysconf(_SC_NPROCESSORS_CONF)`, at least 1.
+/// Per-CPU state has this many slots, so CPUs coming online later still have
+/// their own.
+pub fn possible_cpus() -> usize {
+    #[cfg(miri)]
+    return 2;
+    #[cfg(not(miri))]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+        if n < 1 {
+            1
+        } else {
+            n as usize
+        }
+    }
+}
+
+/// `sched_getcpu()`, or `None` where it fails.
+pub fn sched_getcpu() -> Option<usize> {
+    #[cfg(miri)]
+    return None;
+    #[cfg(not(miri))]
+    {
+        // SAFETY: sched_getcpu has no preconditions.
+        let c = unsafe { libc::sched_getcpu() };
+        if c < 0 {
+            None
+        } else {
+            Some(c as usize)
+        }
+    }
+}
+
+/// This thread's fixed slot in the per-thread-hash fallback.
+pub fn thread_slot() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SLOT.try_with(|s| *s).unwrap_or(0)
+}
+
+/// Reading `cpu_id` out of glibc's rseq area.
+mod rseq {
+    /// Byte offset, from the thread pointer, of `cpu_id` in this thread's
+    /// rseq area (`struct rseq { u32 cpu_id_start; u32 cpu_id; ... }`), if
+    /// glibc registered one.
+    #[cfg(all(not(miri), target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub(super) fn cpu_id_offset() -> Option<isize> {
+        // Looked up at run time rather than linked, so a glibc without rseq
+        // support (or another libc) is a fallback, not a link error.
+        // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+        let off = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) };
+        // SAFETY: as above.
+        let size = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) };
+        if off.is_null() || size.is_null() {
+            return None;
+        }
+        // SAFETY: glibc documents `__rseq_offset` as a `ptrdiff_t` and
+        // `__rseq_size` as an `unsigned int`, both constant after startup.
+        let (off, size) = unsafe { (*(off as *const isize), *(size as *const u32)) };
+        if size < 8 {
+            return None; // not registered (tunable off, or the kernel refused)
+        }
+        let cpu_id = off.checked_add(4)?;
+        // SAFETY: glibc registered an area of `size` >= 8 bytes at `off`.
+        match unsafe { read_cpu_id(cpu_id) } {
+            Some(_) => Some(cpu_id),
+            None => None,
+        }
+    }
+
+    #[cfg(not(all(not(miri), target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    pub(super) fn cpu_id_offset() -> Option<isize> {
+        None
+    }
+
+    /// # Safety
+    /// `off` must come from `cpu_id_offset`.
+    #[inline(always)]
+    #[cfg(all(not(miri), target_os = "linux", target_arch = "x86_64"))]
+    pub(super) unsafe fn read_cpu_id(off: isize) -> Option<usize> {
+        let v: u32;
+        // SAFETY: on x86-64 Linux the thread pointer is the %fs base, and the
+        // caller guarantees a registered rseq area at `off` whose `cpu_id`
+        // the kernel updates; a 4-byte aligned load of it is atomic.
+        unsafe {
+            core::arch::asm!("mov {v:e}, dword ptr fs:[{off}]", off = in(reg) off, v = out(reg) v,
+                options(nostack, readonly, preserves_flags));
+        }
+        // The kernel writes (u32)-1 before registration, (u32)-2 on failure.
+        if (v as i32) < 0 {
+            None
+        } else {
+            Some(v as usize)
+        }
+    }
+
+    /// # Safety
+    /// `off` must come from `cpu_id_offset`.
+    #[inline(always)]
+    #[cfg(all(not(miri), target_os = "linux", target_arch = "aarch64"))]
+    pub(super) unsafe fn read_cpu_id(off: isize) -> Option<usize> {
+        let tp: usize;
+        // SAFETY: reading TPIDR_EL0 has no side effects.
+        unsafe {
+            core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nomem, nostack, preserves_flags));
+        }
+        // SAFETY: the caller guarantees a registered rseq area at `off`.
+        let v = unsafe { core::ptr::read_volatile((tp as isize + off) as *const u32) };
+        if (v as i32) < 0 {
+            None
+        } else {
+            Some(v as usize)
+        }
+    }
+
+    /// # Safety
+    /// Never called: `cpu_id_offset` always fails on these targets.
+    #[cfg(not(all(not(miri), target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    pub(super) unsafe fn read_cpu_id(_off: isize) -> Option<usize> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fold_keeps_in_range_ids_and_wraps_the_rest() {
+        assert_eq!(fold(3, 4), 3);
+        assert_eq!(fold(4, 4), 0);
+        assert_eq!(fold(usize::MAX, 7), usize::MAX % 7);
+        for id in 0..1000 {
+            assert!(fold(id, 3) < 3);
+        }
+    }
+
+    #[test]
+    fn current_is_foldable_and_source_is_stable() {
+        let s = source();
+        let nr = possible_cpus();
+        assert!(nr >= 1);
+        for _ in 0..100 {
+            assert!(fold(current(), nr) < nr);
+        }
+        assert_eq!(source(), s);
+    }
+
+    #[test]
+    #[cfg(all(not(miri), target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    fn rseq_agrees_with_sched_getcpu_when_registered() {
+        let Some(off) = rseq::cpu_id_offset() else {
+            eprintln!("rseq not registered by this libc; nothing to compare");
+            return;
+        };
+        // The thread may migrate between the two reads; pin it to the CPU it
+        // is on so both must agree.
+        let Some(cpu) = sched_getcpu() else { return };
+        // SAFETY: a zeroed cpu_set_t is a valid empty set.
+        let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+        // SAFETY: `cpu` < CPU_SETSIZE as reported by the kernel.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        // SAFETY: valid set pointer and size; 0 is this thread.
+        let pinned = unsafe { libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set) } == 0;
+        if pinned {
+            std::thread::yield_now();
+            // SAFETY: `off` came from cpu_id_offset.
+            assert_eq!(unsafe { rseq::read_cpu_id(off) }, sched_getcpu());
+        }
+    }
+
+    #[test]
+    fn thread_slots_differ_between_threads() {
+        let a = thread_slot();
+        let b = std::thread::spawn(thread_slot).join().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a, thread_slot());
+    }
+}

@@ -1,0 +1,89 @@
+//! Every atomic, lock and `UnsafeCell` the library uses comes from here.
+//!
+//! Under `--cfg rstat_loom` they are loom's model-checked versions, so each
+//! shared access of every lock-free protocol in the crate is visible to the
+//! model checker; otherwise they are `std`'s. Code elsewhere never names
+//! `std::sync::atomic` directly.
+//!
+//! # Sequentially consistent pairs
+//!
+//! Two protocols here (the updated-list claim and the percpu_ref mode
+//! switch) are store-buffering pairs: each side writes one location and then
+//! reads the other, and at least one side must see the other's write. We
+//! write both sides with `SeqCst` accesses, which the C++20 model (and thus
+//! Rust's) guarantees is enough, and which costs nothing extra on x86-64 (a
+//! locked RMW is already a full barrier; an SC load is a plain `mov`).
+//! loom models `SeqCst` accesses as acquire/release (tokio-rs/loom#180) but
+//! models `SeqCst` fences exactly, so [`sc_fence_for_model`] inserts a
+//! `SeqCst` fence at those points under loom only. For a store-buffering
+//! pair, "SC access; SC access" and "access; SC fence; access" forbid the
+//! same outcome, so the model checks the protocol we run.
+
+#[cfg(not(rstat_loom))]
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
+#[cfg(not(rstat_loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
+
+#[cfg(rstat_loom)]
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
+#[cfg(rstat_loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};
+
+/// A `SeqCst` fence under loom, nothing otherwise. See the module docs:
+/// placed between the two `SeqCst` accesses of a store-buffering pair.
+#[inline(always)]
+pub(crate) fn sc_fence_for_model() {
+    #[cfg(rstat_loom)]
+    fence(Ordering::SeqCst);
+}
+
+/// Lock a mutex, treating poisoning as recoverable: every structure the crate
+/// protects with a mutex is left consistent at each point where user code
+/// could panic (no user callback runs with a half-applied change).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        #[cfg(not(rstat_loom))]
+        Err(poisoned) => poisoned.into_inner(),
+        #[cfg(rstat_loom)]
+        Err(_) => panic!("loom mutex poisoned"),
+    }
+}
+
+/// An `UnsafeCell` whose accesses loom can track (the sharded-slab pattern):
+/// `with` for shared reads, `with_mut` for writes. Callers guarantee the
+/// exclusion (always: "holds the owning domain's flush lock").
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(
+    #[cfg(not(rstat_loom))] core::cell::UnsafeCell<T>,
+    #[cfg(rstat_loom)] loom::cell::UnsafeCell<T>,
+);
+
+impl<T> UnsafeCell<T> {
+    pub(crate) fn new(v: T) -> Self {
+        #[cfg(not(rstat_loom))]
+        return Self(core::cell::UnsafeCell::new(v));
+        #[cfg(rstat_loom)]
+        return Self(loom::cell::UnsafeCell::new(v));
+    }
+
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        #[cfg(not(rstat_loom))]
+        return f(self.0.get());
+        #[cfg(rstat_loom)]
+        return self.0.with(f);
+    }
+
+    #[inline(always)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        #[cfg(not(rstat_loom))]
+        return f(self.0.get());
+        #[cfg(rstat_loom)]
+        return self.0.with_mut(f);
+    }
+}
