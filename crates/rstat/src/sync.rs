@@ -19,6 +19,8 @@
 //! pair, "SC access; SC access" and "access; SC fence; access" forbid the
 //! same outcome, so the model checks the protocol we run.
 
+// Not every module uses every type.
+#[allow(unused_imports)]
 #[cfg(not(rstat_loom))]
 pub(crate) use std::sync::atomic::{
     fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
@@ -26,6 +28,7 @@ pub(crate) use std::sync::atomic::{
 #[cfg(not(rstat_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
+#[allow(unused_imports)]
 #[cfg(rstat_loom)]
 pub(crate) use loom::sync::atomic::{
     fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,

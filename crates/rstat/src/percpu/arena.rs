@@ -38,9 +38,15 @@ pub const GRANULE: usize = 16;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArenaError {
     /// One per-CPU allocation must fit in a unit.
-    TooLarge { bytes: usize },
+    TooLarge {
+        /// The rounded size asked for.
+        bytes: usize,
+    },
     /// The system allocator refused a new chunk.
-    OutOfMemory { bytes: usize },
+    OutOfMemory {
+        /// The chunk size asked for.
+        bytes: usize,
+    },
 }
 
 impl fmt::Display for ArenaError {

@@ -1,0 +1,1 @@
+//! Seed 001 experiment. Being written.

@@ -1,0 +1,267 @@
+//! The counter-set controller (user-named counters) and controller handles.
+
+use std::sync::Arc;
+
+use super::{Controller, Css, CtlEntry, Totals};
+use crate::engine::tree::lock_domain;
+use crate::engine::EngineInner;
+use crate::error::{Error, Result};
+use crate::group::{Group, GroupInner};
+use crate::percpu::cpu;
+use crate::sync::Ordering;
+
+/// A controller made only of named counters with the standard fold: what
+/// [`Rstat::register_counters`](crate::Rstat::register_counters) registers
+/// and what the built-in `cpu` controller is.
+pub struct CounterSetController {
+    name: String,
+    items: Vec<String>,
+}
+
+impl CounterSetController {
+    /// A counter set named `name` with the given items.
+    pub fn new(name: &str, items: &[&str]) -> Self {
+        CounterSetController { name: name.to_owned(), items: items.iter().map(|s| (*s).to_owned()).collect() }
+    }
+}
+
+impl Controller for CounterSetController {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn stat_names(&self) -> &[String] {
+        &self.items
+    }
+}
+
+/// A registered controller: update and read its stats in any group.
+///
+/// Cheap to clone (two reference counts).
+#[derive(Clone)]
+pub struct ControllerHandle {
+    pub(crate) engine: Arc<EngineInner>,
+    pub(crate) ctl: Arc<CtlEntry>,
+}
+
+/// A handle to a counter-set controller.
+pub type CounterSet = ControllerHandle;
+
+impl std::fmt::Debug for ControllerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerHandle").field("name", &self.ctl.name).finish()
+    }
+}
+
+impl ControllerHandle {
+    /// The controller's name.
+    pub fn name(&self) -> &str {
+        &self.ctl.name
+    }
+
+    /// The stat item names, in index order.
+    pub fn stat_names(&self) -> &[String] {
+        self.ctl.imp.stat_names()
+    }
+
+    /// The index of the item called `name`. Cost: a linear scan; resolve once.
+    pub fn item(&self, name: &str) -> Option<usize> {
+        self.stat_names().iter().position(|n| n == name)
+    }
+
+    /// Resolve `group`'s state for this controller. A group removed before
+    /// this controller was registered has none: its nearest ancestor's is
+    /// used (the root always has one).
+    fn css_of(&self, group: &GroupInner) -> Result<*const Css> {
+        if !Arc::ptr_eq(&group.engine, &self.engine) {
+            return Err(Error::ForeignGroup);
+        }
+        let mut g = group;
+        loop {
+            let css = g.css[self.ctl.id].load(Ordering::Acquire);
+            if !css.is_null() {
+                return Ok(css);
+            }
+            match g.parent.as_deref() {
+                Some(p) => g = p,
+                None => unreachable!("the root has every registered controller's state"),
+            }
+        }
+    }
+
+    fn check_item(&self, item: usize) -> Result<()> {
+        if item < self.ctl.nr_stats {
+            Ok(())
+        } else {
+            Err(Error::UnknownStat { controller: self.ctl.name.to_string(), index: item, len: self.ctl.nr_stats })
+        }
+    }
+
+    /// Add `delta` to stat `item` of `group`, on this thread's CPU.
+    ///
+    /// Cost: no lock, no allocation; one uncontended atomic RMW on this
+    /// CPU's slot and one load of this CPU's on-list flag; the first update
+    /// of a group after a flush also pushes it on a lock-free per-CPU list.
+    /// For the hottest paths, [`stat_handle`](Self::stat_handle) skips the
+    /// lookups.
+    ///
+    /// Updates through a handle to a removed group are accepted: they reach
+    /// its ancestors' hierarchical totals at their next flush (as late stats
+    /// of a dying cgroup do), and no live group's local totals.
+    #[inline]
+    pub fn add(&self, group: &Group, item: usize, delta: i64) -> Result<()> {
+        self.check_item(item)?;
+        let css = self.css_of(&group.0)?;
+        let cpu = cpu::fold(cpu::current(), self.engine.nr_cpus);
+        // SAFETY: `css` is kept alive by `group`; cpu folded; item checked.
+        unsafe { (*css).update(cpu, item, delta) };
+        Ok(())
+    }
+
+    /// As [`add`](Self::add) but on an explicit CPU slot (folded into
+    /// range). For tests and models that must control placement.
+    #[doc(hidden)]
+    pub fn add_on_cpu(&self, group: &Group, cpu: usize, item: usize, delta: i64) -> Result<()> {
+        self.check_item(item)?;
+        let css = self.css_of(&group.0)?;
+        let cpu = cpu::fold(cpu, self.engine.nr_cpus);
+        // SAFETY: as in `add`.
+        unsafe { (*css).update(cpu, item, delta) };
+        Ok(())
+    }
+
+    /// `(flushes, folds)` performed so far on this controller's domain: how
+    /// many subtree flushes ran, and how many (group, CPU) folds they did.
+    /// Takes the flush lock.
+    pub fn flush_counts(&self) -> (u64, u64) {
+        // SAFETY: a controller's domain lives as long as its engine.
+        let s = lock_domain(unsafe { &*self.ctl.domain });
+        (s.flushes, s.folds)
+    }
+
+    /// A pre-resolved (group, controller) handle for the hot path.
+    pub fn stat_handle(&self, group: &Group) -> Result<StatHandle> {
+        let css = self.css_of(&group.0)?;
+        Ok(StatHandle { group: group.clone(), css, nr_stats: self.ctl.nr_stats, nr_cpus: self.engine.nr_cpus })
+    }
+
+    /// Exact local and hierarchical totals of `group`.
+    ///
+    /// Cost: takes this controller's flush lock (not any other controller's,
+    /// unless the engine is unified) and flushes `group`'s subtree: for each
+    /// CPU, drains its backlog and folds the groups under `group` that
+    /// changed. Every update that completed before the call is included.
+    /// Allocates the returned arrays.
+    pub fn read(&self, group: &Group) -> Result<GroupStats> {
+        let css = self.css_of(&group.0)?;
+        // SAFETY: kept alive by `group`.
+        let css = unsafe { &*css };
+        // SAFETY: a css's domain and node outlive it.
+        let (domain, node) = unsafe { (&*self.ctl.domain, &*css.node) };
+        let mut scratch = lock_domain(domain);
+        // SAFETY: we hold the domain's lock; `node` is live and in `domain`.
+        let totals = unsafe {
+            domain.flush_locked(&mut scratch, node);
+            css.totals_locked()
+        };
+        drop(scratch);
+        Ok(GroupStats { ctl: Arc::clone(&self.ctl), totals })
+    }
+}
+
+/// A (group, controller) pair resolved once, for the hottest update paths.
+/// Holds a reference on the group.
+#[derive(Clone)]
+pub struct StatHandle {
+    group: Group,
+    css: *const Css,
+    nr_stats: usize,
+    nr_cpus: usize,
+}
+
+// SAFETY: the css is owned by `group`, which this handle keeps alive; the
+// update path is thread-safe.
+unsafe impl Send for StatHandle {}
+// SAFETY: as above.
+unsafe impl Sync for StatHandle {}
+
+impl StatHandle {
+    /// Add `delta` to stat `item` on this thread's CPU. Same cost and
+    /// guarantees as [`ControllerHandle::add`], minus the lookups.
+    /// Returns `false` (and changes nothing) if `item` is out of range.
+    #[inline]
+    pub fn add(&self, item: usize, delta: i64) -> bool {
+        if item >= self.nr_stats {
+            return false;
+        }
+        let cpu = cpu::fold(cpu::current(), self.nr_cpus);
+        // SAFETY: `self.group` keeps the css alive; cpu folded; item checked.
+        unsafe { (*self.css).update(cpu, item, delta) };
+        true
+    }
+
+    /// Add several `(item, delta)` pairs with one on-list check. Items out
+    /// of range are skipped; returns how many were applied.
+    #[inline]
+    pub fn add_many(&self, items: &[(usize, i64)]) -> usize {
+        let cpu = cpu::fold(cpu::current(), self.nr_cpus);
+        let mut applied = 0;
+        for &(item, delta) in items {
+            if item < self.nr_stats {
+                // SAFETY: `self.group` keeps the css alive; cpu folded; item
+                // checked.
+                unsafe { (*self.css).stats.elem(cpu, item).cur.fetch_add(delta, crate::sync::Ordering::SeqCst) };
+                applied += 1;
+            }
+        }
+        if applied > 0 {
+            // SAFETY: as above.
+            unsafe { (*self.css).mark(cpu) };
+        }
+        applied
+    }
+
+    /// The group this handle charges.
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+}
+
+/// One group's totals for one controller, as of a read.
+#[derive(Clone)]
+pub struct GroupStats {
+    ctl: Arc<CtlEntry>,
+    totals: Totals,
+}
+
+impl std::fmt::Debug for GroupStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupStats")
+            .field("controller", &self.ctl.name)
+            .field("local", &self.totals.local)
+            .field("hierarchical", &self.totals.hierarchical)
+            .finish()
+    }
+}
+
+impl GroupStats {
+    /// Item names, in index order.
+    pub fn names(&self) -> &[String] {
+        self.ctl.imp.stat_names()
+    }
+    /// Totals of the group and all its descendants (removed ones included).
+    pub fn hierarchical(&self) -> &[i64] {
+        &self.totals.hierarchical
+    }
+    /// Totals of the group's own updates.
+    pub fn local(&self) -> &[i64] {
+        &self.totals.local
+    }
+    /// Hierarchical total of the item called `name`.
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.names().iter().position(|n| n == name).map(|i| self.totals.hierarchical[i])
+    }
+    /// Local total of the item called `name`.
+    pub fn get_local(&self, name: &str) -> Option<i64> {
+        self.names().iter().position(|n| n == name).map(|i| self.totals.local[i])
+    }
+}

@@ -1,0 +1,265 @@
+//! Controllers: what is counted per group, and how it is folded.
+//!
+//! A controller declares a list of stat items. The engine gives every
+//! (group, controller) pair one signed 64-bit counter per item per CPU in the
+//! per-CPU arena (the kernel's memcg stats, base cputime stats and BPF
+//! `cgroup_hierarchical_stats` are all arrays of counters), plus
+//! local/hierarchical totals and a pending array for deltas handed up by
+//! children. On flush the engine computes each counter's per-CPU delta since
+//! the last flush (the "prev" scheme) and calls [`Controller::flush`] once per
+//! changed (group, CPU), children before parents. The default fold is the
+//! kernel's: local += delta; hierarchical += delta + pending; parent's pending
+//! += delta + pending.
+//!
+//! Built in: [`cpu`](crate::Rstat::cpu_stat) base stats and user counter sets
+//! ([`Rstat::register_counters`](crate::Rstat::register_counters)). Each
+//! controller has its own updated trees and flush lock unless the engine is
+//! built in unified mode.
+
+use std::sync::Arc;
+
+use crate::engine::backlog::{self, BacklogHead, PcpuLinks};
+use crate::engine::tree::{Domain, TreeNode};
+use crate::percpu::arena::PcpuPtr;
+use crate::sync::{AtomicI64, Ordering, UnsafeCell};
+
+pub mod counters;
+
+/// A controller: a named list of stat items and how its deltas are folded.
+///
+/// Implement this to get your own per-group, per-CPU, hierarchically
+/// aggregated stats with their own updated trees and flush lock (the
+/// userspace analog of BPF's `cgroup_hierarchical_stats`). For plain
+/// counters [`Rstat::register_counters`](crate::Rstat::register_counters) is
+/// enough.
+pub trait Controller: Send + Sync + 'static {
+    /// The controller's name, unique in its engine (e.g. `"io"`).
+    fn name(&self) -> &str;
+
+    /// The stat items: one per-CPU signed counter each. Must be non-empty,
+    /// unique, and not change after registration.
+    fn stat_names(&self) -> &[String];
+
+    /// Fold one (group, CPU)'s deltas. Called under this controller's flush
+    /// lock, children before parents; must not panic or block. The default
+    /// is the kernel's sum fold, [`FlushCtx::fold`].
+    fn flush(&self, ctx: &mut FlushCtx<'_>) {
+        ctx.fold();
+    }
+}
+
+/// What a [`Controller::flush`] call sees: one (group, CPU)'s per-item
+/// deltas since the last flush, this group's totals, and the parent's pending
+/// array.
+pub struct FlushCtx<'a> {
+    cpu: usize,
+    deltas: &'a [i64],
+    totals: &'a mut Totals,
+    parent_pending: Option<&'a mut [i64]>,
+}
+
+impl FlushCtx<'_> {
+    /// The CPU whose counters these deltas come from.
+    pub fn cpu(&self) -> usize {
+        self.cpu
+    }
+
+    /// Per-item change of this group's own counters on this CPU since the
+    /// last flush.
+    pub fn deltas(&self) -> &[i64] {
+        self.deltas
+    }
+
+    /// Whether this group has no parent (the root).
+    pub fn is_root(&self) -> bool {
+        self.parent_pending.is_none()
+    }
+
+    /// This group's totals, to fold into by hand.
+    pub fn totals_mut(&mut self) -> &mut Totals {
+        self.totals
+    }
+
+    /// The parent's pending array (what the parent will add to its
+    /// hierarchical totals when it is flushed); `None` at the root.
+    pub fn parent_pending_mut(&mut self) -> Option<&mut [i64]> {
+        self.parent_pending.as_deref_mut()
+    }
+
+    /// The standard fold: local += delta; the delta plus what children left
+    /// pending goes into hierarchical and up to the parent's pending.
+    pub fn fold(&mut self) {
+        let t = &mut *self.totals;
+        for (i, &d) in self.deltas.iter().enumerate() {
+            t.local[i] = t.local[i].wrapping_add(d);
+            let up = d.wrapping_add(core::mem::take(&mut t.pending[i]));
+            t.hierarchical[i] = t.hierarchical[i].wrapping_add(up);
+            if let Some(pp) = self.parent_pending.as_deref_mut() {
+                pp[i] = pp[i].wrapping_add(up);
+            }
+        }
+    }
+}
+
+/// Per-group totals of one controller (protected by its flush lock).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// The group's own updates.
+    pub local: Box<[i64]>,
+    /// The group's and all its descendants' (including removed ones).
+    pub hierarchical: Box<[i64]>,
+    /// Deltas handed up by flushed children, not yet in `hierarchical`.
+    pub pending: Box<[i64]>,
+}
+
+impl Totals {
+    fn zeroed(n: usize) -> Self {
+        Totals {
+            local: vec![0; n].into(),
+            hierarchical: vec![0; n].into(),
+            pending: vec![0; n].into(),
+        }
+    }
+}
+
+/// A registered controller.
+pub(crate) struct CtlEntry {
+    pub(crate) id: usize,
+    /// Index of its domain in the engine (and in each group's `nodes`).
+    pub(crate) domain_idx: usize,
+    pub(crate) name: Box<str>,
+    pub(crate) nr_stats: usize,
+    pub(crate) imp: Box<dyn Controller>,
+    /// The domain its state joins (its own, or the unified one).
+    pub(crate) domain: *const Domain,
+}
+
+// SAFETY: `domain` points into the engine, which outlives every entry's use.
+unsafe impl Send for CtlEntry {}
+// SAFETY: as above; the other fields are immutable.
+unsafe impl Sync for CtlEntry {}
+
+/// One per-CPU stat counter and the value it had at the last flush.
+pub(crate) struct StatSlot {
+    pub(crate) cur: AtomicI64,
+    /// Domain lock.
+    pub(crate) prev: UnsafeCell<i64>,
+}
+
+// SAFETY: `prev` is only touched by the domain lock holder.
+unsafe impl Sync for StatSlot {}
+// SAFETY: as above.
+unsafe impl Send for StatSlot {}
+
+impl Default for StatSlot {
+    fn default() -> Self {
+        StatSlot { cur: AtomicI64::new(0), prev: UnsafeCell::new(0) }
+    }
+}
+
+/// The state of one controller in one group ("css" in the kernel).
+pub(crate) struct Css {
+    pub(crate) ctl: Arc<CtlEntry>,
+    /// The parent group's css of the same controller; null at the root.
+    pub(crate) parent: *const Css,
+    pub(crate) stats: PcpuPtr<StatSlot>,
+    /// This group's node in the controller's domain.
+    pub(crate) node: *const TreeNode,
+    pub(crate) backlog: PcpuPtr<BacklogHead>,
+    /// Domain lock.
+    pub(crate) totals: UnsafeCell<Totals>,
+}
+
+// SAFETY: pointers are immutable after construction and kept alive by the
+// hierarchy; `totals` is behind the domain lock; stats are atomics.
+unsafe impl Send for Css {}
+// SAFETY: as above.
+unsafe impl Sync for Css {}
+
+impl Css {
+    pub(crate) fn new(ctl: Arc<CtlEntry>, parent: *const Css, stats: PcpuPtr<StatSlot>, node: &TreeNode) -> Self {
+        let n = ctl.nr_stats;
+        // SAFETY: a node's domain outlives it.
+        let backlog = unsafe { (*node.domain).backlog };
+        Css { ctl, parent, stats, node, backlog, totals: UnsafeCell::new(Totals::zeroed(n)) }
+    }
+
+    /// The hot path: add `delta` to item `item` on `cpu`, and make sure a
+    /// flush will visit this group. One uncontended RMW on a CPU-local line
+    /// and one load of a CPU-local line in the common case.
+    ///
+    /// # Safety
+    /// The css is live, `cpu < nr_cpus`, `item < nr_stats`.
+    #[inline(always)]
+    pub(crate) unsafe fn update(&self, cpu: usize, item: usize, delta: i64) {
+        // SAFETY: caller's guarantees.
+        unsafe {
+            self.stats.elem(cpu, item).cur.fetch_add(delta, Ordering::SeqCst);
+            self.mark(cpu);
+        }
+    }
+
+    /// Steps 2-4 of the update protocol (see `engine::backlog`).
+    ///
+    /// # Safety
+    /// As [`update`](Self::update).
+    #[inline(always)]
+    pub(crate) unsafe fn mark(&self, cpu: usize) {
+        // SAFETY: a css's node and its domain's backlog outlive the css.
+        unsafe {
+            let links: &PcpuLinks = (*self.node).links(cpu);
+            backlog::mark_updated(links, self.backlog.elem(cpu, 0));
+        }
+    }
+
+    /// Copy the totals (caller holds the domain lock).
+    ///
+    /// # Safety
+    /// The domain lock is held.
+    pub(crate) unsafe fn totals_locked(&self) -> Totals {
+        // SAFETY: lock held.
+        self.totals.with(|t| unsafe { (*t).clone() })
+    }
+}
+
+/// Fold every css of `node`'s group that belongs to `domain`, for `cpu`.
+///
+/// # Safety
+/// The domain lock is held; `node` is a live node of `domain`; `cpu <
+/// nr_cpus`.
+pub(crate) unsafe fn fold_node(domain: &Domain, node: &TreeNode, cpu: usize, deltas: &mut Vec<i64>) {
+    // SAFETY: a node's group is live while the node is.
+    let group = unsafe { &*node.group };
+    for slot in group.css.iter() {
+        let css = slot.load(Ordering::Acquire);
+        if css.is_null() {
+            continue;
+        }
+        // SAFETY: installed css are live as long as their group.
+        let css = unsafe { &*css };
+        if !core::ptr::eq(css.ctl.domain, domain) {
+            continue;
+        }
+        deltas.clear();
+        // SAFETY: live css, `cpu` in range, lock held for `prev`.
+        for s in unsafe { css.stats.slot(cpu) } {
+            let cur = s.cur.load(Ordering::SeqCst);
+            let prev = s.prev.with_mut(|p| unsafe { core::mem::replace(&mut *p, cur) });
+            deltas.push(cur.wrapping_sub(prev));
+        }
+        let deltas: &[i64] = deltas;
+        css.totals.with_mut(|t| {
+            // SAFETY: lock held; the parent css (another cell) is live
+            // because a child keeps its parent group alive.
+            let totals = unsafe { &mut *t };
+            match unsafe { css.parent.as_ref() } {
+                None => css.ctl.imp.flush(&mut FlushCtx { cpu, deltas, totals, parent_pending: None }),
+                Some(p) => p.totals.with_mut(|pt| {
+                    // SAFETY: lock held; distinct cell from `t`.
+                    let pp = unsafe { &mut (*pt).pending };
+                    css.ctl.imp.flush(&mut FlushCtx { cpu, deltas, totals, parent_pending: Some(pp) })
+                }),
+            }
+        });
+    }
+}

@@ -1,0 +1,318 @@
+//! The engine: groups' per-CPU stats, lazily aggregated on the read side.
+//!
+//! This is the kernel's rstat, brought to userspace, in the shape upstream
+//! reached by v6.17:
+//!
+//! - **Update** ([`ControllerHandle::add`](crate::ControllerHandle::add)):
+//!   one atomic add on this CPU's slot of (group, controller), then a racy
+//!   on-list check; the first update since the last flush pushes the group's
+//!   node on a lock-free (controller, CPU) backlog ([`backlog`]). No lock, no
+//!   allocation, no shared line written in the common case.
+//! - **Flush** (on read): under the controller's own lock, for each CPU,
+//!   drain the backlog into that CPU's *updated tree* (insert bottom-up,
+//!   stop at the first linked ancestor), cut out the subtree being read and
+//!   fold each changed group's per-CPU deltas into its totals, children
+//!   before parents ([`tree`]). Cost ∝ groups that changed, not tree size.
+//! - **Separate trees** (v6.16, seed 000): each controller has its own
+//!   updated trees and lock, so reading `cpu` stats never pays for a busy
+//!   memory controller. [`Builder::unified`] rebuilds the old single tree for
+//!   comparison.
+//! - **Exact reads**, stronger than the kernel: any update that completed
+//!   before a read began is in that read's result; see
+//!   [`backlog`]'s `# Synchronization`.
+
+use std::sync::Arc;
+
+use crate::controller::counters::{ControllerHandle, CounterSetController};
+use crate::controller::{Controller, Css, CtlEntry, StatSlot};
+use crate::engine::backlog::{BacklogHead, PcpuLinks};
+use crate::engine::tree::{Domain, FlushScratch, TreeNode};
+use crate::error::{Error, Result};
+use crate::group::{validate_name, Group, GroupInner};
+use crate::percpu::arena::{Arena, ArenaStats};
+use crate::percpu::cpu::{self, CpuIdSource};
+use crate::sync::{self, AtomicPtr, Mutex, Ordering};
+
+pub(crate) mod backlog;
+pub(crate) mod tree;
+
+/// Most controllers one engine can hold.
+pub const MAX_CONTROLLERS: usize = if cfg!(rstat_loom) { 4 } else { 16 };
+
+/// Names of the built-in `cpu` controller's items (microseconds).
+pub const CPU_STAT_NAMES: [&str; 3] = ["usage_usec", "user_usec", "system_usec"];
+
+pub(crate) struct Topology {
+    pub(crate) controllers: Vec<Arc<CtlEntry>>,
+    /// Boxed so their addresses are stable; never removed before the engine.
+    pub(crate) domains: Vec<Box<Domain>>,
+}
+
+pub(crate) struct EngineInner {
+    pub(crate) nr_cpus: usize,
+    pub(crate) unified: bool,
+    pub(crate) arena: Mutex<Arena>,
+    pub(crate) topo: Mutex<Topology>,
+}
+
+impl EngineInner {
+    fn new_domain(&self) -> Result<Box<Domain>> {
+        let backlog = sync::lock(&self.arena).alloc::<BacklogHead>(1, |_, _| AtomicPtr::new(core::ptr::null_mut()))?;
+        Ok(Box::new(Domain { nr_cpus: self.nr_cpus, lock: Mutex::new(FlushScratch::default()), backlog }))
+    }
+
+    /// Give `g` a node in every domain and a css for every controller (or
+    /// only for `only`, when registering one). Caller holds the topology
+    /// lock; `g`'s parent is already attached.
+    pub(crate) fn attach(&self, topo: &Topology, g: &Arc<GroupInner>, only: Option<&Arc<CtlEntry>>) -> Result<()> {
+        let mut arena = sync::lock(&self.arena);
+        for (i, domain) in topo.domains.iter().enumerate() {
+            if !g.nodes[i].load(Ordering::Relaxed).is_null() {
+                continue;
+            }
+            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| p.nodes[i].load(Ordering::Relaxed).cast_const());
+            // The per-CPU links point back at their node, so take the node's
+            // address before building it.
+            let slot = Box::<TreeNode>::new_uninit();
+            let me: *const TreeNode = slot.as_ptr();
+            let links = arena.alloc::<PcpuLinks>(1, |_, _| PcpuLinks::new(me))?;
+            let node = Box::write(slot, TreeNode { parent, group: Arc::as_ptr(g), domain: &**domain, links });
+            g.nodes[i].store(Box::into_raw(node), Ordering::Release);
+        }
+        let ctls: &[Arc<CtlEntry>] = match only {
+            Some(c) => core::slice::from_ref(c),
+            None => &topo.controllers,
+        };
+        for ctl in ctls {
+            let node = g.nodes[ctl.domain_idx].load(Ordering::Relaxed);
+            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| p.css[ctl.id].load(Ordering::Relaxed).cast_const());
+            let stats = arena.alloc::<StatSlot>(ctl.nr_stats, |_, _| StatSlot::default())?;
+            // SAFETY: the node was installed above and lives with `g`.
+            let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
+            g.css[ctl.id].store(Box::into_raw(css), Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+/// Configures an [`Rstat`].
+#[derive(Clone, Debug)]
+pub struct Builder {
+    nr_cpus: Option<usize>,
+    unified: bool,
+    cpu_controller: bool,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder { nr_cpus: None, unified: false, cpu_controller: true }
+    }
+}
+
+impl Builder {
+    /// Number of per-CPU slots (default: possible CPUs). CPU ids beyond it
+    /// are folded in. Values below 1 are raised to 1.
+    pub fn nr_cpus(mut self, n: usize) -> Self {
+        self.nr_cpus = Some(n.max(1));
+        self
+    }
+
+    /// One updated tree and one flush lock shared by every controller, as
+    /// before kernel v6.16. Only for measuring what separate trees buy.
+    pub fn unified(mut self, on: bool) -> Self {
+        self.unified = on;
+        self
+    }
+
+    /// Leave out the built-in `cpu` controller (for minimal models).
+    #[doc(hidden)]
+    pub fn cpu_controller(mut self, on: bool) -> Self {
+        self.cpu_controller = on;
+        self
+    }
+
+    /// Build the engine with its root group.
+    pub fn build(self) -> Result<Rstat> {
+        let nr_cpus = self.nr_cpus.unwrap_or_else(cpu::possible_cpus);
+        let inner = Arc::new(EngineInner {
+            nr_cpus,
+            unified: self.unified,
+            arena: Mutex::new(Arena::new(nr_cpus)),
+            topo: Mutex::new(Topology { controllers: Vec::new(), domains: Vec::new() }),
+        });
+        if self.unified {
+            let d = inner.new_domain()?;
+            sync::lock(&inner.topo).domains.push(d);
+        }
+        let root = Arc::new(GroupInner::new(Arc::clone(&inner), None, ""));
+        let mut rs = Rstat { inner, root: Group(root), cpu: None };
+        if self.cpu_controller {
+            rs.cpu = Some(rs.register(CounterSetController::new("cpu", &CPU_STAT_NAMES))?);
+        }
+        Ok(rs)
+    }
+}
+
+/// An rstat engine: a tree of groups and the controllers counting in them.
+///
+/// ```
+/// let rs = rstat::Rstat::new();
+/// let tenant = rs.root().create_child("tenant-a").unwrap();
+/// let req = tenant.create_child("req-1").unwrap();
+/// let io = rs.register_counters("io", &["rbytes", "wbytes"]).unwrap();
+/// io.add(&req, 0, 4096).unwrap();
+/// io.add(&tenant, 1, 512).unwrap();
+/// let s = io.read(&tenant).unwrap();
+/// assert_eq!(s.get("rbytes"), Some(4096)); // hierarchical: includes req-1
+/// assert_eq!(s.get_local("rbytes"), Some(0));
+/// assert_eq!(s.get("wbytes"), Some(512));
+/// ```
+pub struct Rstat {
+    inner: Arc<EngineInner>,
+    root: Group,
+    cpu: Option<ControllerHandle>,
+}
+
+impl Default for Rstat {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Rstat {
+    /// An engine with default settings: separate trees, one slot per
+    /// possible CPU, the `cpu` controller registered.
+    pub fn new() -> Self {
+        match Builder::default().build() {
+            Ok(rs) => rs,
+            Err(e) => panic!("building a default engine cannot fail but did: {e}"),
+        }
+    }
+
+    /// A builder for non-default settings.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// The root group.
+    pub fn root(&self) -> &Group {
+        &self.root
+    }
+
+    /// Number of per-CPU slots.
+    pub fn nr_cpus(&self) -> usize {
+        self.inner.nr_cpus
+    }
+
+    /// Whether all controllers share one tree and lock.
+    pub fn is_unified(&self) -> bool {
+        self.inner.unified
+    }
+
+    /// Where CPU ids come from in this process.
+    pub fn cpu_id_source(&self) -> CpuIdSource {
+        cpu::source()
+    }
+
+    /// The live group at `path` (`"a/b/c"`; `""` is the root).
+    pub fn lookup(&self, path: &str) -> Result<Group> {
+        self.root.lookup(path)
+    }
+
+    /// Register a controller. Allowed at any time: every live group gets its
+    /// state (removed groups charge their nearest ancestor's). Cost: topology
+    /// lock, one arena allocation per live group.
+    pub fn register<C: Controller>(&self, imp: C) -> Result<ControllerHandle> {
+        let name = imp.name().to_owned();
+        validate_name(&name).map_err(|e| Error::InvalidController { name: name.clone(), reason: e.to_string() })?;
+        let items = imp.stat_names();
+        let bad = |reason: String| Err(Error::InvalidController { name: name.clone(), reason });
+        if items.is_empty() {
+            return bad("it declares no stat items; give it at least one".into());
+        }
+        for (i, it) in items.iter().enumerate() {
+            if it.is_empty() || it.len() > MAX_NAME_LEN_STAT || it.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return bad(format!("stat item {it:?} must be 1-{MAX_NAME_LEN_STAT} bytes without whitespace or control characters"));
+            }
+            if items[..i].contains(it) {
+                return bad(format!("stat item {it:?} is declared twice"));
+            }
+        }
+        if Arena::rounded_size::<StatSlot>(items.len()) > crate::percpu::arena::UNIT_SIZE {
+            return bad(format!("{} stat items do not fit one per-CPU unit; split them over several controllers", items.len()));
+        }
+        let nr_stats = items.len();
+        let mut topo = sync::lock(&self.inner.topo);
+        if topo.controllers.iter().any(|c| *c.name == *name) {
+            return Err(Error::ControllerExists { name });
+        }
+        let id = topo.controllers.len();
+        if id >= MAX_CONTROLLERS {
+            return Err(Error::TooManyControllers { max: MAX_CONTROLLERS });
+        }
+        let domain_idx = if self.inner.unified {
+            0
+        } else {
+            let d = self.inner.new_domain()?;
+            topo.domains.push(d);
+            topo.domains.len() - 1
+        };
+        let domain: *const Domain = &*topo.domains[domain_idx];
+        let entry = Arc::new(CtlEntry { id, domain_idx, name: name.into(), nr_stats, imp: Box::new(imp), domain });
+        // Top-down, so every parent is attached before its children.
+        let mut queue = std::collections::VecDeque::from([Arc::clone(&self.root.0)]);
+        while let Some(g) = queue.pop_front() {
+            self.inner.attach(&topo, &g, Some(&entry))?;
+            queue.extend(sync::lock(&g.children).values().cloned());
+        }
+        topo.controllers.push(Arc::clone(&entry));
+        Ok(ControllerHandle { engine: Arc::clone(&self.inner), ctl: entry })
+    }
+
+    /// Register a counter set: a controller of named counters with its own
+    /// updated trees and flush lock. See [`ControllerHandle`].
+    pub fn register_counters(&self, name: &str, items: &[&str]) -> Result<ControllerHandle> {
+        self.register(CounterSetController::new(name, items))
+    }
+
+    /// The built-in `cpu` controller (items [`CPU_STAT_NAMES`]).
+    pub fn cpu(&self) -> Option<&ControllerHandle> {
+        self.cpu.as_ref()
+    }
+
+    /// Charge CPU time to `group`: `usage_usec += user + system`,
+    /// `user_usec += user`, `system_usec += system`. Same cost as three
+    /// counter updates sharing one on-list check.
+    pub fn account_cputime(&self, group: &Group, user_usec: u64, system_usec: u64) -> Result<()> {
+        let Some(cpu) = self.cpu.as_ref() else {
+            return Err(Error::InvalidController { name: "cpu".into(), reason: "this engine was built without it".into() });
+        };
+        let h = cpu.stat_handle(group)?;
+        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        h.add_many(&[(0, clamp(user_usec.saturating_add(system_usec))), (1, clamp(user_usec)), (2, clamp(system_usec))]);
+        Ok(())
+    }
+
+    /// Exact `cpu` stats of `group` (hierarchical and local). Flushes the
+    /// `cpu` controller's trees only.
+    pub fn cpu_stat(&self, group: &Group) -> Result<crate::GroupStats> {
+        match self.cpu.as_ref() {
+            Some(c) => c.read(group),
+            None => Err(Error::InvalidController { name: "cpu".into(), reason: "this engine was built without it".into() }),
+        }
+    }
+
+    /// Arena counters (for tests, reports and the memory-cost check).
+    pub fn arena_stats(&self) -> ArenaStats {
+        sync::lock(&self.inner.arena).stats()
+    }
+}
+
+/// Longest stat item name, in bytes.
+pub const MAX_NAME_LEN_STAT: usize = 255;
+
+impl Drop for Rstat {
+    fn drop(&mut self) {
+        self.root.0.detach_all();
+    }
+}

@@ -1,0 +1,209 @@
+//! The locked side of rstat: per-CPU updated trees and the flush.
+//!
+//! A *domain* is one updated-tree family with one flush lock: per controller
+//! in the default (separate, kernel v6.16+) mode, one for all controllers in
+//! unified mode (before v6.16). Every group has one [`TreeNode`] per domain.
+//!
+//! Invariant (the kernel's, kept here): on each CPU, the updated tree is
+//! closed under parents. Insertion is bottom-up and stops at the first node
+//! already linked; removal cuts whole subtrees. So if a node is on a CPU's
+//! tree, all its ancestors are, and a flush of any subtree finds every node
+//! under it that changed on that CPU, touching no node that did not.
+//!
+//! Cost of a flush of subtree `R`: for each CPU, drain that CPU's backlog
+//! (every node updated since the last drain, anywhere in the domain), then
+//! visit only the updated nodes under `R`. Idle groups are never touched, so
+//! the cost follows the number of groups that changed, not the tree's size.
+
+use core::ptr;
+
+use crate::controller::fold_node;
+use crate::engine::backlog::{self, BacklogHead, PcpuLinks};
+use crate::group::GroupInner;
+use crate::percpu::arena::PcpuPtr;
+use crate::sync::{self, Mutex};
+
+/// A group's membership in one domain.
+pub(crate) struct TreeNode {
+    /// The parent group's node in the same domain; null for the root.
+    pub(crate) parent: *const TreeNode,
+    /// The group this node belongs to.
+    pub(crate) group: *const GroupInner,
+    /// The domain.
+    pub(crate) domain: *const Domain,
+    /// Per-CPU links.
+    pub(crate) links: PcpuPtr<PcpuLinks>,
+}
+
+// SAFETY: all fields are immutable after construction; the pointees are kept
+// alive by the group hierarchy (a child holds its parent, a group holds its
+// engine, which holds the domains).
+unsafe impl Send for TreeNode {}
+// SAFETY: as above.
+unsafe impl Sync for TreeNode {}
+
+impl TreeNode {
+    /// # Safety
+    /// The node is live and `cpu < nr_cpus`.
+    #[inline(always)]
+    pub(crate) unsafe fn links(&self, cpu: usize) -> &PcpuLinks {
+        // SAFETY: caller's guarantee; links were allocated with one element.
+        unsafe { self.links.elem(cpu, 0) }
+    }
+}
+
+/// Scratch space reused by every flush, so flushing does not allocate once
+/// warmed up. Lives inside the domain lock.
+#[derive(Default)]
+pub(crate) struct FlushScratch {
+    stack: Vec<*const TreeNode>,
+    order: Vec<*const TreeNode>,
+    pub(crate) deltas: Vec<i64>,
+    /// Flushes performed (for tests and reports).
+    pub(crate) flushes: u64,
+    /// (node, CPU) folds performed.
+    pub(crate) folds: u64,
+}
+
+// SAFETY: the raw pointers are only dereferenced by the lock holder.
+unsafe impl Send for FlushScratch {}
+
+/// One updated-tree family: a flush lock and a backlog per CPU.
+pub(crate) struct Domain {
+    pub(crate) nr_cpus: usize,
+    pub(crate) lock: Mutex<FlushScratch>,
+    pub(crate) backlog: PcpuPtr<BacklogHead>,
+}
+
+// SAFETY: `backlog` heads are atomics; everything else is behind `lock`.
+unsafe impl Send for Domain {}
+// SAFETY: as above.
+unsafe impl Sync for Domain {}
+
+impl Domain {
+    /// # Safety
+    /// `cpu < nr_cpus`.
+    #[inline(always)]
+    pub(crate) unsafe fn backlog(&self, cpu: usize) -> &BacklogHead {
+        // SAFETY: the backlog lives as long as the domain; caller bounds cpu.
+        unsafe { self.backlog.elem(cpu, 0) }
+    }
+
+    /// Flush the subtree rooted at `root` on every CPU: after this returns,
+    /// every update that completed before the call is in the totals of
+    /// `root` and of every node under it.
+    ///
+    /// # Safety
+    /// `scratch` is this domain's locked scratch; `root` is a live node of
+    /// this domain.
+    pub(crate) unsafe fn flush_locked(&self, scratch: &mut FlushScratch, root: &TreeNode) {
+        scratch.flushes += 1;
+        for cpu in 0..self.nr_cpus {
+            // SAFETY: we hold the lock (caller), nodes on backlogs are live.
+            unsafe {
+                backlog::drain(self.backlog(cpu), |l| link_updated(&*l.node, cpu));
+                self.cut_subtree(scratch, root, cpu);
+            }
+            let mut order = core::mem::take(&mut scratch.order);
+            // Reverse pre-order: every node after all of its descendants.
+            for &n in order.iter().rev() {
+                scratch.folds += 1;
+                // SAFETY: nodes on the tree are live; lock held.
+                unsafe { fold_node(self, &*n, cpu, &mut scratch.deltas) };
+            }
+            order.clear();
+            scratch.order = order;
+        }
+    }
+
+    /// Remove `root`'s subtree from `cpu`'s updated tree, leaving its nodes in
+    /// pre-order (each node before its descendants) in `scratch.order`.
+    ///
+    /// # Safety
+    /// Lock held; `root` live; `cpu < nr_cpus`.
+    unsafe fn cut_subtree(&self, scratch: &mut FlushScratch, root: &TreeNode, cpu: usize) {
+        // SAFETY: lock held (caller) for every cell access below; all nodes
+        // reachable from a tree are live.
+        unsafe {
+            let rl = root.links(cpu);
+            if rl.updated_next.with(|p| (*p).is_null()) {
+                return; // nothing under `root` changed on this CPU
+            }
+            // Unlink `root` from its parent's list of updated children. The
+            // parent stays on the tree: it may hold pending deltas from us.
+            if let Some(parent) = root.parent.as_ref() {
+                let pl = parent.links(cpu);
+                let me = root as *const TreeNode;
+                let mut cur = pl.updated_children.with(|p| *p);
+                if cur == me {
+                    let next = rl.updated_next.with(|p| *p);
+                    pl.updated_children.with_mut(|p| *p = next);
+                } else {
+                    loop {
+                        debug_assert!(cur != parent as *const _, "a node on the tree is missing from its parent's list");
+                        let cl = (*cur).links(cpu);
+                        let next = cl.updated_next.with(|p| *p);
+                        if next == me {
+                            let after = rl.updated_next.with(|p| *p);
+                            cl.updated_next.with_mut(|p| *p = after);
+                            break;
+                        }
+                        cur = next;
+                    }
+                }
+            }
+            scratch.stack.push(root);
+            while let Some(n) = scratch.stack.pop() {
+                scratch.order.push(n);
+                let nl = (*n).links(cpu);
+                let mut c = nl.updated_children.with(|p| *p);
+                while c != n {
+                    let cl = (*c).links(cpu);
+                    let next = cl.updated_next.with(|p| *p);
+                    cl.updated_next.with_mut(|p| *p = ptr::null());
+                    scratch.stack.push(c);
+                    c = next;
+                }
+                nl.updated_children.with_mut(|p| *p = n);
+            }
+            rl.updated_next.with_mut(|p| *p = ptr::null());
+        }
+    }
+}
+
+/// Put `node` and its ancestors on `cpu`'s updated tree, bottom-up, stopping
+/// at the first one already there.
+///
+/// # Safety
+/// The domain lock is held; `node` and its ancestors are live.
+unsafe fn link_updated(node: &TreeNode, cpu: usize) {
+    let mut cur: *const TreeNode = node;
+    // SAFETY: lock held (caller); ancestors of a live node are live.
+    unsafe {
+        loop {
+            let n = &*cur;
+            let l = n.links(cpu);
+            if !l.updated_next.with(|p| (*p).is_null()) {
+                return;
+            }
+            match n.parent.as_ref() {
+                None => {
+                    l.updated_next.with_mut(|p| *p = cur);
+                    return;
+                }
+                Some(parent) => {
+                    let pl = parent.links(cpu);
+                    let head = pl.updated_children.with(|p| *p);
+                    l.updated_next.with_mut(|p| *p = head);
+                    pl.updated_children.with_mut(|p| *p = cur);
+                    cur = parent;
+                }
+            }
+        }
+    }
+}
+
+/// Lock a domain's flush lock.
+pub(crate) fn lock_domain(d: &Domain) -> sync::MutexGuard<'_, FlushScratch> {
+    sync::lock(&d.lock)
+}

@@ -1,0 +1,135 @@
+//! The error type: every variant says what was wrong and what to do.
+
+use std::fmt;
+
+use crate::percpu::arena::ArenaError;
+
+/// Everything that can go wrong through rstat's API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A group name broke a naming rule.
+    InvalidName {
+        /// The offending name (lossily printable).
+        name: String,
+        /// Which rule it broke.
+        reason: &'static str,
+    },
+    /// A sibling with this name already exists.
+    NameExists {
+        /// Path of the parent.
+        parent: String,
+        /// The duplicate name.
+        name: String,
+    },
+    /// No live group at this path.
+    NotFound {
+        /// The path looked up.
+        path: String,
+    },
+    /// The group still has live children.
+    HasChildren {
+        /// Path of the group.
+        path: String,
+        /// How many live children it has.
+        children: usize,
+    },
+    /// The group has been removed (it is offline).
+    Removed {
+        /// Path the group had.
+        path: String,
+    },
+    /// The root group cannot be removed.
+    RootNotRemovable,
+    /// A controller with this name is already registered.
+    ControllerExists {
+        /// The duplicate name.
+        name: String,
+    },
+    /// The engine's controller table is full.
+    TooManyControllers {
+        /// The table size.
+        max: usize,
+    },
+    /// A controller definition is unusable.
+    InvalidController {
+        /// Controller name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A stat index beyond the controller's item list.
+    UnknownStat {
+        /// Controller name.
+        controller: String,
+        /// The index given.
+        index: usize,
+        /// Number of items the controller has.
+        len: usize,
+    },
+    /// A group handle from a different `Rstat` instance.
+    ForeignGroup,
+    /// The per-CPU arena could not allocate.
+    Arena(ArenaError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidName { name, reason } => write!(
+                f,
+                "invalid group name {name:?}: {reason}; names must be 1-255 bytes with no '/' and no NUL"
+            ),
+            Error::NameExists { parent, name } => write!(
+                f,
+                "group {parent:?} already has a child named {name:?}; pick another name or look the existing one up"
+            ),
+            Error::NotFound { path } => write!(
+                f,
+                "no live group at path {path:?}; check the spelling, or create it first (removed groups cannot be looked up)"
+            ),
+            Error::HasChildren { path, children } => write!(
+                f,
+                "group {path:?} still has {children} live child group(s); remove them first (bottom-up)"
+            ),
+            Error::Removed { path } => write!(
+                f,
+                "group {path:?} has been removed; its handle can still be read but it cannot gain children or be removed again"
+            ),
+            Error::RootNotRemovable => {
+                write!(f, "the root group cannot be removed; drop the Rstat instance instead")
+            }
+            Error::ControllerExists { name } => write!(
+                f,
+                "a controller named {name:?} is already registered; reuse its handle or choose another name"
+            ),
+            Error::TooManyControllers { max } => write!(
+                f,
+                "at most {max} controllers can be registered; merge related stats into one controller's item list"
+            ),
+            Error::InvalidController { name, reason } => {
+                write!(f, "controller {name:?} cannot be registered: {reason}")
+            }
+            Error::UnknownStat { controller, index, len } => write!(
+                f,
+                "controller {controller:?} has {len} stat items, so index {index} is out of range; use the index of a registered item"
+            ),
+            Error::ForeignGroup => write!(
+                f,
+                "this group belongs to a different Rstat instance; use handles from the instance the controller was registered on"
+            ),
+            Error::Arena(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<ArenaError> for Error {
+    fn from(e: ArenaError) -> Self {
+        Error::Arena(e)
+    }
+}
+
+/// `Result` with rstat's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

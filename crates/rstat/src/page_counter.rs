@@ -1,0 +1,1 @@
+//! Hierarchical page counter (seed 002). Being written.

@@ -1,0 +1,1 @@
+//! Per-CPU reference counts (seed 001). Being written.

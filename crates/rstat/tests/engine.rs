@@ -1,0 +1,210 @@
+//! The engine through its public API: groups, controllers, exact reads.
+
+use rstat::{Error, Rstat};
+
+fn engine(nr_cpus: usize, unified: bool) -> Rstat {
+    Rstat::builder().nr_cpus(nr_cpus).unified(unified).build().unwrap()
+}
+
+#[test]
+fn hierarchical_and_local_totals_are_exact_in_both_modes() {
+    for unified in [false, true] {
+        let rs = engine(4, unified);
+        let io = rs.register_counters("io", &["rbytes", "wbytes"]).unwrap();
+        let a = rs.root().create_child("a").unwrap();
+        let b = a.create_child("b").unwrap();
+        let c = a.create_child("c").unwrap();
+        for cpu in 0..6 {
+            io.add_on_cpu(&b, cpu, 0, 10).unwrap();
+            io.add_on_cpu(&c, cpu, 1, 3).unwrap();
+            io.add_on_cpu(&a, cpu, 0, 1).unwrap();
+        }
+        let sa = io.read(&a).unwrap();
+        assert_eq!(sa.hierarchical(), &[66, 18]);
+        assert_eq!(sa.local(), &[6, 0]);
+        let sb = io.read(&b).unwrap();
+        assert_eq!((sb.hierarchical(), sb.local()), (&[60, 0][..], &[60, 0][..]));
+        // Read a child first, then the parent: the child's flush left its
+        // deltas pending in the parent, which the parent's read folds.
+        io.add_on_cpu(&c, 2, 1, 100).unwrap();
+        assert_eq!(io.read(&c).unwrap().hierarchical(), &[0, 118]);
+        assert_eq!(io.read(&a).unwrap().hierarchical(), &[66, 118]);
+        assert_eq!(io.read(rs.root()).unwrap().hierarchical(), &[66, 118]);
+        // Negative deltas (gauges) fold too.
+        io.add(&b, 0, -60).unwrap();
+        assert_eq!(io.read(rs.root()).unwrap().hierarchical(), &[6, 118]);
+    }
+}
+
+#[test]
+fn cpu_controller_accounts_usage_user_system() {
+    let rs = engine(2, false);
+    let t = rs.root().create_child("t").unwrap();
+    rs.account_cputime(&t, 70, 30).unwrap();
+    rs.account_cputime(rs.root(), 1, 2).unwrap();
+    let s = rs.cpu_stat(&t).unwrap();
+    assert_eq!(s.hierarchical(), &[100, 70, 30]);
+    let r = rs.cpu_stat(rs.root()).unwrap();
+    assert_eq!(r.hierarchical(), &[103, 71, 32]);
+    assert_eq!(r.local(), &[3, 1, 2]);
+    assert_eq!(r.get("usage_usec"), Some(103));
+}
+
+#[test]
+fn removal_folds_history_into_the_parent_and_zombies_stay_readable() {
+    for unified in [false, true] {
+        let rs = engine(3, unified);
+        let io = rs.register_counters("io", &["ops"]).unwrap();
+        let p = rs.root().create_child("p").unwrap();
+        let leaf = p.create_child("leaf").unwrap();
+        io.add_on_cpu(&leaf, 1, 0, 5).unwrap();
+        io.add_on_cpu(&leaf, 2, 0, 7).unwrap();
+        assert_eq!(io.read(&p).unwrap().hierarchical(), &[12]);
+        io.add_on_cpu(&leaf, 0, 0, 1).unwrap(); // not yet flushed when removed
+        leaf.remove().unwrap();
+        assert!(!leaf.is_online());
+        assert_eq!(io.read(&p).unwrap().hierarchical(), &[13]);
+        assert_eq!(io.read(&p).unwrap().local(), &[0]);
+        // The zombie is still readable through its handle ...
+        assert_eq!(io.read(&leaf).unwrap().local(), &[13]);
+        // ... and late updates through it reach the ancestors.
+        io.add_on_cpu(&leaf, 2, 0, 100).unwrap();
+        assert_eq!(io.read(&p).unwrap().hierarchical(), &[113]);
+        drop(leaf); // final release: state returned to the arena
+        assert_eq!(io.read(&p).unwrap().hierarchical(), &[113]);
+        assert_eq!(io.read(rs.root()).unwrap().hierarchical(), &[113]);
+    }
+}
+
+#[test]
+fn late_updates_are_folded_at_final_release() {
+    let rs = engine(2, false);
+    let io = rs.register_counters("io", &["ops"]).unwrap();
+    let p = rs.root().create_child("p").unwrap();
+    let leaf = p.create_child("leaf").unwrap();
+    leaf.remove().unwrap();
+    let h = io.stat_handle(&leaf).unwrap();
+    assert!(h.add(0, 9));
+    assert!(!h.add(1, 9), "an out-of-range item is refused");
+    drop(h);
+    drop(leaf); // never read after the update: the release flush folds it
+    assert_eq!(io.read(&p).unwrap().hierarchical(), &[9]);
+}
+
+#[test]
+fn arena_returns_to_its_start_after_groups_are_freed() {
+    let rs = engine(2, false);
+    let io = rs.register_counters("io", &["a", "b", "c"]).unwrap();
+    let start = rs.arena_stats();
+    let mut groups = Vec::new();
+    for i in 0..50 {
+        let g = rs.root().create_child(&format!("g{i}")).unwrap();
+        io.add(&g, 1, 1).unwrap();
+        groups.push(g);
+    }
+    assert!(rs.arena_stats().live_allocations > start.live_allocations);
+    for g in groups {
+        g.remove().unwrap();
+    }
+    assert_eq!(rs.arena_stats().live_allocations, start.live_allocations);
+    assert_eq!(rs.arena_stats().bytes_in_use_per_unit, start.bytes_in_use_per_unit);
+    assert_eq!(io.read(rs.root()).unwrap().hierarchical(), &[0, 50, 0]);
+}
+
+#[test]
+fn names_paths_and_lookups() {
+    let rs = engine(1, false);
+    let a = rs.root().create_child("a").unwrap();
+    let b = a.create_child("b").unwrap();
+    b.create_child("c").unwrap();
+    assert_eq!(rs.lookup("a/b/c").unwrap().path(), "a/b/c");
+    assert_eq!(rs.lookup("").unwrap(), *rs.root());
+    assert_eq!(rs.lookup("a/b").unwrap(), b);
+    assert_eq!(b.depth(), 2);
+    assert_eq!(a.children().iter().map(|g| g.name().to_owned()).collect::<Vec<_>>(), ["b"]);
+    let long = "x".repeat(256);
+    for bad in ["", "a/b", "nul\0", ".", "..", long.as_str()] {
+        assert!(matches!(rs.root().create_child(bad), Err(Error::InvalidName { .. })), "{bad:?}");
+    }
+    assert!(rs.root().create_child(&"x".repeat(255)).is_ok());
+    assert!(matches!(rs.root().create_child("a"), Err(Error::NameExists { .. })));
+    assert!(matches!(rs.lookup("a/zz"), Err(Error::NotFound { .. })));
+    assert!(matches!(rs.lookup("a//b"), Err(Error::InvalidName { .. })));
+    assert!(matches!(a.remove(), Err(Error::HasChildren { children: 1, .. })));
+    assert!(matches!(rs.root().remove(), Err(Error::RootNotRemovable)));
+    let c = rs.lookup("a/b/c").unwrap();
+    c.remove().unwrap();
+    assert!(matches!(rs.lookup("a/b/c"), Err(Error::NotFound { .. })), "a removed group's path is unknown");
+    assert!(matches!(c.remove(), Err(Error::Removed { .. })));
+    assert!(matches!(c.create_child("d"), Err(Error::Removed { .. })));
+    // The name is free again once the old group is offline.
+    b.create_child("c").unwrap();
+    let msg = rs.root().create_child("a/b").unwrap_err().to_string();
+    assert!(msg.contains("'/'"), "{msg}");
+}
+
+#[test]
+fn controller_registration_errors_and_late_registration() {
+    let rs = engine(2, false);
+    let a = rs.root().create_child("a").unwrap();
+    let zombie = a.create_child("z").unwrap();
+    zombie.remove().unwrap();
+    let io = rs.register_counters("io", &["x"]).unwrap();
+    assert!(matches!(rs.register_counters("io", &["y"]), Err(Error::ControllerExists { .. })));
+    assert!(matches!(rs.register_counters("cpu", &["y"]), Err(Error::ControllerExists { .. })));
+    assert!(matches!(rs.register_counters("e", &[]), Err(Error::InvalidController { .. })));
+    assert!(matches!(rs.register_counters("d", &["x", "x"]), Err(Error::InvalidController { .. })));
+    assert!(matches!(rs.register_counters("s", &["has space"]), Err(Error::InvalidController { .. })));
+    assert!(matches!(rs.register_counters("bad/name", &["x"]), Err(Error::InvalidController { .. })));
+    assert!(matches!(io.add(&a, 1, 1), Err(Error::UnknownStat { index: 1, len: 1, .. })));
+    // Registered after `a` existed: `a` has state.
+    io.add(&a, 0, 2).unwrap();
+    // The zombie predates the controller: it charges its nearest ancestor.
+    io.add(&zombie, 0, 3).unwrap();
+    assert_eq!(io.read(&a).unwrap().local(), &[5]);
+    let other = engine(2, false);
+    assert!(matches!(io.add(other.root(), 0, 1), Err(Error::ForeignGroup)));
+    for i in rs_controllers_left(&rs) {
+        rs.register_counters(&format!("c{i}"), &["x"]).unwrap();
+    }
+    assert!(matches!(rs.register_counters("one-too-many", &["x"]), Err(Error::TooManyControllers { .. })));
+}
+
+fn rs_controllers_left(_rs: &Rstat) -> std::ops::Range<usize> {
+    // cpu + io are registered; fill the table.
+    0..rstat::MAX_CONTROLLERS - 2
+}
+
+#[test]
+fn separate_trees_do_not_flush_other_controllers() {
+    for unified in [false, true] {
+        let rs = engine(2, unified);
+        let heavy = rs.register_counters("heavy", &["x"]).unwrap();
+        let g = rs.root().create_child("g").unwrap();
+        heavy.add_on_cpu(&g, 1, 0, 1).unwrap();
+        let before = heavy.flush_counts();
+        rs.cpu_stat(&g).unwrap();
+        let after = heavy.flush_counts();
+        if unified {
+            // One tree: the cpu read flushed g (and the root) for everyone.
+            assert_eq!(after.0, before.0 + 1);
+            assert_eq!(after.1, before.1 + 1, "g on CPU 1 was folded by the cpu read");
+        } else {
+            assert_eq!(after, before, "a cpu read must not touch the heavy controller");
+        }
+        assert_eq!(heavy.read(&g).unwrap().local(), &[1]);
+    }
+}
+
+#[test]
+fn dropping_the_engine_frees_the_tree_but_not_held_groups() {
+    let rs = engine(2, false);
+    let io = rs.register_counters("io", &["x"]).unwrap();
+    let a = rs.root().create_child("a").unwrap();
+    let b = a.create_child("b").unwrap();
+    io.add(&b, 0, 4).unwrap();
+    drop(rs);
+    assert!(!b.is_online());
+    assert_eq!(io.read(&b).unwrap().local(), &[4]);
+    assert_eq!(io.read(&a).unwrap().hierarchical(), &[4]);
+}
