@@ -144,7 +144,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 4 } else { 256 }, ..ProptestConfig::default() })]
 
     #[test]
-    fn engine_agrees_with_the_model(ops in prop::collection::vec(op(), 1..120), nr_cpus in 1..5usize, unified: bool) {
+    fn engine_agrees_with_the_model(ops in prop::collection::vec(op(), 1..if cfg!(miri) { 40 } else { 120 }), nr_cpus in 1..5usize, unified: bool) {
         run(ops, nr_cpus, unified)?;
     }
 }

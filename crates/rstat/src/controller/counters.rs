@@ -77,7 +77,7 @@ impl ControllerHandle {
         }
         let mut g = group;
         loop {
-            let css = g.css[self.ctl.id].load(Ordering::Acquire);
+            let css = g.tables().css[self.ctl.id].load(Ordering::Acquire);
             if !css.is_null() {
                 return Ok(css);
             }

@@ -229,8 +229,8 @@ impl Css {
 /// nr_cpus`.
 pub(crate) unsafe fn fold_node(domain: &Domain, node: &TreeNode, cpu: usize, deltas: &mut Vec<i64>) {
     // SAFETY: a node's group is live while the node is.
-    let group = unsafe { &*node.group };
-    for slot in group.css.iter() {
+    let tables = unsafe { &*node.group };
+    for slot in tables.css.iter() {
         let css = slot.load(Ordering::Acquire);
         if css.is_null() {
             continue;

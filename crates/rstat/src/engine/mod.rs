@@ -67,29 +67,39 @@ impl EngineInner {
     pub(crate) fn attach(&self, topo: &Topology, g: &Arc<GroupInner>, only: Option<&Arc<CtlEntry>>) -> Result<()> {
         let mut arena = sync::lock(&self.arena);
         for (i, domain) in topo.domains.iter().enumerate() {
-            if !g.nodes[i].load(Ordering::Relaxed).is_null() {
+            if !g.tables().nodes[i].load(Ordering::Relaxed).is_null() {
                 continue;
             }
-            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| p.nodes[i].load(Ordering::Relaxed).cast_const());
-            // The per-CPU links point back at their node, so take the node's
-            // address before building it.
-            let slot = Box::<TreeNode>::new_uninit();
-            let me: *const TreeNode = slot.as_ptr();
-            let links = arena.alloc::<PcpuLinks>(1, |_, _| PcpuLinks::new(me))?;
-            let node = Box::write(slot, TreeNode { parent, group: Arc::as_ptr(g), domain: &**domain, links });
-            g.nodes[i].store(Box::into_raw(node), Ordering::Release);
+            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| p.tables().nodes[i].load(Ordering::Relaxed).cast_const());
+            // The per-CPU links point back at their node, so the node's
+            // address is fixed (a raw allocation) before either is built.
+            let raw: *mut core::mem::MaybeUninit<TreeNode> = Box::into_raw(Box::<TreeNode>::new_uninit());
+            let me = raw.cast::<TreeNode>();
+            let links = match arena.alloc::<PcpuLinks>(1, |_, _| PcpuLinks::new(me)) {
+                Ok(l) => l,
+                Err(e) => {
+                    // SAFETY: `raw` came from Box::into_raw just above and is
+                    // uninitialised, so freeing it drops nothing.
+                    drop(unsafe { Box::from_raw(raw) });
+                    return Err(e.into());
+                }
+            };
+            // SAFETY: `raw` is a live, exclusively owned allocation.
+            unsafe { (*raw).write(TreeNode { parent, group: g.tables_ptr(), domain: &**domain, links }) };
+            // Ownership passes to the group; freed in its Drop.
+            g.tables().nodes[i].store(me, Ordering::Release);
         }
         let ctls: &[Arc<CtlEntry>] = match only {
             Some(c) => core::slice::from_ref(c),
             None => &topo.controllers,
         };
         for ctl in ctls {
-            let node = g.nodes[ctl.domain_idx].load(Ordering::Relaxed);
-            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| p.css[ctl.id].load(Ordering::Relaxed).cast_const());
+            let node = g.tables().nodes[ctl.domain_idx].load(Ordering::Relaxed);
+            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| p.tables().css[ctl.id].load(Ordering::Relaxed).cast_const());
             let stats = arena.alloc::<StatSlot>(ctl.nr_stats, |_, _| StatSlot::default())?;
             // SAFETY: the node was installed above and lives with `g`.
             let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
-            g.css[ctl.id].store(Box::into_raw(css), Ordering::Release);
+            g.tables().css[ctl.id].store(Box::into_raw(css), Ordering::Release);
         }
         Ok(())
     }

@@ -19,7 +19,7 @@ use core::ptr;
 
 use crate::controller::fold_node;
 use crate::engine::backlog::{self, BacklogHead, PcpuLinks};
-use crate::group::GroupInner;
+use crate::group::GroupTables;
 use crate::percpu::arena::PcpuPtr;
 use crate::sync::{self, Mutex};
 
@@ -27,8 +27,8 @@ use crate::sync::{self, Mutex};
 pub(crate) struct TreeNode {
     /// The parent group's node in the same domain; null for the root.
     pub(crate) parent: *const TreeNode,
-    /// The group this node belongs to.
-    pub(crate) group: *const GroupInner,
+    /// The tables of the group this node belongs to.
+    pub(crate) group: *const GroupTables,
     /// The domain.
     pub(crate) domain: *const Domain,
     /// Per-CPU links.

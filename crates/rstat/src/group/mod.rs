@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::controller::Css;
@@ -52,11 +53,25 @@ pub(crate) struct GroupInner {
     pub(crate) depth: usize,
     pub(crate) online: AtomicBool,
     pub(crate) children: Mutex<BTreeMap<Box<str>, Arc<GroupInner>>>,
+    /// The group's per-controller state, in its own allocation: flushes
+    /// reach it through raw pointers (from tree nodes) even while the group
+    /// itself is being dropped, so it must not be covered by `&mut self`.
+    /// Owned; freed at the end of `drop`.
+    tables: NonNull<GroupTables>,
+}
+
+/// A group's controller states and tree nodes.
+pub(crate) struct GroupTables {
     /// Per controller id; null until attached. Freed on final release.
     pub(crate) css: [AtomicPtr<Css>; MAX_CONTROLLERS],
     /// Per domain index; null until attached. Freed on final release.
     pub(crate) nodes: [AtomicPtr<TreeNode>; MAX_CONTROLLERS],
 }
+
+// SAFETY: `tables` is owned (like a Box) and holds only atomics.
+unsafe impl Send for GroupInner {}
+// SAFETY: as above.
+unsafe impl Sync for GroupInner {}
 
 impl GroupInner {
     pub(crate) fn new(engine: Arc<EngineInner>, parent: Option<Arc<GroupInner>>, name: &str) -> Self {
@@ -68,9 +83,23 @@ impl GroupInner {
             depth,
             online: AtomicBool::new(true),
             children: Mutex::new(BTreeMap::new()),
-            css: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
-            nodes: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
+            tables: NonNull::from(Box::leak(Box::new(GroupTables {
+                css: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
+                nodes: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
+            }))),
         }
+    }
+
+    /// The controller and node tables.
+    #[inline(always)]
+    pub(crate) fn tables(&self) -> &GroupTables {
+        // SAFETY: allocated in `new`, freed only at the end of `drop`.
+        unsafe { self.tables.as_ref() }
+    }
+
+    /// The tables, for flush code holding only a raw group pointer.
+    pub(crate) fn tables_ptr(&self) -> *const GroupTables {
+        self.tables.as_ptr()
     }
 
     pub(crate) fn path(&self) -> String {
@@ -90,7 +119,10 @@ impl Drop for GroupInner {
     /// child, not in its parent's map), so no updater can touch it. Fold
     /// what is left into the parent and return the per-CPU state.
     fn drop(&mut self) {
-        for slot in self.nodes.iter() {
+        // SAFETY: the tables are live until freed at the end of this
+        // function; flushes below reach them through the same raw pointer.
+        let tables: &GroupTables = unsafe { &*self.tables.as_ptr() };
+        for slot in tables.nodes.iter() {
             let node = slot.load(Ordering::Acquire);
             if node.is_null() {
                 continue;
@@ -105,7 +137,7 @@ impl Drop for GroupInner {
             unsafe { domain.flush_locked(&mut scratch, node) };
         }
         let mut arena = sync::lock(&self.engine.arena);
-        for slot in self.css.iter() {
+        for slot in tables.css.iter() {
             let css = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
             if !css.is_null() {
                 // SAFETY: created by Box::into_raw at attach; unreachable now.
@@ -114,7 +146,7 @@ impl Drop for GroupInner {
                 unsafe { arena.free(css.stats) };
             }
         }
-        for slot in self.nodes.iter() {
+        for slot in tables.nodes.iter() {
             let node = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
             if !node.is_null() {
                 // SAFETY: as above.
@@ -123,6 +155,9 @@ impl Drop for GroupInner {
                 unsafe { arena.free(node.links) };
             }
         }
+        drop(arena);
+        // SAFETY: allocated by Box in `new`; nothing references it now.
+        drop(unsafe { Box::from_raw(self.tables.as_ptr()) });
     }
 }
 
@@ -238,7 +273,7 @@ impl Group {
         self.0.online.store(false, Ordering::Release);
         let unlinked = sync::lock(&parent.children).remove(&self.0.name);
         drop(topo);
-        for slot in self.0.nodes.iter() {
+        for slot in self.0.tables().nodes.iter() {
             let node = slot.load(Ordering::Acquire);
             if node.is_null() {
                 continue;

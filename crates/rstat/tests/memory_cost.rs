@@ -1,0 +1,80 @@
+//! Per-group memory cost = per-CPU bytes x nr_cpus + a small constant.
+//!
+//! A counting global allocator measures every heap byte the engine takes for
+//! N groups; the arena reports what of that is per-CPU chunk memory. With the
+//! built-in `cpu` controller (3 items) and one 4-item counter set, per group:
+//!
+//! - per CPU: 2 tree nodes' links (2 x 32 B) + 3 x 16 B + 4 x 16 B = 176 B;
+//! - constant: the group (name, children map, controller and node tables),
+//!   two controller states with their totals, two tree nodes. Measured
+//!   here at well under 1 KiB (printed by the test); bounded by 1,200 B.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+struct Counting;
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards to the system allocator, only counting sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+const CONSTANT_BOUND: usize = 1200;
+
+#[test]
+fn per_group_cost_is_per_cpu_bytes_times_cpus_plus_a_small_constant() {
+    let nr_cpus = 8;
+    let groups = if cfg!(miri) { 20 } else { 2000 };
+    let rs = rstat::Rstat::builder().nr_cpus(nr_cpus).build().unwrap();
+    let _c = rs.register_counters("c", &["a", "b", "x", "y"]).unwrap();
+    let parent = rs.root().create_child("p").unwrap();
+    // Names of equal length so every group's name costs the same.
+    let names: Vec<String> = (0..groups).map(|i| format!("g{i:06}")).collect();
+    let arena0 = rs.arena_stats();
+    let heap0 = LIVE.load(Ordering::Relaxed);
+    let mut handles = Vec::with_capacity(groups);
+    for n in &names {
+        handles.push(parent.create_child(n).unwrap());
+    }
+    let heap1 = LIVE.load(Ordering::Relaxed);
+    let arena1 = rs.arena_stats();
+    let handles_vec = groups * std::mem::size_of::<rstat::Group>();
+
+    let per_cpu = (arena1.bytes_in_use_per_unit - arena0.bytes_in_use_per_unit) / groups;
+    assert_eq!(per_cpu, 2 * 32 + 3 * 16 + 4 * 16, "per-CPU bytes per group");
+    let chunk_delta = arena1.chunk_bytes - arena0.chunk_bytes;
+    // Chunks are carved without waste: the new chunk memory is what the
+    // groups use, up to the tail of one chunk (the last one partly filled,
+    // or the earlier chunk's leftover that they used first).
+    let used = per_cpu * groups * nr_cpus;
+    let chunk = nr_cpus * rstat::percpu::arena::UNIT_SIZE;
+    assert!(chunk_delta + chunk > used && chunk_delta < used + chunk, "{chunk_delta} vs {used}");
+
+    let heap_other = (heap1 - heap0) as usize - chunk_delta - handles_vec;
+    let constant = heap_other / groups;
+    println!(
+        "per group: {per_cpu} B per CPU x {nr_cpus} CPUs = {} B, plus a constant of {constant} B",
+        per_cpu * nr_cpus
+    );
+    assert!(constant > 0 && constant <= CONSTANT_BOUND, "constant per-group cost {constant} B");
+
+    // Freeing gives the per-CPU bytes back to the arena.
+    for h in handles {
+        h.remove().unwrap();
+    }
+    assert_eq!(rs.arena_stats().bytes_in_use_per_unit, arena0.bytes_in_use_per_unit);
+    assert_eq!(rs.arena_stats().live_allocations, arena0.live_allocations);
+}
