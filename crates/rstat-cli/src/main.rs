@@ -1,1 +1,123 @@
-fn main(){}
+//! The `rstat` command: `demo` (the main job) and `bench <experiment>`.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+mod demo;
+
+#[derive(Parser)]
+#[command(name = "rstat", version, about = "cgroup-style hierarchical accounting for your process: demo and benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a multi-tenant workload on rstat and print the live group tree.
+    Demo {
+        /// How long to run, in seconds (fractions allowed).
+        #[arg(long, default_value_t = 5.0, value_parser = parse_secs)]
+        duration: f64,
+        /// Worker threads.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+        threads: u16,
+        /// Seconds between tree printouts.
+        #[arg(long, default_value_t = 1.0, value_parser = parse_secs)]
+        interval: f64,
+    },
+    /// Run one of the seeds' experiments; `--json` prints one JSON object as
+    /// the last line.
+    Bench {
+        /// Which experiment.
+        #[arg(value_enum)]
+        name: BenchName,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Shorter run (fewer iterations): for smoke tests, not for figures.
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BenchName {
+    /// Update cost vs a shared atomic and a per-thread counter.
+    Update,
+    /// Flush cost: 100,000-group tree vs only the active groups.
+    FlushScaling,
+    /// Seed 000: cpu.stat reads with separate vs unified trees.
+    SeparateTrees,
+}
+
+fn parse_secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !v.is_finite() || v <= 0.0 || v > 86_400.0 {
+        return Err(format!("{s} is out of range: give a number of seconds above 0 and at most 86400"));
+    }
+    Ok(v)
+}
+
+fn emit<T: serde::Serialize>(json: bool, report: &T, table: impl Fn(&T) -> String) -> ExitCode {
+    if json {
+        match serde_json::to_string(report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: encoding the report as JSON: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print!("{}", table(report));
+    }
+    ExitCode::SUCCESS
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Demo { duration, threads, interval } => {
+            let opts = demo::Options {
+                duration: Duration::from_secs_f64(duration),
+                threads: threads as usize,
+                interval: Duration::from_secs_f64(interval),
+            };
+            match demo::run(&opts) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Bench { name, json, quick } => match name {
+            BenchName::Update => {
+                let mut cfg = rstat_lab::update_bench::Config::default();
+                if quick {
+                    cfg.iters = 200_000;
+                    cfg.samples = 1;
+                }
+                emit(json, &rstat_lab::update_bench::run(&cfg), rstat_lab::update_bench::table)
+            }
+            BenchName::FlushScaling => {
+                let mut cfg = rstat_lab::flush_scaling::Config::default();
+                if quick {
+                    cfg.groups = 5_000;
+                    cfg.rounds = 200;
+                }
+                emit(json, &rstat_lab::flush_scaling::run(&cfg), rstat_lab::flush_scaling::table)
+            }
+            BenchName::SeparateTrees => {
+                let mut cfg = rstat_lab::separate_trees::Config::default();
+                if quick {
+                    cfg.reads = 2_000;
+                }
+                emit(json, &rstat_lab::separate_trees::run(&cfg), rstat_lab::separate_trees::table)
+            }
+        },
+    }
+}

@@ -1,3 +1,12 @@
-//! The seeds' experiments.
+//! The seeds' experiments, each with its baseline measured in the same run.
+//!
+//! Every benchmark returns a serialisable report (printed as one JSON line by
+//! `rstat bench NAME --json`) and a human table. None of them is a test:
+//! timing never gates CI.
+
+pub mod flush_scaling;
+pub mod machine;
 pub mod page_counter_bench;
 pub mod percpu_ref_bench;
+pub mod separate_trees;
+pub mod update_bench;

@@ -144,6 +144,19 @@ impl ControllerHandle {
         Ok(StatHandle { group: group.clone(), css, nr_stats: self.ctl.nr_stats, nr_cpus: self.engine.nr_cpus })
     }
 
+    /// Flush `group`'s subtree for this controller without reading: the
+    /// kernel's `css_rstat_flush`. Same cost and guarantee as
+    /// [`read`](Self::read), without the copy.
+    pub fn flush(&self, group: &Group) -> Result<()> {
+        let css = self.css_of(&group.0)?;
+        // SAFETY: kept alive by `group`; a css's domain and node outlive it.
+        let (domain, node) = unsafe { (&*self.ctl.domain, &*(*css).node) };
+        let mut scratch = lock_domain(domain);
+        // SAFETY: lock held; `node` is live and in `domain`.
+        unsafe { domain.flush_locked(&mut scratch, node) };
+        Ok(())
+    }
+
     /// Exact local and hierarchical totals of `group`.
     ///
     /// Cost: takes this controller's flush lock (not any other controller's,
@@ -188,7 +201,7 @@ impl StatHandle {
     /// Add `delta` to stat `item` on this thread's CPU. Same cost and
     /// guarantees as [`ControllerHandle::add`], minus the lookups.
     /// Returns `false` (and changes nothing) if `item` is out of range.
-    #[inline]
+    #[inline(always)]
     pub fn add(&self, item: usize, delta: i64) -> bool {
         if item >= self.nr_stats {
             return false;

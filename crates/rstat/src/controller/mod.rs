@@ -165,6 +165,9 @@ pub(crate) struct Css {
     pub(crate) stats: PcpuPtr<StatSlot>,
     /// This group's node in the controller's domain.
     pub(crate) node: *const TreeNode,
+    /// Copies of the node's links and the domain's backlog heads, so the
+    /// hot path reaches both without dereferencing the node.
+    pub(crate) links: PcpuPtr<PcpuLinks>,
     pub(crate) backlog: PcpuPtr<BacklogHead>,
     /// Domain lock.
     pub(crate) totals: UnsafeCell<Totals>,
@@ -181,7 +184,7 @@ impl Css {
         let n = ctl.nr_stats;
         // SAFETY: a node's domain outlives it.
         let backlog = unsafe { (*node.domain).backlog };
-        Css { ctl, parent, stats, node, backlog, totals: UnsafeCell::new(Totals::zeroed(n)) }
+        Css { ctl, parent, stats, node, links: node.links, backlog, totals: UnsafeCell::new(Totals::zeroed(n)) }
     }
 
     /// The hot path: add `delta` to item `item` on `cpu`, and make sure a
@@ -205,11 +208,9 @@ impl Css {
     /// As [`update`](Self::update).
     #[inline(always)]
     pub(crate) unsafe fn mark(&self, cpu: usize) {
-        // SAFETY: a css's node and its domain's backlog outlive the css.
-        unsafe {
-            let links: &PcpuLinks = (*self.node).links(cpu);
-            backlog::mark_updated(links, self.backlog.elem(cpu, 0));
-        }
+        // SAFETY: a css's node links and its domain's backlog outlive the
+        // css.
+        unsafe { backlog::mark_updated(self.links.elem(cpu, 0), self.backlog.raw(cpu)) };
     }
 
     /// Copy the totals (caller holds the domain lock).

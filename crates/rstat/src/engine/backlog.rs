@@ -89,15 +89,21 @@ impl PcpuLinks {
     }
 }
 
-/// Steps 2-4 of the update protocol, after the stat RMW.
+/// Steps 2-4 of the update protocol, after the stat RMW. `head` is only
+/// dereferenced when the node has to be pushed.
+///
+/// # Safety
+/// `head` points to a live backlog head.
 #[inline(always)]
-pub(crate) fn mark_updated(links: &PcpuLinks, head: &BacklogHead) {
+pub(crate) unsafe fn mark_updated(links: &PcpuLinks, head: *const BacklogHead) {
     sync::sc_fence_for_model();
     if links.lnext.load(Ordering::SeqCst) == OFF_LIST {
-        claim_and_push(links, head);
+        // SAFETY: caller's guarantee.
+        claim_and_push(links, unsafe { &*head });
     }
 }
 
+#[cold]
 #[inline(never)]
 fn claim_and_push(links: &PcpuLinks, head: &BacklogHead) {
     if links

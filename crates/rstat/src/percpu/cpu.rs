@@ -54,25 +54,25 @@ impl fmt::Display for CpuIdSource {
     }
 }
 
-// `SOURCE` holds the detected source, or UNKNOWN before detection. Relaxed
-// everywhere: detection is idempotent (every thread computes the same answer
-// from process-wide facts), so a racing second detection is harmless, and
-// `RSEQ_CPU_ID_OFFSET` is written before `SOURCE` by the same thread and only
-// read by a thread that has itself seen `SOURCE == RSEQ` ... which Relaxed
-// does not order; so readers of the offset re-detect when they see the
-// sentinel instead of trusting the pairing.
-const UNKNOWN: usize = usize::MAX;
-static SOURCE: AtomicUsize = AtomicUsize::new(UNKNOWN);
-const NO_OFFSET: isize = isize::MIN;
-static RSEQ_CPU_ID_OFFSET: AtomicIsize = AtomicIsize::new(NO_OFFSET);
+// One word holds everything the hot path needs: the offset of `cpu_id` from
+// the thread pointer when the source is rseq, otherwise a sentinel naming the
+// source (or "not detected yet"). Offsets are small, so the sentinels (the
+// three lowest `isize` values) never collide with one. Relaxed everywhere:
+// detection is idempotent (every thread computes the same answer from
+// process-wide facts), and the word is self-contained, so a thread that
+// sees it needs nothing else published with it.
+const UNDETECTED: isize = isize::MIN;
+const USE_GETCPU: isize = isize::MIN + 1;
+const USE_HASH: isize = isize::MIN + 2;
+static FAST: AtomicIsize = AtomicIsize::new(UNDETECTED);
 
 /// The source in use in this process (detected on first use).
 pub fn source() -> CpuIdSource {
-    match SOURCE.load(Ordering::Relaxed) {
-        0 => CpuIdSource::Rseq,
-        1 => CpuIdSource::SchedGetcpu,
-        2 => CpuIdSource::ThreadHash,
-        _ => detect(),
+    match FAST.load(Ordering::Relaxed) {
+        UNDETECTED => detect(),
+        USE_GETCPU => CpuIdSource::SchedGetcpu,
+        USE_HASH => CpuIdSource::ThreadHash,
+        _ => CpuIdSource::Rseq,
     }
 }
 
@@ -80,54 +80,43 @@ pub fn source() -> CpuIdSource {
 fn detect() -> CpuIdSource {
     let forced = std::env::var("RSTAT_CPU_ID").ok();
     let want = forced.as_deref().unwrap_or("rseq");
-    let mut chosen = CpuIdSource::ThreadHash;
-    if want == "rseq" {
-        if let Some(off) = rseq::cpu_id_offset() {
-            RSEQ_CPU_ID_OFFSET.store(off, Ordering::Relaxed);
-            chosen = CpuIdSource::Rseq;
-        }
-    }
-    if chosen == CpuIdSource::ThreadHash && want != "hash" && sched_getcpu().is_some() {
-        chosen = CpuIdSource::SchedGetcpu;
-    }
-    SOURCE.store(chosen as usize, Ordering::Relaxed);
+    let (word, chosen) = match (want, rseq::cpu_id_offset()) {
+        ("rseq", Some(off)) => (off, CpuIdSource::Rseq),
+        ("hash", _) => (USE_HASH, CpuIdSource::ThreadHash),
+        _ if sched_getcpu().is_some() => (USE_GETCPU, CpuIdSource::SchedGetcpu),
+        _ => (USE_HASH, CpuIdSource::ThreadHash),
+    };
+    FAST.store(word, Ordering::Relaxed);
     chosen
 }
 
 /// The id of the CPU this thread is running on, from the process's source.
 /// Not folded: may exceed any slot count; pass it through [`fold`].
-#[inline]
+///
+/// Cost with rseq: one load of a process-wide word and one load relative to
+/// the thread pointer (about a nanosecond).
+#[inline(always)]
 pub fn current() -> usize {
-    match SOURCE.load(Ordering::Relaxed) {
-        0 => {
-            let off = RSEQ_CPU_ID_OFFSET.load(Ordering::Relaxed);
-            if off != NO_OFFSET {
-                // SAFETY: `off` was produced by `rseq::cpu_id_offset`, which
-                // checked that glibc registered an rseq area for this process;
-                // glibc registers one for every thread at the same offset.
-                if let Some(cpu) = unsafe { rseq::read_cpu_id(off) } {
-                    return cpu;
-                }
-            }
-            current_slow()
+    let word = FAST.load(Ordering::Relaxed);
+    if word > USE_HASH {
+        // SAFETY: only `detect` stores a value above the sentinels, and only
+        // an offset produced by `rseq::cpu_id_offset`, which checked that
+        // glibc registered an rseq area (it does so for every thread, at the
+        // same offset).
+        if let Some(cpu) = unsafe { rseq::read_cpu_id(word) } {
+            return cpu;
         }
-        1 => sched_getcpu().unwrap_or_else(thread_slot),
-        2 => thread_slot(),
-        _ => current_slow(),
     }
+    current_slow(word)
 }
 
 #[cold]
-fn current_slow() -> usize {
-    match detect() {
-        CpuIdSource::Rseq => {
-            let off = RSEQ_CPU_ID_OFFSET.load(Ordering::Relaxed);
-            // SAFETY: as in `current`; `detect` stored `off` on this thread.
-            unsafe { rseq::read_cpu_id(off) }
-                .or_else(sched_getcpu)
-                .unwrap_or_else(thread_slot)
-        }
-        CpuIdSource::SchedGetcpu => sched_getcpu().unwrap_or_else(thread_slot),
+#[inline(never)]
+fn current_slow(word: isize) -> usize {
+    let source = if word == UNDETECTED { detect() } else { source() };
+    match source {
+        // A thread whose rseq registration failed: ask the kernel.
+        CpuIdSource::Rseq | CpuIdSource::SchedGetcpu => sched_getcpu().unwrap_or_else(thread_slot),
         CpuIdSource::ThreadHash => thread_slot(),
     }
 }

@@ -1,0 +1,104 @@
+//! Facts about the machine a benchmark ran on, and small measuring helpers.
+
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// The machine line every benchmark prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    /// CPU model name from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// Online CPUs.
+    pub online_cpus: usize,
+    /// Possible CPUs (per-CPU slot count).
+    pub possible_cpus: usize,
+    /// Where CPU ids come from.
+    pub cpu_id_source: String,
+    /// Kernel release.
+    pub kernel: String,
+}
+
+impl Machine {
+    /// Read the facts of this machine.
+    pub fn detect() -> Self {
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+            .unwrap_or_else(|| "unknown".into());
+        let online_cpus = online_cpus();
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or_else(|_| "unknown".into(), |s| s.trim().to_owned());
+        Machine {
+            cpu_model,
+            online_cpus,
+            possible_cpus: rstat::percpu::cpu::possible_cpus(),
+            cpu_id_source: rstat::percpu::cpu::source().to_string(),
+            kernel,
+        }
+    }
+
+    /// One line for human output.
+    pub fn line(&self) -> String {
+        format!(
+            "machine: {} | {} online / {} possible CPUs | cpu id: {} | linux {}",
+            self.cpu_model, self.online_cpus, self.possible_cpus, self.cpu_id_source, self.kernel
+        )
+    }
+}
+
+/// Online CPUs (`sysconf(_SC_NPROCESSORS_ONLN)`), whatever this thread's
+/// affinity.
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n < 1 {
+        1
+    } else {
+        n as usize
+    }
+}
+
+/// Pin the calling thread to `cpu` (modulo the online CPUs). Returns whether
+/// it worked; benchmarks still run unpinned if not.
+pub fn pin_to_cpu(cpu: usize) -> bool {
+    let n = online_cpus();
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu % n < CPU_SETSIZE for any machine we run on.
+    unsafe { libc::CPU_SET(cpu % n, &mut set) };
+    // SAFETY: valid pointer and size; 0 means the calling thread.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) == 0 }
+}
+
+/// Undo pinning: allow every CPU again.
+pub fn unpin() {
+    // SAFETY: as in `pin_to_cpu`.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in 0..online_cpus() {
+        // SAFETY: c < CPU_SETSIZE.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: as above.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+}
+
+/// Median of a set of samples.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Run `f` and return how long it took.
+pub fn timed(f: impl FnOnce()) -> Duration {
+    let t = Instant::now();
+    f();
+    t.elapsed()
+}
+
+/// Round to `d` decimals (for readable JSON).
+pub fn round(x: f64, d: i32) -> f64 {
+    let m = 10f64.powi(d);
+    (x * m).round() / m
+}
