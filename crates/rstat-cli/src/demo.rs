@@ -62,8 +62,14 @@ pub fn run(opts: &Options) -> Result<bool, rstat::Error> {
     );
     let workers: Vec<_> = (0..opts.threads)
         .map(|w| {
-            let (rs, reqs, services, stop, served, bytes) =
-                (Arc::clone(&rs), reqs.clone(), services.clone(), stop.clone(), served.clone(), bytes.clone());
+            let (rs, reqs, services, stop, served, bytes) = (
+                Arc::clone(&rs),
+                reqs.clone(),
+                services.clone(),
+                stop.clone(),
+                served.clone(),
+                bytes.clone(),
+            );
             std::thread::spawn(move || -> Result<(), rstat::Error> {
                 let mut x = 0x2545f4914f6cdd1du64 ^ (w as u64 + 1);
                 let mut n = 0u64;
@@ -129,7 +135,10 @@ pub fn run(opts: &Options) -> Result<bool, rstat::Error> {
         }
     }
     let root = reqs.read(rs.root())?;
-    let (want_r, want_b) = (served.load(Ordering::Relaxed) as i64, bytes.load(Ordering::Relaxed) as i64);
+    let (want_r, want_b) = (
+        served.load(Ordering::Relaxed) as i64,
+        bytes.load(Ordering::Relaxed) as i64,
+    );
     let exact = root.get("requests") == Some(want_r) && root.get("bytes_in") == Some(want_b);
     println!(
         "\nfinal: {} requests served, {} request groups created and removed; root totals: requests {} bytes_in {} -> {}",
@@ -142,7 +151,11 @@ pub fn run(opts: &Options) -> Result<bool, rstat::Error> {
     Ok(exact)
 }
 
-fn render(rs: &Rstat, reqs: &rstat::ControllerHandle, at: Duration) -> Result<String, rstat::Error> {
+fn render(
+    rs: &Rstat,
+    reqs: &rstat::ControllerHandle,
+    at: Duration,
+) -> Result<String, rstat::Error> {
     let mut out = String::new();
     let _ = writeln!(out, "\n[t={:.1}s]", at.as_secs_f64());
     let _ = writeln!(
@@ -155,7 +168,11 @@ fn render(rs: &Rstat, reqs: &rstat::ControllerHandle, at: Duration) -> Result<St
         let cpu = rs.cpu_stat(&g)?;
         let r = reqs.read(&g)?;
         let kids = g.children();
-        let name = if g.depth() == 0 { "/".to_owned() } else { format!("{}{}", "  ".repeat(g.depth()), g.name()) };
+        let name = if g.depth() == 0 {
+            "/".to_owned()
+        } else {
+            format!("{}{}", "  ".repeat(g.depth()), g.name())
+        };
         if g.depth() <= 2 {
             let _ = writeln!(
                 out,

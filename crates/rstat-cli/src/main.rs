@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod demo;
 
 #[derive(Parser)]
-#[command(name = "rstat", version, about = "cgroup-style hierarchical accounting for your process: demo and benchmarks")]
+#[command(
+    name = "rstat",
+    version,
+    about = "cgroup-style hierarchical accounting for your process: demo and benchmarks"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -54,9 +58,13 @@ enum BenchName {
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
     if !v.is_finite() || v <= 0.0 || v > 86_400.0 {
-        return Err(format!("{s} is out of range: give a number of seconds above 0 and at most 86400"));
+        return Err(format!(
+            "{s} is out of range: give a number of seconds above 0 and at most 86400"
+        ));
     }
     Ok(v)
 }
@@ -79,7 +87,11 @@ fn emit<T: serde::Serialize>(json: bool, report: &T, table: impl Fn(&T) -> Strin
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Demo { duration, threads, interval } => {
+        Cmd::Demo {
+            duration,
+            threads,
+            interval,
+        } => {
             let opts = demo::Options {
                 duration: Duration::from_secs_f64(duration),
                 threads: threads as usize,
@@ -101,7 +113,11 @@ fn main() -> ExitCode {
                     cfg.iters = 200_000;
                     cfg.samples = 1;
                 }
-                emit(json, &rstat_lab::update_bench::run(&cfg), rstat_lab::update_bench::table)
+                emit(
+                    json,
+                    &rstat_lab::update_bench::run(&cfg),
+                    rstat_lab::update_bench::table,
+                )
             }
             BenchName::FlushScaling => {
                 let mut cfg = rstat_lab::flush_scaling::Config::default();
@@ -109,14 +125,22 @@ fn main() -> ExitCode {
                     cfg.groups = 5_000;
                     cfg.rounds = 200;
                 }
-                emit(json, &rstat_lab::flush_scaling::run(&cfg), rstat_lab::flush_scaling::table)
+                emit(
+                    json,
+                    &rstat_lab::flush_scaling::run(&cfg),
+                    rstat_lab::flush_scaling::table,
+                )
             }
             BenchName::SeparateTrees => {
                 let mut cfg = rstat_lab::separate_trees::Config::default();
                 if quick {
                     cfg.reads = 2_000;
                 }
-                emit(json, &rstat_lab::separate_trees::run(&cfg), rstat_lab::separate_trees::table)
+                emit(
+                    json,
+                    &rstat_lab::separate_trees::run(&cfg),
+                    rstat_lab::separate_trees::table,
+                )
             }
         },
     }

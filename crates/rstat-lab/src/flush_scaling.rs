@@ -25,7 +25,11 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { groups: 100_000, active: 10, rounds: 20_000 }
+        Config {
+            groups: 100_000,
+            active: 10,
+            rounds: 20_000,
+        }
     }
 }
 
@@ -113,7 +117,12 @@ fn build(total: usize, active: usize, only_active: bool) -> Tree {
             }
         }
     }
-    Tree { rs, ctl, active: active_leaves, groups: count }
+    Tree {
+        rs,
+        ctl,
+        active: active_leaves,
+        groups: count,
+    }
 }
 
 /// Run the benchmark.

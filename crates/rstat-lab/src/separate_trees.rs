@@ -73,13 +73,18 @@ fn measure(unified: bool, reads: usize) -> (f64, u64, usize) {
     let heavy = must(rs.register_counters("heavy", &refs));
     let parent = must(rs.root().create_child("parent"));
     let nr = rs.nr_cpus();
-    let children: Vec<_> = (0..2 * nr).map(|i| must(parent.create_child(&format!("child{i}")))).collect();
+    let children: Vec<_> = (0..2 * nr)
+        .map(|i| must(parent.create_child(&format!("child{i}"))))
+        .collect();
     let online = crate::machine::online_cpus();
     let writers = online.saturating_sub(1).max(1);
     let stop = Arc::new(AtomicBool::new(false));
     let hs: Vec<_> = (0..writers)
         .map(|w| {
-            let hs: Vec<_> = children.iter().map(|c| must(heavy.stat_handle(c))).collect();
+            let hs: Vec<_> = children
+                .iter()
+                .map(|c| must(heavy.stat_handle(c)))
+                .collect();
             let (rs, stop, children) = (Arc::clone(&rs), Arc::clone(&stop), children.clone());
             std::thread::spawn(move || {
                 pin_to_cpu(w + 1);

@@ -24,7 +24,10 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { iters: 20_000_000, samples: 5 }
+        Config {
+            iters: 20_000_000,
+            samples: 5,
+        }
     }
 }
 
@@ -159,7 +162,9 @@ pub fn run(cfg: &Config) -> Report {
                 black_box(x);
             }
         })));
-        b1.push(mops_to_ns(per_thread(1, n, |_| bare_loop(Arc::clone(&bare)))));
+        b1.push(mops_to_ns(per_thread(1, n, |_| {
+            bare_loop(Arc::clone(&bare))
+        })));
         b2.push(per_thread(2, n, |_| bare_loop(Arc::clone(&bare))));
         r2.push(per_thread(2, n, |_| {
             let h = h.clone();

@@ -10,7 +10,11 @@
 //! page_counter ([`page_counter`]).
 //!
 //! Start with [`Rstat`].
-#![warn(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn, missing_docs)]
+#![warn(
+    clippy::undocumented_unsafe_blocks,
+    unsafe_op_in_unsafe_fn,
+    missing_docs
+)]
 
 mod sync;
 
@@ -22,7 +26,9 @@ pub mod page_counter;
 pub mod percpu;
 pub mod percpu_ref;
 
-pub use controller::counters::{ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle};
+pub use controller::counters::{
+    ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle,
+};
 pub use controller::{Controller, FlushCtx, Totals};
 pub use engine::{Builder, Rstat, CPU_STAT_NAMES, MAX_CONTROLLERS};
 pub use error::{Error, Result};

@@ -3,7 +3,11 @@
 use rstat::{Error, Rstat};
 
 fn engine(nr_cpus: usize, unified: bool) -> Rstat {
-    Rstat::builder().nr_cpus(nr_cpus).unified(unified).build().unwrap()
+    Rstat::builder()
+        .nr_cpus(nr_cpus)
+        .unified(unified)
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -23,7 +27,10 @@ fn hierarchical_and_local_totals_are_exact_in_both_modes() {
         assert_eq!(sa.hierarchical(), &[66, 18]);
         assert_eq!(sa.local(), &[6, 0]);
         let sb = io.read(&b).unwrap();
-        assert_eq!((sb.hierarchical(), sb.local()), (&[60, 0][..], &[60, 0][..]));
+        assert_eq!(
+            (sb.hierarchical(), sb.local()),
+            (&[60, 0][..], &[60, 0][..])
+        );
         // Read a child first, then the parent: the child's flush left its
         // deltas pending in the parent, which the parent's read folds.
         io.add_on_cpu(&c, 2, 1, 100).unwrap();
@@ -107,7 +114,10 @@ fn arena_returns_to_its_start_after_groups_are_freed() {
         g.remove().unwrap();
     }
     assert_eq!(rs.arena_stats().live_allocations, start.live_allocations);
-    assert_eq!(rs.arena_stats().bytes_in_use_per_unit, start.bytes_in_use_per_unit);
+    assert_eq!(
+        rs.arena_stats().bytes_in_use_per_unit,
+        start.bytes_in_use_per_unit
+    );
     assert_eq!(io.read(rs.root()).unwrap().hierarchical(), &[0, 50, 0]);
 }
 
@@ -121,20 +131,38 @@ fn names_paths_and_lookups() {
     assert_eq!(rs.lookup("").unwrap(), *rs.root());
     assert_eq!(rs.lookup("a/b").unwrap(), b);
     assert_eq!(b.depth(), 2);
-    assert_eq!(a.children().iter().map(|g| g.name().to_owned()).collect::<Vec<_>>(), ["b"]);
+    assert_eq!(
+        a.children()
+            .iter()
+            .map(|g| g.name().to_owned())
+            .collect::<Vec<_>>(),
+        ["b"]
+    );
     let long = "x".repeat(256);
     for bad in ["", "a/b", "nul\0", ".", "..", long.as_str()] {
-        assert!(matches!(rs.root().create_child(bad), Err(Error::InvalidName { .. })), "{bad:?}");
+        assert!(
+            matches!(rs.root().create_child(bad), Err(Error::InvalidName { .. })),
+            "{bad:?}"
+        );
     }
     assert!(rs.root().create_child(&"x".repeat(255)).is_ok());
-    assert!(matches!(rs.root().create_child("a"), Err(Error::NameExists { .. })));
+    assert!(matches!(
+        rs.root().create_child("a"),
+        Err(Error::NameExists { .. })
+    ));
     assert!(matches!(rs.lookup("a/zz"), Err(Error::NotFound { .. })));
     assert!(matches!(rs.lookup("a//b"), Err(Error::InvalidName { .. })));
-    assert!(matches!(a.remove(), Err(Error::HasChildren { children: 1, .. })));
+    assert!(matches!(
+        a.remove(),
+        Err(Error::HasChildren { children: 1, .. })
+    ));
     assert!(matches!(rs.root().remove(), Err(Error::RootNotRemovable)));
     let c = rs.lookup("a/b/c").unwrap();
     c.remove().unwrap();
-    assert!(matches!(rs.lookup("a/b/c"), Err(Error::NotFound { .. })), "a removed group's path is unknown");
+    assert!(
+        matches!(rs.lookup("a/b/c"), Err(Error::NotFound { .. })),
+        "a removed group's path is unknown"
+    );
     assert!(matches!(c.remove(), Err(Error::Removed { .. })));
     assert!(matches!(c.create_child("d"), Err(Error::Removed { .. })));
     // The name is free again once the old group is offline.
@@ -150,24 +178,55 @@ fn controller_registration_errors_and_late_registration() {
     let zombie = a.create_child("z").unwrap();
     zombie.remove().unwrap();
     let io = rs.register_counters("io", &["x"]).unwrap();
-    assert!(matches!(rs.register_counters("io", &["y"]), Err(Error::ControllerExists { .. })));
-    assert!(matches!(rs.register_counters("cpu", &["y"]), Err(Error::ControllerExists { .. })));
-    assert!(matches!(rs.register_counters("e", &[]), Err(Error::InvalidController { .. })));
-    assert!(matches!(rs.register_counters("d", &["x", "x"]), Err(Error::InvalidController { .. })));
-    assert!(matches!(rs.register_counters("s", &["has space"]), Err(Error::InvalidController { .. })));
-    assert!(matches!(rs.register_counters("bad/name", &["x"]), Err(Error::InvalidController { .. })));
-    assert!(matches!(io.add(&a, 1, 1), Err(Error::UnknownStat { index: 1, len: 1, .. })));
+    assert!(matches!(
+        rs.register_counters("io", &["y"]),
+        Err(Error::ControllerExists { .. })
+    ));
+    assert!(matches!(
+        rs.register_counters("cpu", &["y"]),
+        Err(Error::ControllerExists { .. })
+    ));
+    assert!(matches!(
+        rs.register_counters("e", &[]),
+        Err(Error::InvalidController { .. })
+    ));
+    assert!(matches!(
+        rs.register_counters("d", &["x", "x"]),
+        Err(Error::InvalidController { .. })
+    ));
+    assert!(matches!(
+        rs.register_counters("s", &["has space"]),
+        Err(Error::InvalidController { .. })
+    ));
+    assert!(matches!(
+        rs.register_counters("bad/name", &["x"]),
+        Err(Error::InvalidController { .. })
+    ));
+    assert!(matches!(
+        io.add(&a, 1, 1),
+        Err(Error::UnknownStat {
+            index: 1,
+            len: 1,
+            ..
+        })
+    ));
     // Registered after `a` existed: `a` has state.
     io.add(&a, 0, 2).unwrap();
     // The zombie predates the controller: it charges its nearest ancestor.
     io.add(&zombie, 0, 3).unwrap();
     assert_eq!(io.read(&a).unwrap().local(), &[5]);
     let other = engine(2, false);
-    assert!(matches!(io.add(other.root(), 0, 1), Err(Error::ForeignGroup)));
+    assert!(matches!(
+        io.add(other.root(), 0, 1),
+        Err(Error::ForeignGroup)
+    ));
     for i in rs_controllers_left(&rs) {
         rs.register_counters(&format!("c{i}"), &["x"]).unwrap();
     }
-    assert!(matches!(rs.register_counters("one-too-many", &["x"]), Err(Error::TooManyControllers { .. })));
+    assert!(matches!(
+        rs.register_counters("one-too-many", &["x"]),
+        Err(Error::TooManyControllers { .. })
+    ));
 }
 
 fn rs_controllers_left(_rs: &Rstat) -> std::ops::Range<usize> {
@@ -188,9 +247,16 @@ fn separate_trees_do_not_flush_other_controllers() {
         if unified {
             // One tree: the cpu read flushed g (and the root) for everyone.
             assert_eq!(after.0, before.0 + 1);
-            assert_eq!(after.1, before.1 + 1, "g on CPU 1 was folded by the cpu read");
+            assert_eq!(
+                after.1,
+                before.1 + 1,
+                "g on CPU 1 was folded by the cpu read"
+            );
         } else {
-            assert_eq!(after, before, "a cpu read must not touch the heavy controller");
+            assert_eq!(
+                after, before,
+                "a cpu read must not touch the heavy controller"
+            );
         }
         assert_eq!(heavy.read(&g).unwrap().local(), &[1]);
     }

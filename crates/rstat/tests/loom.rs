@@ -9,7 +9,11 @@ use loom::thread;
 use rstat::Rstat;
 
 fn engine(nr_cpus: usize) -> Rstat {
-    Rstat::builder().nr_cpus(nr_cpus).cpu_controller(false).build().unwrap()
+    Rstat::builder()
+        .nr_cpus(nr_cpus)
+        .cpu_controller(false)
+        .build()
+        .unwrap()
 }
 
 /// (a) Concurrent claim/push vs drain: two updaters race to claim the same
@@ -31,7 +35,10 @@ fn claim_push_vs_drain_flushes_every_update_exactly_once() {
             thread::spawn(move || c.add_on_cpu(&g, 0, 0, 10).unwrap())
         };
         let seen = c.read(rs.root()).unwrap().hierarchical()[0];
-        assert!([0, 1, 10, 11].contains(&seen), "a read saw {seen}, a value that was never true");
+        assert!(
+            [0, 1, 10, 11].contains(&seen),
+            "a read saw {seen}, a value that was never true"
+        );
         u1.join().unwrap();
         u2.join().unwrap();
         assert_eq!(c.read(&g).unwrap().local()[0], 11);

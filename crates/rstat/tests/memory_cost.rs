@@ -61,7 +61,10 @@ fn per_group_cost_is_per_cpu_bytes_times_cpus_plus_a_small_constant() {
     // or the earlier chunk's leftover that they used first).
     let used = per_cpu * groups * nr_cpus;
     let chunk = nr_cpus * rstat::percpu::arena::UNIT_SIZE;
-    assert!(chunk_delta + chunk > used && chunk_delta < used + chunk, "{chunk_delta} vs {used}");
+    assert!(
+        chunk_delta + chunk > used && chunk_delta < used + chunk,
+        "{chunk_delta} vs {used}"
+    );
 
     let heap_other = (heap1 - heap0) as usize - chunk_delta - handles_vec;
     let constant = heap_other / groups;
@@ -69,12 +72,18 @@ fn per_group_cost_is_per_cpu_bytes_times_cpus_plus_a_small_constant() {
         "per group: {per_cpu} B per CPU x {nr_cpus} CPUs = {} B, plus a constant of {constant} B",
         per_cpu * nr_cpus
     );
-    assert!(constant > 0 && constant <= CONSTANT_BOUND, "constant per-group cost {constant} B");
+    assert!(
+        constant > 0 && constant <= CONSTANT_BOUND,
+        "constant per-group cost {constant} B"
+    );
 
     // Freeing gives the per-CPU bytes back to the arena.
     for h in handles {
         h.remove().unwrap();
     }
-    assert_eq!(rs.arena_stats().bytes_in_use_per_unit, arena0.bytes_in_use_per_unit);
+    assert_eq!(
+        rs.arena_stats().bytes_in_use_per_unit,
+        arena0.bytes_in_use_per_unit
+    );
     assert_eq!(rs.arena_stats().live_allocations, arena0.live_allocations);
 }

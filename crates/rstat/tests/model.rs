@@ -8,12 +8,27 @@ use rstat::{Error, Group, Rstat};
 
 #[derive(Clone, Debug)]
 enum Op {
-    Create { parent: usize },
-    Update { g: usize, cpu: usize, item: usize, delta: i64 },
-    Remove { g: usize },
-    Read { g: usize },
-    Lookup { g: usize },
-    DropHandle { g: usize },
+    Create {
+        parent: usize,
+    },
+    Update {
+        g: usize,
+        cpu: usize,
+        item: usize,
+        delta: i64,
+    },
+    Remove {
+        g: usize,
+    },
+    Read {
+        g: usize,
+    },
+    Lookup {
+        g: usize,
+    },
+    DropHandle {
+        g: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -37,13 +52,13 @@ struct ModelGroup {
 
 fn hier(model: &[ModelGroup], g: usize) -> [i64; 3] {
     let mut t = model[g].own;
-    for (i, m) in model.iter().enumerate() {
-        // i is a descendant of g if g is on its parent chain
+    for m in model {
+        // m is a descendant of g if g is on its parent chain
         let mut p = m.parent;
         while let Some(x) = p {
             if x == g {
-                for k in 0..3 {
-                    t[k] += model[i].own[k];
+                for (tk, ok) in t.iter_mut().zip(m.own) {
+                    *tk += ok;
                 }
                 break;
             }
@@ -54,45 +69,87 @@ fn hier(model: &[ModelGroup], g: usize) -> [i64; 3] {
 }
 
 fn run(ops: Vec<Op>, nr_cpus: usize, unified: bool) -> Result<(), TestCaseError> {
-    let rs = Rstat::builder().nr_cpus(nr_cpus).unified(unified).build().unwrap();
+    let rs = Rstat::builder()
+        .nr_cpus(nr_cpus)
+        .unified(unified)
+        .build()
+        .unwrap();
     let ctl = rs.register_counters("m", &["a", "b", "c"]).unwrap();
-    let mut model = vec![ModelGroup { parent: None, alive: true, own: [0; 3], path: String::new(), handle: Some(rs.root().clone()) }];
+    let mut model = vec![ModelGroup {
+        parent: None,
+        alive: true,
+        own: [0; 3],
+        path: String::new(),
+        handle: Some(rs.root().clone()),
+    }];
     let mut next_name = 0;
     for op in ops {
         let n = model.len();
         match op {
             Op::Create { parent } => {
                 let p = parent % n;
-                let Some(h) = model[p].handle.clone() else { continue };
+                let Some(h) = model[p].handle.clone() else {
+                    continue;
+                };
                 let name = format!("g{next_name}");
                 next_name += 1;
                 let r = h.create_child(&name);
                 if model[p].alive {
                     let child = r.map_err(|e| TestCaseError::fail(e.to_string()))?;
-                    let path = if model[p].path.is_empty() { name } else { format!("{}/{name}", model[p].path) };
+                    let path = if model[p].path.is_empty() {
+                        name
+                    } else {
+                        format!("{}/{name}", model[p].path)
+                    };
                     prop_assert_eq!(child.path(), path.clone());
-                    model.push(ModelGroup { parent: Some(p), alive: true, own: [0; 3], path, handle: Some(child) });
+                    model.push(ModelGroup {
+                        parent: Some(p),
+                        alive: true,
+                        own: [0; 3],
+                        path,
+                        handle: Some(child),
+                    });
                 } else {
                     prop_assert!(matches!(r, Err(Error::Removed { .. })), "expected Removed");
                 }
             }
-            Op::Update { g, cpu, item, delta } => {
+            Op::Update {
+                g,
+                cpu,
+                item,
+                delta,
+            } => {
                 let g = g % n;
-                let Some(h) = model[g].handle.clone() else { continue };
-                ctl.add_on_cpu(&h, cpu, item, delta).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let Some(h) = model[g].handle.clone() else {
+                    continue;
+                };
+                ctl.add_on_cpu(&h, cpu, item, delta)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 model[g].own[item] += delta;
             }
             Op::Remove { g } => {
                 let g = g % n;
-                let Some(h) = model[g].handle.clone() else { continue };
-                let live_children = model.iter().filter(|m| m.parent == Some(g) && m.alive).count();
+                let Some(h) = model[g].handle.clone() else {
+                    continue;
+                };
+                let live_children = model
+                    .iter()
+                    .filter(|m| m.parent == Some(g) && m.alive)
+                    .count();
                 let r = h.remove();
                 if g == 0 {
-                    prop_assert!(matches!(r, Err(Error::RootNotRemovable)), "expected RootNotRemovable");
+                    prop_assert!(
+                        matches!(r, Err(Error::RootNotRemovable)),
+                        "expected RootNotRemovable"
+                    );
                 } else if !model[g].alive {
                     prop_assert!(matches!(r, Err(Error::Removed { .. })), "expected Removed");
                 } else if live_children > 0 {
-                    prop_assert!(matches!(r, Err(Error::HasChildren { .. })), "expected HasChildren, got {:?}", r);
+                    prop_assert!(
+                        matches!(r, Err(Error::HasChildren { .. })),
+                        "expected HasChildren, got {:?}",
+                        r
+                    );
                 } else {
                     prop_assert!(r.is_ok());
                     model[g].alive = false;
@@ -100,10 +157,19 @@ fn run(ops: Vec<Op>, nr_cpus: usize, unified: bool) -> Result<(), TestCaseError>
             }
             Op::Read { g } => {
                 let g = g % n;
-                let Some(h) = model[g].handle.clone() else { continue };
-                let s = ctl.read(&h).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let Some(h) = model[g].handle.clone() else {
+                    continue;
+                };
+                let s = ctl
+                    .read(&h)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(s.local(), &model[g].own[..], "local of {}", model[g].path);
-                prop_assert_eq!(s.hierarchical(), &hier(&model, g)[..], "hierarchical of {}", model[g].path);
+                prop_assert_eq!(
+                    s.hierarchical(),
+                    &hier(&model, g)[..],
+                    "hierarchical of {}",
+                    model[g].path
+                );
             }
             Op::Lookup { g } => {
                 let g = g % n;
@@ -123,7 +189,10 @@ fn run(ops: Vec<Op>, nr_cpus: usize, unified: bool) -> Result<(), TestCaseError>
                         prop_assert_eq!(&found, h);
                     }
                 } else {
-                    prop_assert!(matches!(r, Err(Error::NotFound { .. })), "expected NotFound");
+                    prop_assert!(
+                        matches!(r, Err(Error::NotFound { .. })),
+                        "expected NotFound"
+                    );
                 }
             }
             Op::DropHandle { g } => {

@@ -21,21 +21,30 @@ fn concurrent_updates_reads_creates_and_removes_lose_nothing() {
 fn run(unified: bool) {
     let rs = Arc::new(Rstat::builder().unified(unified).build().unwrap());
     let ctl = rs.register_counters("s", &["n"]).unwrap();
-    let tenants: Vec<Group> = (0..TENANTS).map(|i| rs.root().create_child(&format!("t{i}")).unwrap()).collect();
+    let tenants: Vec<Group> = (0..TENANTS)
+        .map(|i| rs.root().create_child(&format!("t{i}")).unwrap())
+        .collect();
     // Leaves currently usable by updaters, per tenant (some already removed:
     // updating a zombie is allowed and must still reach the tenant).
     let leaves: Arc<RwLock<Vec<Vec<Group>>>> = Arc::new(RwLock::new(vec![Vec::new(); TENANTS]));
     // What each tenant's subtree received, and what each tenant itself did.
-    let subtree_added: Arc<Vec<AtomicU64>> = Arc::new((0..TENANTS).map(|_| AtomicU64::new(0)).collect());
-    let own_added: Arc<Vec<AtomicU64>> = Arc::new((0..TENANTS).map(|_| AtomicU64::new(0)).collect());
+    let subtree_added: Arc<Vec<AtomicU64>> =
+        Arc::new((0..TENANTS).map(|_| AtomicU64::new(0)).collect());
+    let own_added: Arc<Vec<AtomicU64>> =
+        Arc::new((0..TENANTS).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let violations = Arc::new(AtomicU64::new(0));
     let iters = if cfg!(miri) { 200 } else { 200_000 };
     let mut hs = Vec::new();
 
     for w in 0..4u64 {
-        let (ctl, tenants, leaves, sub, own) =
-            (ctl.clone(), tenants.clone(), leaves.clone(), subtree_added.clone(), own_added.clone());
+        let (ctl, tenants, leaves, sub, own) = (
+            ctl.clone(),
+            tenants.clone(),
+            leaves.clone(),
+            subtree_added.clone(),
+            own_added.clone(),
+        );
         hs.push(thread::spawn(move || {
             let mut x = 0x9e3779b97f4a7c15u64 ^ w;
             for _ in 0..iters {
@@ -47,7 +56,11 @@ fn run(unified: bool) {
                 let leaf = {
                     let l = leaves.read().unwrap();
                     let l = &l[t];
-                    if l.is_empty() || x & 8 == 0 { None } else { Some(l[(x >> 20) as usize % l.len()].clone()) }
+                    if l.is_empty() || x & 8 == 0 {
+                        None
+                    } else {
+                        Some(l[(x >> 20) as usize % l.len()].clone())
+                    }
                 };
                 match leaf {
                     Some(g) => ctl.add(&g, 0, v as i64).unwrap(),
@@ -62,9 +75,14 @@ fn run(unified: bool) {
     }
     let mut others = Vec::new();
     for r in 0..2usize {
-        let (ctl, tenants, stop, violations) = (ctl.clone(), tenants.clone(), stop.clone(), violations.clone());
+        let (ctl, tenants, stop, violations) = (
+            ctl.clone(),
+            tenants.clone(),
+            stop.clone(),
+            violations.clone(),
+        );
         others.push(thread::spawn(move || {
-            let mut last = vec![0i64; TENANTS];
+            let mut last = [0i64; TENANTS];
             let mut i = r;
             while !stop.load(Ordering::Relaxed) {
                 let t = i % TENANTS;
@@ -80,7 +98,12 @@ fn run(unified: bool) {
     }
     let created = Arc::new(Mutex::new(0u64));
     for c in 0..2usize {
-        let (tenants, leaves, stop, created) = (tenants.clone(), leaves.clone(), stop.clone(), created.clone());
+        let (tenants, leaves, stop, created) = (
+            tenants.clone(),
+            leaves.clone(),
+            stop.clone(),
+            created.clone(),
+        );
         others.push(thread::spawn(move || {
             let mut n = 0usize;
             while !stop.load(Ordering::Relaxed) {
@@ -125,10 +148,18 @@ fn run(unified: bool) {
         let want_l = own_added[t].load(Ordering::Relaxed) as i64;
         if s.hierarchical()[0] != want_h || s.local()[0] != want_l {
             violations.fetch_add(1, Ordering::Relaxed);
-            eprintln!("tenant {t}: got {:?}/{:?}, want {want_h}/{want_l}", s.hierarchical(), s.local());
+            eprintln!(
+                "tenant {t}: got {:?}/{:?}, want {want_h}/{want_l}",
+                s.hierarchical(),
+                s.local()
+            );
         }
         total += want_h;
     }
     assert_eq!(ctl.read(rs.root()).unwrap().hierarchical()[0], total);
-    assert_eq!(violations.load(Ordering::Relaxed), 0, "violations (unified = {unified})");
+    assert_eq!(
+        violations.load(Ordering::Relaxed),
+        0,
+        "violations (unified = {unified})"
+    );
 }

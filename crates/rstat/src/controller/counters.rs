@@ -21,7 +21,10 @@ pub struct CounterSetController {
 impl CounterSetController {
     /// A counter set named `name` with the given items.
     pub fn new(name: &str, items: &[&str]) -> Self {
-        CounterSetController { name: name.to_owned(), items: items.iter().map(|s| (*s).to_owned()).collect() }
+        CounterSetController {
+            name: name.to_owned(),
+            items: items.iter().map(|s| (*s).to_owned()).collect(),
+        }
     }
 }
 
@@ -48,7 +51,9 @@ pub type CounterSet = ControllerHandle;
 
 impl std::fmt::Debug for ControllerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControllerHandle").field("name", &self.ctl.name).finish()
+        f.debug_struct("ControllerHandle")
+            .field("name", &self.ctl.name)
+            .finish()
     }
 }
 
@@ -92,7 +97,11 @@ impl ControllerHandle {
         if item < self.ctl.nr_stats {
             Ok(())
         } else {
-            Err(Error::UnknownStat { controller: self.ctl.name.to_string(), index: item, len: self.ctl.nr_stats })
+            Err(Error::UnknownStat {
+                controller: self.ctl.name.to_string(),
+                index: item,
+                len: self.ctl.nr_stats,
+            })
         }
     }
 
@@ -141,7 +150,12 @@ impl ControllerHandle {
     /// A pre-resolved (group, controller) handle for the hot path.
     pub fn stat_handle(&self, group: &Group) -> Result<StatHandle> {
         let css = self.css_of(&group.0)?;
-        Ok(StatHandle { group: group.clone(), css, nr_stats: self.ctl.nr_stats, nr_cpus: self.engine.nr_cpus })
+        Ok(StatHandle {
+            group: group.clone(),
+            css,
+            nr_stats: self.ctl.nr_stats,
+            nr_cpus: self.engine.nr_cpus,
+        })
     }
 
     /// Flush `group`'s subtree for this controller without reading: the
@@ -177,7 +191,10 @@ impl ControllerHandle {
             css.totals_locked()
         };
         drop(scratch);
-        Ok(GroupStats { ctl: Arc::clone(&self.ctl), totals })
+        Ok(GroupStats {
+            ctl: Arc::clone(&self.ctl),
+            totals,
+        })
     }
 }
 
@@ -222,7 +239,13 @@ impl StatHandle {
             if item < self.nr_stats {
                 // SAFETY: `self.group` keeps the css alive; cpu folded; item
                 // checked.
-                unsafe { (*self.css).stats.elem(cpu, item).cur.fetch_add(delta, crate::sync::Ordering::SeqCst) };
+                unsafe {
+                    (*self.css)
+                        .stats
+                        .elem(cpu, item)
+                        .cur
+                        .fetch_add(delta, crate::sync::Ordering::SeqCst)
+                };
                 applied += 1;
             }
         }
@@ -271,10 +294,16 @@ impl GroupStats {
     }
     /// Hierarchical total of the item called `name`.
     pub fn get(&self, name: &str) -> Option<i64> {
-        self.names().iter().position(|n| n == name).map(|i| self.totals.hierarchical[i])
+        self.names()
+            .iter()
+            .position(|n| n == name)
+            .map(|i| self.totals.hierarchical[i])
     }
     /// Local total of the item called `name`.
     pub fn get_local(&self, name: &str) -> Option<i64> {
-        self.names().iter().position(|n| n == name).map(|i| self.totals.local[i])
+        self.names()
+            .iter()
+            .position(|n| n == name)
+            .map(|i| self.totals.local[i])
     }
 }

@@ -153,7 +153,10 @@ unsafe impl Send for StatSlot {}
 
 impl Default for StatSlot {
     fn default() -> Self {
-        StatSlot { cur: AtomicI64::new(0), prev: UnsafeCell::new(0) }
+        StatSlot {
+            cur: AtomicI64::new(0),
+            prev: UnsafeCell::new(0),
+        }
     }
 }
 
@@ -180,11 +183,24 @@ unsafe impl Send for Css {}
 unsafe impl Sync for Css {}
 
 impl Css {
-    pub(crate) fn new(ctl: Arc<CtlEntry>, parent: *const Css, stats: PcpuPtr<StatSlot>, node: &TreeNode) -> Self {
+    pub(crate) fn new(
+        ctl: Arc<CtlEntry>,
+        parent: *const Css,
+        stats: PcpuPtr<StatSlot>,
+        node: &TreeNode,
+    ) -> Self {
         let n = ctl.nr_stats;
         // SAFETY: a node's domain outlives it.
         let backlog = unsafe { (*node.domain).backlog };
-        Css { ctl, parent, stats, node, links: node.links, backlog, totals: UnsafeCell::new(Totals::zeroed(n)) }
+        Css {
+            ctl,
+            parent,
+            stats,
+            node,
+            links: node.links,
+            backlog,
+            totals: UnsafeCell::new(Totals::zeroed(n)),
+        }
     }
 
     /// The hot path: add `delta` to item `item` on `cpu`, and make sure a
@@ -197,7 +213,10 @@ impl Css {
     pub(crate) unsafe fn update(&self, cpu: usize, item: usize, delta: i64) {
         // SAFETY: caller's guarantees.
         unsafe {
-            self.stats.elem(cpu, item).cur.fetch_add(delta, Ordering::SeqCst);
+            self.stats
+                .elem(cpu, item)
+                .cur
+                .fetch_add(delta, Ordering::SeqCst);
             self.mark(cpu);
         }
     }
@@ -228,7 +247,12 @@ impl Css {
 /// # Safety
 /// The domain lock is held; `node` is a live node of `domain`; `cpu <
 /// nr_cpus`.
-pub(crate) unsafe fn fold_node(domain: &Domain, node: &TreeNode, cpu: usize, deltas: &mut Vec<i64>) {
+pub(crate) unsafe fn fold_node(
+    domain: &Domain,
+    node: &TreeNode,
+    cpu: usize,
+    deltas: &mut Vec<i64>,
+) {
     // SAFETY: a node's group is live while the node is.
     let tables = unsafe { &*node.group };
     for slot in tables.css.iter() {
@@ -245,7 +269,10 @@ pub(crate) unsafe fn fold_node(domain: &Domain, node: &TreeNode, cpu: usize, del
         // SAFETY: live css, `cpu` in range, lock held for `prev`.
         for s in unsafe { css.stats.slot(cpu) } {
             let cur = s.cur.load(Ordering::SeqCst);
-            let prev = s.prev.with_mut(|p| unsafe { core::mem::replace(&mut *p, cur) });
+            // SAFETY: `prev` is only touched under the domain lock, held.
+            let prev = s
+                .prev
+                .with_mut(|p| unsafe { core::mem::replace(&mut *p, cur) });
             deltas.push(cur.wrapping_sub(prev));
         }
         let deltas: &[i64] = deltas;
@@ -253,12 +280,23 @@ pub(crate) unsafe fn fold_node(domain: &Domain, node: &TreeNode, cpu: usize, del
             // SAFETY: lock held; the parent css (another cell) is live
             // because a child keeps its parent group alive.
             let totals = unsafe { &mut *t };
+            // SAFETY: as above: a child's css keeps its parent's alive.
             match unsafe { css.parent.as_ref() } {
-                None => css.ctl.imp.flush(&mut FlushCtx { cpu, deltas, totals, parent_pending: None }),
+                None => css.ctl.imp.flush(&mut FlushCtx {
+                    cpu,
+                    deltas,
+                    totals,
+                    parent_pending: None,
+                }),
                 Some(p) => p.totals.with_mut(|pt| {
                     // SAFETY: lock held; distinct cell from `t`.
                     let pp = unsafe { &mut (*pt).pending };
-                    css.ctl.imp.flush(&mut FlushCtx { cpu, deltas, totals, parent_pending: Some(pp) })
+                    css.ctl.imp.flush(&mut FlushCtx {
+                        cpu,
+                        deltas,
+                        totals,
+                        parent_pending: Some(pp),
+                    })
                 }),
             }
         });

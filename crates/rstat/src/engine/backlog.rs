@@ -108,7 +108,12 @@ pub(crate) unsafe fn mark_updated(links: &PcpuLinks, head: *const BacklogHead) {
 fn claim_and_push(links: &PcpuLinks, head: &BacklogHead) {
     if links
         .lnext
-        .compare_exchange(OFF_LIST, ptr::null_mut(), Ordering::SeqCst, Ordering::Relaxed)
+        .compare_exchange(
+            OFF_LIST,
+            ptr::null_mut(),
+            Ordering::SeqCst,
+            Ordering::Relaxed,
+        )
         .is_err()
     {
         return; // another updater won the claim and pushes the node

@@ -44,7 +44,9 @@ pub const CPU_STAT_NAMES: [&str; 3] = ["usage_usec", "user_usec", "system_usec"]
 
 pub(crate) struct Topology {
     pub(crate) controllers: Vec<Arc<CtlEntry>>,
-    /// Boxed so their addresses are stable; never removed before the engine.
+    /// Boxed so their addresses stay put while the vector grows (css and
+    /// nodes point at them); never removed before the engine.
+    #[allow(clippy::vec_box)]
     pub(crate) domains: Vec<Box<Domain>>,
 }
 
@@ -57,23 +59,36 @@ pub(crate) struct EngineInner {
 
 impl EngineInner {
     fn new_domain(&self) -> Result<Box<Domain>> {
-        let backlog = sync::lock(&self.arena).alloc::<BacklogHead>(1, |_, _| AtomicPtr::new(core::ptr::null_mut()))?;
-        Ok(Box::new(Domain { nr_cpus: self.nr_cpus, lock: Mutex::new(FlushScratch::default()), backlog }))
+        let backlog = sync::lock(&self.arena)
+            .alloc::<BacklogHead>(1, |_, _| AtomicPtr::new(core::ptr::null_mut()))?;
+        Ok(Box::new(Domain {
+            nr_cpus: self.nr_cpus,
+            lock: Mutex::new(FlushScratch::default()),
+            backlog,
+        }))
     }
 
     /// Give `g` a node in every domain and a css for every controller (or
     /// only for `only`, when registering one). Caller holds the topology
     /// lock; `g`'s parent is already attached.
-    pub(crate) fn attach(&self, topo: &Topology, g: &Arc<GroupInner>, only: Option<&Arc<CtlEntry>>) -> Result<()> {
+    pub(crate) fn attach(
+        &self,
+        topo: &Topology,
+        g: &Arc<GroupInner>,
+        only: Option<&Arc<CtlEntry>>,
+    ) -> Result<()> {
         let mut arena = sync::lock(&self.arena);
         for (i, domain) in topo.domains.iter().enumerate() {
             if !g.tables().nodes[i].load(Ordering::Relaxed).is_null() {
                 continue;
             }
-            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| p.tables().nodes[i].load(Ordering::Relaxed).cast_const());
+            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| {
+                p.tables().nodes[i].load(Ordering::Relaxed).cast_const()
+            });
             // The per-CPU links point back at their node, so the node's
             // address is fixed (a raw allocation) before either is built.
-            let raw: *mut core::mem::MaybeUninit<TreeNode> = Box::into_raw(Box::<TreeNode>::new_uninit());
+            let raw: *mut core::mem::MaybeUninit<TreeNode> =
+                Box::into_raw(Box::<TreeNode>::new_uninit());
             let me = raw.cast::<TreeNode>();
             let links = match arena.alloc::<PcpuLinks>(1, |_, _| PcpuLinks::new(me)) {
                 Ok(l) => l,
@@ -85,7 +100,14 @@ impl EngineInner {
                 }
             };
             // SAFETY: `raw` is a live, exclusively owned allocation.
-            unsafe { (*raw).write(TreeNode { parent, group: g.tables_ptr(), domain: &**domain, links }) };
+            unsafe {
+                (*raw).write(TreeNode {
+                    parent,
+                    group: g.tables_ptr(),
+                    domain: &**domain,
+                    links,
+                })
+            };
             // Ownership passes to the group; freed in its Drop.
             g.tables().nodes[i].store(me, Ordering::Release);
         }
@@ -95,7 +117,9 @@ impl EngineInner {
         };
         for ctl in ctls {
             let node = g.tables().nodes[ctl.domain_idx].load(Ordering::Relaxed);
-            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| p.tables().css[ctl.id].load(Ordering::Relaxed).cast_const());
+            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| {
+                p.tables().css[ctl.id].load(Ordering::Relaxed).cast_const()
+            });
             let stats = arena.alloc::<StatSlot>(ctl.nr_stats, |_, _| StatSlot::default())?;
             // SAFETY: the node was installed above and lives with `g`.
             let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
@@ -115,7 +139,11 @@ pub struct Builder {
 
 impl Default for Builder {
     fn default() -> Self {
-        Builder { nr_cpus: None, unified: false, cpu_controller: true }
+        Builder {
+            nr_cpus: None,
+            unified: false,
+            cpu_controller: true,
+        }
     }
 }
 
@@ -148,14 +176,21 @@ impl Builder {
             nr_cpus,
             unified: self.unified,
             arena: Mutex::new(Arena::new(nr_cpus)),
-            topo: Mutex::new(Topology { controllers: Vec::new(), domains: Vec::new() }),
+            topo: Mutex::new(Topology {
+                controllers: Vec::new(),
+                domains: Vec::new(),
+            }),
         });
         if self.unified {
             let d = inner.new_domain()?;
             sync::lock(&inner.topo).domains.push(d);
         }
         let root = Arc::new(GroupInner::new(Arc::clone(&inner), None, ""));
-        let mut rs = Rstat { inner, root: Group(root), cpu: None };
+        let mut rs = Rstat {
+            inner,
+            root: Group(root),
+            cpu: None,
+        };
         if self.cpu_controller {
             rs.cpu = Some(rs.register(CounterSetController::new("cpu", &CPU_STAT_NAMES))?);
         }
@@ -234,14 +269,25 @@ impl Rstat {
     /// lock, one arena allocation per live group.
     pub fn register<C: Controller>(&self, imp: C) -> Result<ControllerHandle> {
         let name = imp.name().to_owned();
-        validate_name(&name).map_err(|e| Error::InvalidController { name: name.clone(), reason: e.to_string() })?;
+        validate_name(&name).map_err(|e| Error::InvalidController {
+            name: name.clone(),
+            reason: e.to_string(),
+        })?;
         let items = imp.stat_names();
-        let bad = |reason: String| Err(Error::InvalidController { name: name.clone(), reason });
+        let bad = |reason: String| {
+            Err(Error::InvalidController {
+                name: name.clone(),
+                reason,
+            })
+        };
         if items.is_empty() {
             return bad("it declares no stat items; give it at least one".into());
         }
         for (i, it) in items.iter().enumerate() {
-            if it.is_empty() || it.len() > MAX_NAME_LEN_STAT || it.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            if it.is_empty()
+                || it.len() > MAX_NAME_LEN_STAT
+                || it.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
                 return bad(format!("stat item {it:?} must be 1-{MAX_NAME_LEN_STAT} bytes without whitespace or control characters"));
             }
             if items[..i].contains(it) {
@@ -249,7 +295,10 @@ impl Rstat {
             }
         }
         if Arena::rounded_size::<StatSlot>(items.len()) > crate::percpu::arena::UNIT_SIZE {
-            return bad(format!("{} stat items do not fit one per-CPU unit; split them over several controllers", items.len()));
+            return bad(format!(
+                "{} stat items do not fit one per-CPU unit; split them over several controllers",
+                items.len()
+            ));
         }
         let nr_stats = items.len();
         let mut topo = sync::lock(&self.inner.topo);
@@ -258,7 +307,9 @@ impl Rstat {
         }
         let id = topo.controllers.len();
         if id >= MAX_CONTROLLERS {
-            return Err(Error::TooManyControllers { max: MAX_CONTROLLERS });
+            return Err(Error::TooManyControllers {
+                max: MAX_CONTROLLERS,
+            });
         }
         let domain_idx = if self.inner.unified {
             0
@@ -268,7 +319,14 @@ impl Rstat {
             topo.domains.len() - 1
         };
         let domain: *const Domain = &*topo.domains[domain_idx];
-        let entry = Arc::new(CtlEntry { id, domain_idx, name: name.into(), nr_stats, imp: Box::new(imp), domain });
+        let entry = Arc::new(CtlEntry {
+            id,
+            domain_idx,
+            name: name.into(),
+            nr_stats,
+            imp: Box::new(imp),
+            domain,
+        });
         // Top-down, so every parent is attached before its children.
         let mut queue = std::collections::VecDeque::from([Arc::clone(&self.root.0)]);
         while let Some(g) = queue.pop_front() {
@@ -276,7 +334,10 @@ impl Rstat {
             queue.extend(sync::lock(&g.children).values().cloned());
         }
         topo.controllers.push(Arc::clone(&entry));
-        Ok(ControllerHandle { engine: Arc::clone(&self.inner), ctl: entry })
+        Ok(ControllerHandle {
+            engine: Arc::clone(&self.inner),
+            ctl: entry,
+        })
     }
 
     /// Register a counter set: a controller of named counters with its own
@@ -295,11 +356,18 @@ impl Rstat {
     /// counter updates sharing one on-list check.
     pub fn account_cputime(&self, group: &Group, user_usec: u64, system_usec: u64) -> Result<()> {
         let Some(cpu) = self.cpu.as_ref() else {
-            return Err(Error::InvalidController { name: "cpu".into(), reason: "this engine was built without it".into() });
+            return Err(Error::InvalidController {
+                name: "cpu".into(),
+                reason: "this engine was built without it".into(),
+            });
         };
         let h = cpu.stat_handle(group)?;
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        h.add_many(&[(0, clamp(user_usec.saturating_add(system_usec))), (1, clamp(user_usec)), (2, clamp(system_usec))]);
+        h.add_many(&[
+            (0, clamp(user_usec.saturating_add(system_usec))),
+            (1, clamp(user_usec)),
+            (2, clamp(system_usec)),
+        ]);
         Ok(())
     }
 
@@ -308,7 +376,10 @@ impl Rstat {
     pub fn cpu_stat(&self, group: &Group) -> Result<crate::GroupStats> {
         match self.cpu.as_ref() {
             Some(c) => c.read(group),
-            None => Err(Error::InvalidController { name: "cpu".into(), reason: "this engine was built without it".into() }),
+            None => Err(Error::InvalidController {
+                name: "cpu".into(),
+                reason: "this engine was built without it".into(),
+            }),
         }
     }
 

@@ -140,7 +140,10 @@ impl Domain {
                     pl.updated_children.with_mut(|p| *p = next);
                 } else {
                     loop {
-                        debug_assert!(cur != parent as *const _, "a node on the tree is missing from its parent's list");
+                        debug_assert!(
+                            !core::ptr::eq(cur, parent),
+                            "a node on the tree is missing from its parent's list"
+                        );
                         let cl = (*cur).links(cpu);
                         let next = cl.updated_next.with(|p| *p);
                         if next == me {

@@ -43,7 +43,10 @@ pub fn validate_name(name: &str) -> Result<()> {
         return Ok(());
     };
     let shown: String = name.chars().take(64).collect();
-    Err(Error::InvalidName { name: shown, reason })
+    Err(Error::InvalidName {
+        name: shown,
+        reason,
+    })
 }
 
 pub(crate) struct GroupInner {
@@ -74,7 +77,11 @@ unsafe impl Send for GroupInner {}
 unsafe impl Sync for GroupInner {}
 
 impl GroupInner {
-    pub(crate) fn new(engine: Arc<EngineInner>, parent: Option<Arc<GroupInner>>, name: &str) -> Self {
+    pub(crate) fn new(
+        engine: Arc<EngineInner>,
+        parent: Option<Arc<GroupInner>>,
+        name: &str,
+    ) -> Self {
         let depth = parent.as_ref().map_or(0, |p| p.depth + 1);
         GroupInner {
             engine,
@@ -168,7 +175,10 @@ pub struct Group(pub(crate) Arc<GroupInner>);
 
 impl fmt::Debug for Group {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Group").field("path", &self.path()).field("online", &self.is_online()).finish()
+        f.debug_struct("Group")
+            .field("path", &self.path())
+            .field("online", &self.is_online())
+            .finish()
     }
 }
 
@@ -218,9 +228,16 @@ impl Group {
         }
         let mut children = sync::lock(&self.0.children);
         if children.contains_key(name) {
-            return Err(Error::NameExists { parent: self.path(), name: name.to_owned() });
+            return Err(Error::NameExists {
+                parent: self.path(),
+                name: name.to_owned(),
+            });
         }
-        let child = Arc::new(GroupInner::new(Arc::clone(engine), Some(Arc::clone(&self.0)), name));
+        let child = Arc::new(GroupInner::new(
+            Arc::clone(engine),
+            Some(Arc::clone(&self.0)),
+            name,
+        ));
         // On failure `child` drops here and frees what was attached.
         engine.attach(&topo, &child, None)?;
         children.insert(name.into(), Arc::clone(&child));
@@ -237,11 +254,19 @@ impl Group {
     pub fn lookup(&self, path: &str) -> Result<Group> {
         let mut g = self.clone();
         if path.is_empty() {
-            return if g.is_online() { Ok(g) } else { Err(Error::NotFound { path: path.to_owned() }) };
+            return if g.is_online() {
+                Ok(g)
+            } else {
+                Err(Error::NotFound {
+                    path: path.to_owned(),
+                })
+            };
         }
         for part in path.split('/') {
             validate_name(part)?;
-            g = g.child(part).ok_or_else(|| Error::NotFound { path: path.to_owned() })?;
+            g = g.child(part).ok_or_else(|| Error::NotFound {
+                path: path.to_owned(),
+            })?;
         }
         Ok(g)
     }
@@ -249,7 +274,11 @@ impl Group {
     /// The live children, sorted by name. Cost: clones the handles under
     /// this group's children lock.
     pub fn children(&self) -> Vec<Group> {
-        sync::lock(&self.0.children).values().cloned().map(Group).collect()
+        sync::lock(&self.0.children)
+            .values()
+            .cloned()
+            .map(Group)
+            .collect()
     }
 
     /// Take the group offline: it disappears from lookups and iteration,
@@ -268,7 +297,10 @@ impl Group {
         }
         let live = sync::lock(&self.0.children).len();
         if live > 0 {
-            return Err(Error::HasChildren { path: self.path(), children: live });
+            return Err(Error::HasChildren {
+                path: self.path(),
+                children: live,
+            });
         }
         self.0.online.store(false, Ordering::Release);
         let unlinked = sync::lock(&parent.children).remove(&self.0.name);

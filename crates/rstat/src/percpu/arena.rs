@@ -208,7 +208,10 @@ impl Arena {
         len: usize,
         mut init: impl FnMut(usize, usize) -> T,
     ) -> Result<PcpuPtr<T>, ArenaError> {
-        assert!(core::mem::align_of::<T>() <= GRANULE, "arena values are 16-byte aligned at most");
+        assert!(
+            core::mem::align_of::<T>() <= GRANULE,
+            "arena values are 16-byte aligned at most"
+        );
         let size = Self::rounded_size::<T>(len);
         if size > UNIT_SIZE {
             return Err(ArenaError::TooLarge { bytes: size });
@@ -217,7 +220,11 @@ impl Arena {
             Some(p) => p,
             None => self.bump_alloc(size)?,
         };
-        let ptr = PcpuPtr { base: base.cast::<T>(), len, _t: PhantomData };
+        let ptr = PcpuPtr {
+            base: base.cast::<T>(),
+            len,
+            _t: PhantomData,
+        };
         for cpu in 0..self.nr_units {
             let unit = ptr.raw(cpu) as *mut T;
             for i in 0..len {
@@ -264,7 +271,10 @@ impl Arena {
             unsafe { core::ptr::drop_in_place(core::ptr::slice_from_raw_parts_mut(unit, ptr.len)) };
         }
         let size = Self::rounded_size::<T>(ptr.len);
-        self.free.entry(size).or_default().push(ptr.base.cast::<u8>());
+        self.free
+            .entry(size)
+            .or_default()
+            .push(ptr.base.cast::<u8>());
         self.live_allocations -= 1;
         self.bytes_in_use_per_unit -= size;
     }
@@ -301,7 +311,9 @@ mod tests {
     #[test]
     fn one_offset_valid_in_every_unit_and_units_are_disjoint() {
         let mut a = Arena::new(3);
-        let p = a.alloc::<AtomicU64>(4, |cpu, i| AtomicU64::new((cpu * 10 + i) as u64)).unwrap();
+        let p = a
+            .alloc::<AtomicU64>(4, |cpu, i| AtomicU64::new((cpu * 10 + i) as u64))
+            .unwrap();
         for cpu in 0..3 {
             // SAFETY: live, cpu < 3.
             let s = unsafe { p.slot(cpu) };
@@ -323,13 +335,21 @@ mod tests {
         let mut a = Arena::new(2);
         let x = a.alloc::<u64>(3, |_, _| 0).unwrap(); // 24 -> 32 bytes
         let y = a.alloc::<u64>(3, |_, _| 0).unwrap();
-        assert_eq!(y.raw(0) as usize - x.raw(0) as usize, 32, "no padding beyond the 16-byte granule");
+        assert_eq!(
+            y.raw(0) as usize - x.raw(0) as usize,
+            32,
+            "no padding beyond the 16-byte granule"
+        );
         assert_eq!(a.stats().bytes_in_use_per_unit, 64);
         let x_addr = x.raw(0);
         // SAFETY: allocated here, not used afterwards.
         unsafe { a.free(x) };
         let z = a.alloc::<u64>(4, |_, _| 0).unwrap(); // same rounded size
-        assert_eq!(z.raw(0), x_addr, "a freed offset of the same size is reused first");
+        assert_eq!(
+            z.raw(0),
+            x_addr,
+            "a freed offset of the same size is reused first"
+        );
         let w = a.alloc::<u64>(1, |_, _| 0).unwrap(); // a different size bumps
         assert_ne!(w.raw(0), x_addr);
         assert_eq!(a.stats().live_allocations, 3);
@@ -347,12 +367,16 @@ mod tests {
     fn chunks_grow_and_oversized_requests_are_refused() {
         let mut a = Arena::new(2);
         let per = UNIT_SIZE / 4;
-        let v: Vec<_> = (0..9).map(|_| a.alloc::<u8>(per, |_, _| 7).unwrap()).collect();
+        let v: Vec<_> = (0..9)
+            .map(|_| a.alloc::<u8>(per, |_, _| 7).unwrap())
+            .collect();
         assert_eq!(a.stats().chunks, 3);
         assert_eq!(a.stats().chunk_bytes, 3 * 2 * UNIT_SIZE);
         assert_eq!(
             a.alloc::<u8>(UNIT_SIZE + 1, |_, _| 0).unwrap_err(),
-            ArenaError::TooLarge { bytes: UNIT_SIZE + GRANULE }
+            ArenaError::TooLarge {
+                bytes: UNIT_SIZE + GRANULE
+            }
         );
         for p in v {
             // SAFETY: live.

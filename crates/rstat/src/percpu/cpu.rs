@@ -113,7 +113,11 @@ pub fn current() -> usize {
 #[cold]
 #[inline(never)]
 fn current_slow(word: isize) -> usize {
-    let source = if word == UNDETECTED { detect() } else { source() };
+    let source = if word == UNDETECTED {
+        detect()
+    } else {
+        source()
+    };
     match source {
         // A thread whose rseq registration failed: ask the kernel.
         CpuIdSource::Rseq | CpuIdSource::SchedGetcpu => sched_getcpu().unwrap_or_else(thread_slot),
@@ -181,7 +185,11 @@ mod rseq {
     /// Byte offset, from the thread pointer, of `cpu_id` in this thread's
     /// rseq area (`struct rseq { u32 cpu_id_start; u32 cpu_id; ... }`), if
     /// glibc registered one.
-    #[cfg(all(not(miri), target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(all(
+        not(miri),
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
     pub(super) fn cpu_id_offset() -> Option<isize> {
         // Looked up at run time rather than linked, so a glibc without rseq
         // support (or another libc) is a fallback, not a link error.
@@ -200,13 +208,14 @@ mod rseq {
         }
         let cpu_id = off.checked_add(4)?;
         // SAFETY: glibc registered an area of `size` >= 8 bytes at `off`.
-        match unsafe { read_cpu_id(cpu_id) } {
-            Some(_) => Some(cpu_id),
-            None => None,
-        }
+        unsafe { read_cpu_id(cpu_id) }.map(|_| cpu_id)
     }
 
-    #[cfg(not(all(not(miri), target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    #[cfg(not(all(
+        not(miri),
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
     pub(super) fn cpu_id_offset() -> Option<isize> {
         None
     }
@@ -253,7 +262,11 @@ mod rseq {
 
     /// # Safety
     /// Never called: `cpu_id_offset` always fails on these targets.
-    #[cfg(not(all(not(miri), target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    #[cfg(not(all(
+        not(miri),
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
     pub(super) unsafe fn read_cpu_id(_off: isize) -> Option<usize> {
         None
     }
@@ -285,7 +298,11 @@ mod tests {
     }
 
     #[test]
-    #[cfg(all(not(miri), target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(all(
+        not(miri),
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
     fn rseq_agrees_with_sched_getcpu_when_registered() {
         let Some(off) = rseq::cpu_id_offset() else {
             eprintln!("rseq not registered by this libc; nothing to compare");
