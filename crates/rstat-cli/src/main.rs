@@ -55,6 +55,8 @@ enum BenchName {
     FlushScaling,
     /// Seed 000: cpu.stat reads with separate vs unified trees.
     SeparateTrees,
+    /// Seed 002: page_counter packed vs padded layout under concurrent charge.
+    PageCounter,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -140,6 +142,17 @@ fn main() -> ExitCode {
                     json,
                     &rstat_lab::separate_trees::run(&cfg),
                     rstat_lab::separate_trees::table,
+                )
+            }
+            BenchName::PageCounter => {
+                let mut cfg = rstat_lab::page_counter_bench::Config::default();
+                if quick {
+                    cfg.seconds = 0.2;
+                }
+                emit(
+                    json,
+                    &rstat_lab::page_counter_bench::run(&cfg),
+                    rstat_lab::page_counter_bench::table,
                 )
             }
         },

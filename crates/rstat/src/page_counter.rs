@@ -1,1 +1,0 @@
-//! Hierarchical page counter (seed 002). Being written.
