@@ -134,7 +134,7 @@ pub fn run(opts: &Options) -> Result<bool, rstat::Error> {
             Err(_) => eprintln!("a worker thread panicked"),
         }
     }
-    let root = reqs.read(rs.root())?;
+    let root = reqs.read_exact(rs.root())?;
     let (want_r, want_b) = (
         served.load(Ordering::Relaxed) as i64,
         bytes.load(Ordering::Relaxed) as i64,

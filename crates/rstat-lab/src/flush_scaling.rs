@@ -158,7 +158,7 @@ pub fn run(cfg: &Config) -> Report {
     let (fb1, fs1) = (big.ctl.flush_counts(), small.ctl.flush_counts());
     let per = |a: (u64, u64), b: (u64, u64)| (b.1 - a.1) as f64 / (b.0 - a.0).max(1) as f64;
     // Honesty check: both trees hold the same totals.
-    let total = |t: &Tree| must(t.ctl.read(t.rs.root())).hierarchical().to_vec();
+    let total = |t: &Tree| must(t.ctl.read_exact(t.rs.root())).hierarchical().to_vec();
     assert_eq!(total(&big), total(&small), "the two trees disagree");
     let (b, s) = (median(bt), median(st));
     Report {

@@ -103,12 +103,16 @@ fn measure(unified: bool, reads: usize) -> (f64, u64, usize) {
         })
         .collect();
     pin_to_cpu(0);
+    let cpu = match rs.cpu() {
+        Some(c) => c.clone(),
+        None => panic!("the cpu controller is built in"),
+    };
     // Let the writers get going.
     std::thread::sleep(std::time::Duration::from_millis(50));
     let before = heavy.flush_counts().1;
     let t0 = Instant::now();
     for _ in 0..reads {
-        let s = must(rs.cpu_stat(&parent));
+        let s = must(cpu.read_exact(&parent));
         std::hint::black_box(s.hierarchical()[0]);
     }
     let el = t0.elapsed();

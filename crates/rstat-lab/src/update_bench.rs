@@ -187,7 +187,7 @@ pub fn run(cfg: &Config) -> Report {
     unpin();
     // Honesty check: every update landed.
     let want = cfg.samples as i64 * 3 * n as i64;
-    let got = ctl.read(&g).map(|s| s.local()[0]).unwrap_or(-1);
+    let got = ctl.read_exact(&g).map(|s| s.local()[0]).unwrap_or(-1);
     assert_eq!(got, want, "rstat lost updates during the benchmark");
 
     let (ns1, at1, pl1, m2, am2) = (median(r1), median(a1), median(p1), median(r2), median(a2));

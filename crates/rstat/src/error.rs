@@ -69,6 +69,21 @@ pub enum Error {
     },
     /// A group handle from a different `Rstat` instance.
     ForeignGroup,
+    /// A flush policy name that does not exist.
+    UnknownPolicy {
+        /// The name given.
+        name: String,
+    },
+    /// A periodic-flush period out of range.
+    InvalidPeriod {
+        /// The period given.
+        period: std::time::Duration,
+    },
+    /// A background thread could not be started.
+    Thread {
+        /// The system's reason.
+        reason: String,
+    },
     /// The per-CPU arena could not allocate.
     Arena(ArenaError),
 }
@@ -117,6 +132,18 @@ impl fmt::Display for Error {
             Error::ForeignGroup => write!(
                 f,
                 "this group belongs to a different Rstat instance; use handles from the instance the controller was registered on"
+            ),
+            Error::UnknownPolicy { name } => write!(
+                f,
+                "unknown flush policy {name:?}; use one of: always, threshold, unified-root, coalesced"
+            ),
+            Error::InvalidPeriod { period } => write!(
+                f,
+                "periodic flush period {period:?} is out of range; give 1 ms to 24 h, or turn the periodic flusher off"
+            ),
+            Error::Thread { reason } => write!(
+                f,
+                "could not start the periodic flush thread ({reason}); raise the thread limit or turn periodic flushing off"
             ),
             Error::Arena(e) => write!(f, "{e}"),
         }

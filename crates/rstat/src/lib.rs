@@ -30,7 +30,8 @@ pub use controller::counters::{
     ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle,
 };
 pub use controller::{Controller, FlushCtx, Totals};
-pub use engine::{Builder, Rstat, CPU_STAT_NAMES, MAX_CONTROLLERS};
+pub use engine::policy::FlushPolicy;
+pub use engine::{Builder, Rstat, CPU_STAT_NAMES, DEFAULT_PERIOD, MAX_CONTROLLERS};
 pub use error::{Error, Result};
 pub use group::Group;
 pub use percpu::cpu::CpuIdSource;

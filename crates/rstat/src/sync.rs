@@ -26,7 +26,7 @@ pub(crate) use std::sync::atomic::{
     fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 #[cfg(not(rstat_loom))]
-pub(crate) use std::sync::{Mutex, MutexGuard};
+pub(crate) use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
 
 #[allow(unused_imports)]
 #[cfg(rstat_loom)]
@@ -34,7 +34,9 @@ pub(crate) use loom::sync::atomic::{
     fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 #[cfg(rstat_loom)]
-pub(crate) use loom::sync::{Mutex, MutexGuard};
+pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+#[cfg(rstat_loom)]
+pub(crate) use std::sync::TryLockError;
 
 /// A `SeqCst` fence under loom, nothing otherwise. See the module docs:
 /// placed between the two `SeqCst` accesses of a store-buffering pair.
@@ -54,6 +56,18 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
         Err(poisoned) => poisoned.into_inner(),
         #[cfg(rstat_loom)]
         Err(_) => panic!("loom mutex poisoned"),
+    }
+}
+
+/// Try to lock without waiting; poisoning is recovered as in [`lock`].
+pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::WouldBlock) => None,
+        #[cfg(not(rstat_loom))]
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        #[cfg(rstat_loom)]
+        Err(TryLockError::Poisoned(_)) => panic!("loom mutex poisoned"),
     }
 }
 

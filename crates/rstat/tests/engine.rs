@@ -1,11 +1,13 @@
 //! The engine through its public API: groups, controllers, exact reads.
 
-use rstat::{Error, Rstat};
+use rstat::{Error, FlushPolicy, Rstat};
 
+/// Engines with the `Always` policy: every read is exact.
 fn engine(nr_cpus: usize, unified: bool) -> Rstat {
     Rstat::builder()
         .nr_cpus(nr_cpus)
         .unified(unified)
+        .flush_policy(FlushPolicy::Always)
         .build()
         .unwrap()
 }

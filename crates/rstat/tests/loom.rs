@@ -6,12 +6,18 @@
 #![cfg(rstat_loom)]
 
 use loom::thread;
-use rstat::Rstat;
+use rstat::{FlushPolicy, Rstat};
 
 fn engine(nr_cpus: usize) -> Rstat {
+    engine_with(nr_cpus, FlushPolicy::Always)
+}
+
+fn engine_with(nr_cpus: usize, policy: FlushPolicy) -> Rstat {
     Rstat::builder()
         .nr_cpus(nr_cpus)
         .cpu_controller(false)
+        .flush_policy(policy)
+        .periodic_flush(None)
         .build()
         .unwrap()
 }
@@ -34,15 +40,15 @@ fn claim_push_vs_drain_flushes_every_update_exactly_once() {
             let (c, g) = (c.clone(), g.clone());
             thread::spawn(move || c.add_on_cpu(&g, 0, 0, 10).unwrap())
         };
-        let seen = c.read(rs.root()).unwrap().hierarchical()[0];
+        let seen = c.read_exact(rs.root()).unwrap().hierarchical()[0];
         assert!(
             [0, 1, 10, 11].contains(&seen),
             "a read saw {seen}, a value that was never true"
         );
         u1.join().unwrap();
         u2.join().unwrap();
-        assert_eq!(c.read(&g).unwrap().local()[0], 11);
-        assert_eq!(c.read(rs.root()).unwrap().hierarchical()[0], 11);
+        assert_eq!(c.read_exact(&g).unwrap().local()[0], 11);
+        assert_eq!(c.read_exact(rs.root()).unwrap().hierarchical()[0], 11);
     });
 }
 
@@ -65,12 +71,12 @@ fn sibling_pushes_on_two_cpus_vs_flush() {
             let (c, b) = (c.clone(), b.clone());
             thread::spawn(move || c.add_on_cpu(&b, 1, 0, 2).unwrap())
         };
-        let _ = c.read(&a).unwrap();
+        let _ = c.read_exact(&a).unwrap();
         ta.join().unwrap();
         tb.join().unwrap();
-        assert_eq!(c.read(&p).unwrap().hierarchical()[0], 3);
-        assert_eq!(c.read(&b).unwrap().local()[0], 2);
-        assert_eq!(c.read(&a).unwrap().local()[0], 1);
+        assert_eq!(c.read_exact(&p).unwrap().hierarchical()[0], 3);
+        assert_eq!(c.read_exact(&b).unwrap().local()[0], 2);
+        assert_eq!(c.read_exact(&a).unwrap().local()[0], 1);
     });
 }
 
@@ -86,15 +92,87 @@ fn an_update_that_happened_before_a_read_is_in_it() {
         c.add_on_cpu(&g, 0, 0, 1).unwrap(); // node now on the backlog
         let flusher = {
             let (c, g) = (c.clone(), g.clone());
-            thread::spawn(move || c.read(&g).unwrap().local()[0])
+            thread::spawn(move || c.read_exact(&g).unwrap().local()[0])
         };
         let updater = {
             let (c, g) = (c.clone(), g.clone());
             thread::spawn(move || c.add_on_cpu(&g, 0, 0, 1).unwrap())
         };
         updater.join().unwrap(); // the update happens-before the next read
-        assert_eq!(c.read(&g).unwrap().local()[0], 2);
+        assert_eq!(c.read_exact(&g).unwrap().local()[0], 2);
         let seen = flusher.join().unwrap();
         assert!(seen == 1 || seen == 2);
+    });
+}
+
+/// (c) `Coalesced` wait/wake: three readers collide. One flushes its
+/// subtree under the trylock, one becomes the root flusher, the third waits
+/// for that root flush (nr_cpus = 1 waiter allowed) or gives up when the
+/// waiter slot is taken. Nobody deadlocks or misses a wake-up, and every
+/// read returns either nothing-yet (a stale reader) or the whole update.
+#[test]
+fn coalesced_readers_wait_and_wake_together() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let rs = engine_with(1, FlushPolicy::Coalesced);
+        let c = rs.register_counters("c", &["n"]).unwrap();
+        let g = rs.root().create_child("g").unwrap();
+        c.add_on_cpu(&g, 0, 0, 5).unwrap();
+        let readers: Vec<_> = (0..3)
+            .map(|i| {
+                let (c, g, root) = (c.clone(), g.clone(), rs.root().clone());
+                thread::spawn(move || {
+                    let target = if i == 2 { &root } else { &g };
+                    c.read(target).unwrap().hierarchical()[0]
+                })
+            })
+            .collect();
+        for r in readers {
+            let seen = r.join().unwrap();
+            assert!(seen == 0 || seen == 5, "a read saw {seen}");
+        }
+        assert_eq!(c.read_exact(rs.root()).unwrap().hierarchical()[0], 5);
+    });
+}
+
+/// (d) The `Threshold` fold: two CPUs each cross the 64-unit batch and fold
+/// into the group's and every ancestor's counter while a reader decides
+/// whether to flush. The reader sees either no flush (0) or every update
+/// (160); the counters fold exactly once per batch.
+#[test]
+fn threshold_fold_vs_reader() {
+    loom::model(|| {
+        let rs = engine_with(2, FlushPolicy::Threshold);
+        let c = rs.register_counters("c", &["n"]).unwrap();
+        let g = rs.root().create_child("g").unwrap();
+        let writers: Vec<_> = (0..2)
+            .map(|cpu| {
+                let (c, g) = (c.clone(), g.clone());
+                thread::spawn(move || {
+                    c.add_on_cpu(&g, cpu, 0, 40).unwrap();
+                    c.add_on_cpu(&g, cpu, 0, 40).unwrap();
+                })
+            })
+            .collect();
+        let seen = c.read(&g).unwrap().hierarchical()[0];
+        assert!(seen == 0 || seen == 160, "a threshold read saw {seen}");
+        for w in writers {
+            w.join().unwrap();
+        }
+        let (pg, pr) = (
+            c.pending_updates(&g).unwrap(),
+            c.pending_updates(rs.root()).unwrap(),
+        );
+        assert!(pg == 0 || pg == 80 || pg == 160, "pending {pg}");
+        // Both folds reached the root, which no read flushed; the reader's
+        // flush of g may have reset g's counter.
+        assert_eq!(pr, 160, "every fold reaches every ancestor, exactly once");
+        assert_eq!(c.read_exact(&g).unwrap().hierarchical()[0], 160);
+        assert_eq!(
+            c.pending_updates(&g).unwrap(),
+            0,
+            "a flush resets the counter"
+        );
     });
 }

@@ -161,7 +161,7 @@ fn run(ops: Vec<Op>, nr_cpus: usize, unified: bool) -> Result<(), TestCaseError>
                     continue;
                 };
                 let s = ctl
-                    .read(&h)
+                    .read_exact(&h)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(s.local(), &model[g].own[..], "local of {}", model[g].path);
                 prop_assert_eq!(
@@ -204,7 +204,7 @@ fn run(ops: Vec<Op>, nr_cpus: usize, unified: bool) -> Result<(), TestCaseError>
         }
     }
     // Nothing is ever lost: the root sees everything ever added.
-    let s = ctl.read(rs.root()).unwrap();
+    let s = ctl.read_exact(rs.root()).unwrap();
     prop_assert_eq!(s.hierarchical(), &hier(&model, 0)[..]);
     Ok(())
 }

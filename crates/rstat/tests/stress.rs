@@ -143,7 +143,7 @@ fn run(unified: bool) {
     drop(leaves);
     let mut total = 0;
     for t in 0..TENANTS {
-        let s = ctl.read(&tenants[t]).unwrap();
+        let s = ctl.read_exact(&tenants[t]).unwrap();
         let want_h = subtree_added[t].load(Ordering::Relaxed) as i64;
         let want_l = own_added[t].load(Ordering::Relaxed) as i64;
         if s.hierarchical()[0] != want_h || s.local()[0] != want_l {
@@ -156,7 +156,7 @@ fn run(unified: bool) {
         }
         total += want_h;
     }
-    assert_eq!(ctl.read(rs.root()).unwrap().hierarchical()[0], total);
+    assert_eq!(ctl.read_exact(rs.root()).unwrap().hierarchical()[0], total);
     assert_eq!(
         violations.load(Ordering::Relaxed),
         0,

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::{Controller, Css, CtlEntry, Totals};
+use crate::engine::policy::FlushPolicy;
 use crate::engine::tree::lock_domain;
 use crate::engine::EngineInner;
 use crate::error::{Error, Result};
@@ -171,30 +172,113 @@ impl ControllerHandle {
         Ok(())
     }
 
-    /// Exact local and hierarchical totals of `group`.
+    /// Local and hierarchical totals of `group`, as fresh as this
+    /// controller's [flush policy](crate::engine::policy) makes them.
     ///
-    /// Cost: takes this controller's flush lock (not any other controller's,
-    /// unless the engine is unified) and flushes `group`'s subtree: for each
-    /// CPU, drains its backlog and folds the groups under `group` that
-    /// changed. Every update that completed before the call is included.
+    /// Cost by policy: `Always` and `Threshold` (when over its threshold)
+    /// take this controller's flush lock (not any other controller's, unless
+    /// the engine is unified) and flush `group`'s subtree: for each CPU,
+    /// drain its backlog and fold the groups under `group` that changed.
+    /// Otherwise the read takes no lock and copies the last folded totals.
     /// Allocates the returned arrays.
     pub fn read(&self, group: &Group) -> Result<GroupStats> {
         let css = self.css_of(&group.0)?;
-        // SAFETY: kept alive by `group`.
-        let css = unsafe { &*css };
-        // SAFETY: a css's domain and node outlive it.
-        let (domain, node) = unsafe { (&*self.ctl.domain, &*css.node) };
-        let mut scratch = lock_domain(domain);
-        // SAFETY: we hold the domain's lock; `node` is live and in `domain`.
-        let totals = unsafe {
-            domain.flush_locked(&mut scratch, node);
-            css.totals_locked()
+        // SAFETY: kept alive by `group`; a controller's domain lives as long
+        // as its engine.
+        let (css, domain) = unsafe { (&*css, &*self.ctl.domain) };
+        let nr_cpus = self.engine.nr_cpus;
+        let totals = match self.flush_policy() {
+            FlushPolicy::Always => Self::read_flushed(domain, css),
+            FlushPolicy::Threshold => {
+                if css.needs_flush(nr_cpus) {
+                    Self::read_flushed(domain, css)
+                } else {
+                    css.totals_published()
+                }
+            }
+            FlushPolicy::UnifiedRoot => {
+                // Read before exchanging, so readers that will skip do not
+                // bounce the line while a flush runs.
+                if !domain.root_flush_ongoing.load(Ordering::Relaxed)
+                    && !domain.root_flush_ongoing.swap(true, Ordering::Acquire)
+                {
+                    domain.flush_root();
+                    domain.root_flush_ongoing.store(false, Ordering::Release);
+                }
+                css.totals_published()
+            }
+            FlushPolicy::Coalesced => {
+                let subtree = if group.0.parent.is_some() {
+                    crate::sync::try_lock(&domain.lock)
+                } else {
+                    None
+                };
+                match subtree {
+                    Some(mut scratch) => {
+                        // SAFETY: we hold the domain's lock; the node is live.
+                        unsafe {
+                            domain.flush_locked(&mut scratch, &*css.node);
+                            css.totals_locked()
+                        }
+                    }
+                    None => {
+                        domain.coalescer.coalesce(nr_cpus, || domain.flush_root());
+                        css.totals_published()
+                    }
+                }
+            }
         };
-        drop(scratch);
         Ok(GroupStats {
             ctl: Arc::clone(&self.ctl),
             totals,
         })
+    }
+
+    /// Exact local and hierarchical totals of `group`, whatever the policy:
+    /// every update that completed before the call is included.
+    ///
+    /// Cost: this controller's flush lock and a flush of `group`'s subtree
+    /// (see [`read`](Self::read)); allocates the returned arrays.
+    pub fn read_exact(&self, group: &Group) -> Result<GroupStats> {
+        let css = self.css_of(&group.0)?;
+        // SAFETY: as in `read`.
+        let (css, domain) = unsafe { (&*css, &*self.ctl.domain) };
+        Ok(GroupStats {
+            ctl: Arc::clone(&self.ctl),
+            totals: Self::read_flushed(domain, css),
+        })
+    }
+
+    fn read_flushed(domain: &crate::engine::tree::Domain, css: &Css) -> Totals {
+        let mut scratch = lock_domain(domain);
+        // SAFETY: we hold the domain's lock; `css.node` is live and in
+        // `domain`.
+        unsafe {
+            domain.flush_locked(&mut scratch, &*css.node);
+            css.totals_locked()
+        }
+    }
+
+    /// The `Threshold` policy's shared pending-update counter of `group`
+    /// (units of |delta| folded from per-CPU counters since its last flush).
+    #[doc(hidden)]
+    pub fn pending_updates(&self, group: &Group) -> Result<u64> {
+        let css = self.css_of(&group.0)?;
+        // SAFETY: kept alive by `group`.
+        Ok(unsafe { &*css }.updates.load(Ordering::Relaxed))
+    }
+
+    /// This controller's flush policy.
+    pub fn flush_policy(&self) -> FlushPolicy {
+        FlushPolicy::from_u8(self.ctl.policy.load(Ordering::Relaxed) as u8)
+    }
+
+    /// Change this controller's flush policy; takes effect for reads that
+    /// start afterwards.
+    pub fn set_flush_policy(&self, policy: FlushPolicy) {
+        self.ctl
+            .policy
+            .store(u32::from(policy.to_u8()), Ordering::Relaxed);
     }
 }
 
@@ -235,8 +319,10 @@ impl StatHandle {
     pub fn add_many(&self, items: &[(usize, i64)]) -> usize {
         let cpu = cpu::fold(cpu::current(), self.nr_cpus);
         let mut applied = 0;
+        let mut amount = 0u64;
         for &(item, delta) in items {
             if item < self.nr_stats {
+                amount = amount.saturating_add(delta.unsigned_abs());
                 // SAFETY: `self.group` keeps the css alive; cpu folded; item
                 // checked.
                 unsafe {
@@ -251,7 +337,10 @@ impl StatHandle {
         }
         if applied > 0 {
             // SAFETY: as above.
-            unsafe { (*self.css).mark(cpu) };
+            unsafe {
+                (*self.css).mark(cpu);
+                (*self.css).count_update(cpu, amount);
+            }
         }
         applied
     }

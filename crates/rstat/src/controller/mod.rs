@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::engine::backlog::{self, BacklogHead, PcpuLinks};
 use crate::engine::tree::{Domain, TreeNode};
 use crate::percpu::arena::PcpuPtr;
-use crate::sync::{AtomicI64, Ordering, UnsafeCell};
+use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 
 pub mod counters;
 
@@ -132,6 +132,8 @@ pub(crate) struct CtlEntry {
     pub(crate) imp: Box<dyn Controller>,
     /// The domain its state joins (its own, or the unified one).
     pub(crate) domain: *const Domain,
+    /// The flush policy (`FlushPolicy` as u32).
+    pub(crate) policy: AtomicU32,
 }
 
 // SAFETY: `domain` points into the engine, which outlives every entry's use.
@@ -174,6 +176,16 @@ pub(crate) struct Css {
     pub(crate) backlog: PcpuPtr<BacklogHead>,
     /// Domain lock.
     pub(crate) totals: UnsafeCell<Totals>,
+    /// The last folded totals, for reads that do not take the lock:
+    /// `local` in `[..n]`, `hierarchical` in `[n..]`. Written under the
+    /// domain lock (hierarchical first, then local with `Release`); read
+    /// local (`Acquire`) first, then hierarchical, so a lock-free reader
+    /// never sees `local > hierarchical` where counts only grow.
+    pub(crate) published: Box<[AtomicI64]>,
+    /// Pending-update counter (the `Threshold` policy, kernel v6.8): sum of
+    /// |delta| folded up from this group's and its descendants' per-CPU
+    /// counters since this group was last flushed. Reset by the flush.
+    pub(crate) updates: AtomicU64,
 }
 
 // SAFETY: pointers are immutable after construction and kept alive by the
@@ -200,6 +212,8 @@ impl Css {
             links: node.links,
             backlog,
             totals: UnsafeCell::new(Totals::zeroed(n)),
+            published: (0..2 * n).map(|_| AtomicI64::new(0)).collect(),
+            updates: AtomicU64::new(0),
         }
     }
 
@@ -218,6 +232,65 @@ impl Css {
                 .cur
                 .fetch_add(delta, Ordering::SeqCst);
             self.mark(cpu);
+            self.count_update(cpu, delta.unsigned_abs());
+        }
+    }
+
+    /// The `Threshold` policy's bookkeeping: add `amount` to this CPU's
+    /// pending-update counter with a plain load and store (no second atomic
+    /// RMW on the hot path); every [`UPDATE_BATCH`] units, fold it into the
+    /// group's and every ancestor's shared counter.
+    ///
+    /// The load/store pair is not atomic against a thread that migrated onto
+    /// this CPU's slot mid-update, so increments can be lost: the counter is
+    /// a heuristic for "is a flush worth it", never a stat.
+    ///
+    /// # Safety
+    /// As [`update`](Self::update).
+    #[inline(always)]
+    pub(crate) unsafe fn count_update(&self, cpu: usize, amount: u64) {
+        // SAFETY: slot `nr_stats` is the pending-update counter.
+        let slot = unsafe { &self.stats.elem(cpu, self.ctl.nr_stats).cur };
+        let v = (slot.load(Ordering::Relaxed) as u64).saturating_add(amount);
+        if v < UPDATE_BATCH {
+            slot.store(v as i64, Ordering::Relaxed);
+        } else {
+            slot.store(0, Ordering::Relaxed);
+            self.fold_updates(v);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fold_updates(&self, v: u64) {
+        let mut css: *const Css = self;
+        // SAFETY: a css keeps its ancestors' alive (through the groups).
+        while let Some(c) = unsafe { css.as_ref() } {
+            c.updates.fetch_add(v, Ordering::Relaxed);
+            css = c.parent;
+        }
+    }
+
+    /// Whether the `Threshold` policy wants a flush before reading.
+    pub(crate) fn needs_flush(&self, nr_cpus: usize) -> bool {
+        self.updates.load(Ordering::Relaxed) > UPDATE_BATCH * nr_cpus as u64
+    }
+
+    /// Copy the published totals, without the lock.
+    pub(crate) fn totals_published(&self) -> Totals {
+        let n = self.ctl.nr_stats;
+        let local: Box<[i64]> = self.published[..n]
+            .iter()
+            .map(|a| a.load(Ordering::Acquire))
+            .collect();
+        let hierarchical: Box<[i64]> = self.published[n..]
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .collect();
+        Totals {
+            local,
+            hierarchical,
+            pending: vec![0; n].into(),
         }
     }
 
@@ -241,6 +314,10 @@ impl Css {
         self.totals.with(|t| unsafe { (*t).clone() })
     }
 }
+
+/// Units of |delta| a CPU accumulates before folding them into the shared
+/// pending-update counters (the kernel's `MEMCG_CHARGE_BATCH`).
+pub const UPDATE_BATCH: u64 = 64;
 
 /// Fold every css of `node`'s group that belongs to `domain`, for `cpu`.
 ///
@@ -266,8 +343,9 @@ pub(crate) unsafe fn fold_node(
             continue;
         }
         deltas.clear();
-        // SAFETY: live css, `cpu` in range, lock held for `prev`.
-        for s in unsafe { css.stats.slot(cpu) } {
+        // SAFETY: live css, `cpu` in range, lock held for `prev`; the
+        // last slot is the pending-update counter, not a stat.
+        for s in unsafe { &css.stats.slot(cpu)[..css.ctl.nr_stats] } {
             let cur = s.cur.load(Ordering::SeqCst);
             // SAFETY: `prev` is only touched under the domain lock, held.
             let prev = s
@@ -300,5 +378,23 @@ pub(crate) unsafe fn fold_node(
                 }),
             }
         });
+        // Publish for lock-free readers, and reset the pending-update
+        // counters of the group just flushed (this CPU's and the shared one).
+        css.totals.with(|t| {
+            // SAFETY: lock held.
+            let t = unsafe { &*t };
+            let n = t.local.len();
+            for (a, v) in css.published[n..].iter().zip(t.hierarchical.iter()) {
+                a.store(*v, Ordering::Relaxed);
+            }
+            for (a, v) in css.published[..n].iter().zip(t.local.iter()) {
+                a.store(*v, Ordering::Release);
+            }
+        });
+        // SAFETY: slot `nr_stats` is the pending-update counter.
+        unsafe { css.stats.elem(cpu, css.ctl.nr_stats) }
+            .cur
+            .store(0, Ordering::Relaxed);
+        css.updates.store(0, Ordering::Relaxed);
     }
 }

@@ -26,14 +26,18 @@ use std::sync::Arc;
 use crate::controller::counters::{ControllerHandle, CounterSetController};
 use crate::controller::{Controller, Css, CtlEntry, StatSlot};
 use crate::engine::backlog::{BacklogHead, PcpuLinks};
+use crate::engine::policy::{check_period, Coalescer, FlushPolicy};
 use crate::engine::tree::{Domain, FlushScratch, TreeNode};
 use crate::error::{Error, Result};
 use crate::group::{validate_name, Group, GroupInner};
 use crate::percpu::arena::{Arena, ArenaStats};
 use crate::percpu::cpu::{self, CpuIdSource};
-use crate::sync::{self, AtomicPtr, Mutex, Ordering};
+use crate::sync::{self, AtomicBool, AtomicPtr, AtomicU32, Mutex, Ordering};
 
 pub(crate) mod backlog;
+#[cfg(not(rstat_loom))]
+mod periodic;
+pub mod policy;
 pub(crate) mod tree;
 
 /// Most controllers one engine can hold.
@@ -53,11 +57,26 @@ pub(crate) struct Topology {
 pub(crate) struct EngineInner {
     pub(crate) nr_cpus: usize,
     pub(crate) unified: bool,
+    pub(crate) default_policy: FlushPolicy,
     pub(crate) arena: Mutex<Arena>,
     pub(crate) topo: Mutex<Topology>,
 }
 
 impl EngineInner {
+    /// Flush every domain's root (the periodic flusher's work).
+    #[cfg_attr(rstat_loom, allow(dead_code))]
+    pub(crate) fn flush_all_roots(&self) {
+        let domains: Vec<*const Domain> = sync::lock(&self.topo)
+            .domains
+            .iter()
+            .map(|d| &**d as *const Domain)
+            .collect();
+        for d in domains {
+            // SAFETY: domains live as long as the engine, which `self` is.
+            unsafe { (*d).flush_root() };
+        }
+    }
+
     fn new_domain(&self) -> Result<Box<Domain>> {
         let backlog = sync::lock(&self.arena)
             .alloc::<BacklogHead>(1, |_, _| AtomicPtr::new(core::ptr::null_mut()))?;
@@ -65,6 +84,9 @@ impl EngineInner {
             nr_cpus: self.nr_cpus,
             lock: Mutex::new(FlushScratch::default()),
             backlog,
+            root: AtomicPtr::new(core::ptr::null_mut()),
+            root_flush_ongoing: AtomicBool::new(false),
+            coalescer: Coalescer::default(),
         }))
     }
 
@@ -110,6 +132,9 @@ impl EngineInner {
             };
             // Ownership passes to the group; freed in its Drop.
             g.tables().nodes[i].store(me, Ordering::Release);
+            if g.parent.is_none() {
+                domain.root.store(me, Ordering::Release);
+            }
         }
         let ctls: &[Arc<CtlEntry>] = match only {
             Some(c) => core::slice::from_ref(c),
@@ -120,7 +145,8 @@ impl EngineInner {
             let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| {
                 p.tables().css[ctl.id].load(Ordering::Relaxed).cast_const()
             });
-            let stats = arena.alloc::<StatSlot>(ctl.nr_stats, |_, _| StatSlot::default())?;
+            // One slot per item, plus this CPU's pending-update counter.
+            let stats = arena.alloc::<StatSlot>(ctl.nr_stats + 1, |_, _| StatSlot::default())?;
             // SAFETY: the node was installed above and lives with `g`.
             let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
             g.tables().css[ctl.id].store(Box::into_raw(css), Ordering::Release);
@@ -135,6 +161,8 @@ pub struct Builder {
     nr_cpus: Option<usize>,
     unified: bool,
     cpu_controller: bool,
+    policy: FlushPolicy,
+    periodic: Option<std::time::Duration>,
 }
 
 impl Default for Builder {
@@ -143,6 +171,12 @@ impl Default for Builder {
             nr_cpus: None,
             unified: false,
             cpu_controller: true,
+            policy: FlushPolicy::default(),
+            periodic: if cfg!(rstat_loom) {
+                None
+            } else {
+                Some(DEFAULT_PERIOD)
+            },
         }
     }
 }
@@ -162,6 +196,20 @@ impl Builder {
         self
     }
 
+    /// The flush policy controllers start with (default
+    /// [`FlushPolicy::Threshold`]); each can be changed at run time.
+    pub fn flush_policy(mut self, p: FlushPolicy) -> Self {
+        self.policy = p;
+        self
+    }
+
+    /// The periodic root flusher's period (default 2 s); `None` turns it
+    /// off. Checked by [`build`](Self::build): 1 ms to 24 h.
+    pub fn periodic_flush(mut self, period: Option<std::time::Duration>) -> Self {
+        self.periodic = period;
+        self
+    }
+
     /// Leave out the built-in `cpu` controller (for minimal models).
     #[doc(hidden)]
     pub fn cpu_controller(mut self, on: bool) -> Self {
@@ -171,10 +219,14 @@ impl Builder {
 
     /// Build the engine with its root group.
     pub fn build(self) -> Result<Rstat> {
+        if let Some(p) = self.periodic {
+            check_period(p)?;
+        }
         let nr_cpus = self.nr_cpus.unwrap_or_else(cpu::possible_cpus);
         let inner = Arc::new(EngineInner {
             nr_cpus,
             unified: self.unified,
+            default_policy: self.policy,
             arena: Mutex::new(Arena::new(nr_cpus)),
             topo: Mutex::new(Topology {
                 controllers: Vec::new(),
@@ -190,9 +242,14 @@ impl Builder {
             inner,
             root: Group(root),
             cpu: None,
+            #[cfg(not(rstat_loom))]
+            periodic: std::sync::Mutex::new(None),
         };
         if self.cpu_controller {
             rs.cpu = Some(rs.register(CounterSetController::new("cpu", &CPU_STAT_NAMES))?);
+        }
+        if let Some(p) = self.periodic {
+            rs.set_periodic_flush(Some(p))?;
         }
         Ok(rs)
     }
@@ -216,7 +273,12 @@ pub struct Rstat {
     inner: Arc<EngineInner>,
     root: Group,
     cpu: Option<ControllerHandle>,
+    #[cfg(not(rstat_loom))]
+    periodic: std::sync::Mutex<Option<periodic::Periodic>>,
 }
+
+/// The periodic flusher's default period (the kernel's).
+pub const DEFAULT_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Default for Rstat {
     fn default() -> Self {
@@ -294,7 +356,7 @@ impl Rstat {
                 return bad(format!("stat item {it:?} is declared twice"));
             }
         }
-        if Arena::rounded_size::<StatSlot>(items.len()) > crate::percpu::arena::UNIT_SIZE {
+        if Arena::rounded_size::<StatSlot>(items.len() + 1) > crate::percpu::arena::UNIT_SIZE {
             return bad(format!(
                 "{} stat items do not fit one per-CPU unit; split them over several controllers",
                 items.len()
@@ -326,6 +388,7 @@ impl Rstat {
             nr_stats,
             imp: Box::new(imp),
             domain,
+            policy: AtomicU32::new(u32::from(self.inner.default_policy.to_u8())),
         });
         // Top-down, so every parent is attached before its children.
         let mut queue = std::collections::VecDeque::from([Arc::clone(&self.root.0)]);
@@ -371,8 +434,10 @@ impl Rstat {
         Ok(())
     }
 
-    /// Exact `cpu` stats of `group` (hierarchical and local). Flushes the
-    /// `cpu` controller's trees only.
+    /// `cpu` stats of `group` (hierarchical and local), as fresh as the
+    /// `cpu` controller's flush policy makes them; a flush, when there is
+    /// one, touches the `cpu` controller's trees only. For an exact read use
+    /// `rs.cpu().read_exact(group)`.
     pub fn cpu_stat(&self, group: &Group) -> Result<crate::GroupStats> {
         match self.cpu.as_ref() {
             Some(c) => c.read(group),
@@ -381,6 +446,40 @@ impl Rstat {
                 reason: "this engine was built without it".into(),
             }),
         }
+    }
+
+    /// Start, restart with a new period, or stop (`None`) the periodic root
+    /// flusher. Periods must be 1 ms to 24 h. Stopping joins the thread.
+    pub fn set_periodic_flush(&self, period: Option<std::time::Duration>) -> Result<()> {
+        if let Some(p) = period {
+            check_period(p)?;
+        }
+        #[cfg(not(rstat_loom))]
+        {
+            let mut slot = self.periodic.lock().unwrap_or_else(|p| p.into_inner());
+            drop(slot.take());
+            if let Some(p) = period {
+                let t = periodic::Periodic::start(Arc::clone(&self.inner), self.root.clone(), p)
+                    .map_err(|e| Error::Thread {
+                        reason: e.to_string(),
+                    })?;
+                *slot = Some(t);
+            }
+        }
+        Ok(())
+    }
+
+    /// The periodic flusher's period, if it runs.
+    pub fn periodic_flush(&self) -> Option<std::time::Duration> {
+        #[cfg(not(rstat_loom))]
+        return self
+            .periodic
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|p| p.period);
+        #[cfg(rstat_loom)]
+        None
     }
 
     /// Arena counters (for tests, reports and the memory-cost check).
@@ -394,6 +493,8 @@ pub const MAX_NAME_LEN_STAT: usize = 255;
 
 impl Drop for Rstat {
     fn drop(&mut self) {
+        #[cfg(not(rstat_loom))]
+        drop(self.periodic.get_mut().map(Option::take));
         self.root.0.detach_all();
     }
 }

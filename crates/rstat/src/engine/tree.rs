@@ -19,9 +19,10 @@ use core::ptr;
 
 use crate::controller::fold_node;
 use crate::engine::backlog::{self, BacklogHead, PcpuLinks};
+use crate::engine::policy::Coalescer;
 use crate::group::GroupTables;
 use crate::percpu::arena::PcpuPtr;
-use crate::sync::{self, Mutex};
+use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
 
 /// A group's membership in one domain.
 pub(crate) struct TreeNode {
@@ -73,6 +74,13 @@ pub(crate) struct Domain {
     pub(crate) nr_cpus: usize,
     pub(crate) lock: Mutex<FlushScratch>,
     pub(crate) backlog: PcpuPtr<BacklogHead>,
+    /// The root group's node (set when the root is attached; the root
+    /// outlives every other group, and every read holds a group).
+    pub(crate) root: AtomicPtr<TreeNode>,
+    /// `UnifiedRoot`: a root flush is running.
+    pub(crate) root_flush_ongoing: AtomicBool,
+    /// `Coalesced`: the root flusher and its waiters.
+    pub(crate) coalescer: Coalescer,
 }
 
 // SAFETY: `backlog` heads are atomics; everything else is behind `lock`.
@@ -87,6 +95,18 @@ impl Domain {
     pub(crate) unsafe fn backlog(&self, cpu: usize) -> &BacklogHead {
         // SAFETY: the backlog lives as long as the domain; caller bounds cpu.
         unsafe { self.backlog.elem(cpu, 0) }
+    }
+
+    /// Lock, flush the root's subtree, unlock.
+    pub(crate) fn flush_root(&self) {
+        let root = self.root.load(Ordering::Acquire);
+        // SAFETY: the root node lives as long as any group of the engine;
+        // callers hold a group (or the engine handle, which holds the root).
+        if let Some(root) = unsafe { root.as_ref() } {
+            let mut scratch = lock_domain(self);
+            // SAFETY: lock held; the root is a live node of this domain.
+            unsafe { self.flush_locked(&mut scratch, root) };
+        }
     }
 
     /// Flush the subtree rooted at `root` on every CPU: after this returns,

@@ -1,0 +1,194 @@
+//! Flush policies: who flushes, when, and how much (seed 004).
+//!
+//! The seed 004 debate, and what upstream tried around it, as policies
+//! selectable per controller at run time ([`ControllerHandle::set_flush_policy`]),
+//! so the debate can be re-run on one workload. [`FlushPolicy::Threshold`]
+//! (where upstream ended, kernel v6.8) is the default.
+//! [`ControllerHandle::read_exact`] is exact under every policy.
+//!
+//! | policy | a read... | staleness bound (units of \|delta\|) |
+//! |---|---|---|
+//! | `Always` | flushes its subtree | 0 |
+//! | `Threshold` | flushes its subtree only if the group's pending-update counter exceeds 64 × nr_cpus | 64 × nr_cpus + 63 × nr_cpus × groups in the subtree, plus increments lost to migration races on a per-CPU counter |
+//! | `UnifiedRoot` | flushes the root, or returns at once if a flush is running | unbounded between flushes (the periodic flusher bounds it in time, not units) |
+//! | `Coalesced` | tries the subtree flush without waiting for the lock; if taken, waits for the ongoing root flush (all waiters wake together); beyond nr_cpus waiters, returns at once | 0 when the trylock succeeds or it starts the root flush; when it waits, the updates made after that flush passed their CPU; unbounded beyond nr_cpus waiters |
+//!
+//! Where the `Threshold` bound comes from: a read skips the flush only if
+//! the group's shared counter is at most 64 × nr_cpus, and that counter holds
+//! every folded |delta| of the subtree since the group was last flushed.
+//! What it does not hold yet is each (group, CPU) counter's residue below
+//! the batch of 64, at most 63 per group in the subtree per CPU. The
+//! per-CPU counters are updated with a plain load and store (no second
+//! atomic RMW on the update path), so a thread migrating onto a slot mid
+//! update can lose the other's increment: that slack is not bounded by the
+//! design, and it only arises under migration.
+//!
+//! The periodic flusher (default every 2 s, [`Builder::periodic_flush`])
+//! flushes every controller's root regardless of policy and thresholds.
+//!
+//! [`ControllerHandle::set_flush_policy`]: crate::ControllerHandle::set_flush_policy
+//! [`ControllerHandle::read_exact`]: crate::ControllerHandle::read_exact
+//! [`Builder::periodic_flush`]: crate::Builder::periodic_flush
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::controller::UPDATE_BATCH;
+use crate::error::Error;
+use crate::sync::{self, Condvar, Mutex};
+
+/// Who flushes, when, and how much. See the [module docs](self).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FlushPolicy {
+    /// Every read flushes its subtree: exact.
+    Always,
+    /// Kernel v6.8 (the default): flush the subtree only when its pending
+    /// updates exceed 64 × nr_cpus units.
+    #[default]
+    Threshold,
+    /// Kernel v5.16-6.7: flush the root; skip (stale) if a flush is running.
+    UnifiedRoot,
+    /// Seed 004's proposal: trylock the subtree flush; else wait for the
+    /// ongoing root flush (bounded waiters), else stale.
+    Coalesced,
+}
+
+impl FlushPolicy {
+    /// Every policy, in the seed's order.
+    pub const ALL: [FlushPolicy; 4] = [
+        FlushPolicy::Always,
+        FlushPolicy::Threshold,
+        FlushPolicy::UnifiedRoot,
+        FlushPolicy::Coalesced,
+    ];
+
+    /// The policy's name, as accepted by [`FromStr`].
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushPolicy::Always => "always",
+            FlushPolicy::Threshold => "threshold",
+            FlushPolicy::UnifiedRoot => "unified-root",
+            FlushPolicy::Coalesced => "coalesced",
+        }
+    }
+
+    /// The documented staleness bound of a read, in units of |delta|, for
+    /// a subtree of `groups` groups on `nr_cpus` CPU slots, when no thread
+    /// migrates mid-update; `None` where the policy has no bound in units.
+    /// `Coalesced` reports its bound for reads that flush (0); reads that
+    /// wait or give up are not bounded in units.
+    pub fn staleness_bound(self, nr_cpus: usize, groups: usize) -> Option<u64> {
+        let (c, g) = (nr_cpus as u64, groups as u64);
+        match self {
+            FlushPolicy::Always => Some(0),
+            FlushPolicy::Threshold => Some(UPDATE_BATCH * c + (UPDATE_BATCH - 1) * c * g),
+            FlushPolicy::UnifiedRoot | FlushPolicy::Coalesced => None,
+        }
+    }
+
+    pub(crate) fn to_u8(self) -> u8 {
+        self as u8
+    }
+
+    pub(crate) fn from_u8(v: u8) -> Self {
+        match v {
+            0 => FlushPolicy::Always,
+            2 => FlushPolicy::UnifiedRoot,
+            3 => FlushPolicy::Coalesced,
+            _ => FlushPolicy::Threshold,
+        }
+    }
+}
+
+impl fmt::Display for FlushPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FlushPolicy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        FlushPolicy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| Error::UnknownPolicy {
+                name: s.chars().take(64).collect(),
+            })
+    }
+}
+
+/// Shortest and longest accepted periodic-flush periods.
+pub const PERIOD_RANGE: (Duration, Duration) =
+    (Duration::from_millis(1), Duration::from_secs(24 * 60 * 60));
+
+/// Check a periodic-flush period.
+pub(crate) fn check_period(p: Duration) -> Result<(), Error> {
+    if p < PERIOD_RANGE.0 || p > PERIOD_RANGE.1 {
+        return Err(Error::InvalidPeriod { period: p });
+    }
+    Ok(())
+}
+
+/// The `Coalesced` policy's meeting point: one root flusher at a time,
+/// everyone else waits for it to finish and wakes together.
+#[derive(Default)]
+pub(crate) struct Coalescer {
+    state: Mutex<CoState>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct CoState {
+    /// A root flush is running.
+    ongoing: bool,
+    /// Root flushes completed.
+    generation: u64,
+    /// Readers waiting for the ongoing root flush.
+    waiters: usize,
+}
+
+/// What a `Coalesced` reader ended up doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Coalesce {
+    /// It ran the root flush itself.
+    Flushed,
+    /// It waited for another reader's root flush.
+    Waited,
+    /// Too many waiters: it returns stale.
+    GaveUp,
+}
+
+impl Coalescer {
+    /// Either become the root flusher (run `flush_root`, then wake every
+    /// waiter), or wait for the ongoing root flush, or give up when
+    /// `max_waiters` are already waiting.
+    pub(crate) fn coalesce(&self, max_waiters: usize, flush_root: impl FnOnce()) -> Coalesce {
+        let mut st = sync::lock(&self.state);
+        if st.ongoing {
+            if st.waiters >= max_waiters {
+                return Coalesce::GaveUp;
+            }
+            st.waiters += 1;
+            let gen = st.generation;
+            while st.generation == gen {
+                st = match self.done.wait(st) {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+            }
+            st.waiters -= 1;
+            return Coalesce::Waited;
+        }
+        st.ongoing = true;
+        drop(st);
+        flush_root();
+        let mut st = sync::lock(&self.state);
+        st.ongoing = false;
+        st.generation += 1;
+        drop(st);
+        self.done.notify_all();
+        Coalesce::Flushed
+    }
+}

@@ -1,0 +1,221 @@
+//! Flush policies (seed 004): every policy keeps its documented staleness
+//! bound, concurrent readers never deadlock or see impossible values, the
+//! periodic flusher runs and stops, and bad input is refused.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rstat::{Error, FlushPolicy, Group, Rstat};
+
+fn engine(nr_cpus: usize, policy: FlushPolicy) -> Rstat {
+    Rstat::builder()
+        .nr_cpus(nr_cpus)
+        .flush_policy(policy)
+        .periodic_flush(None)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn policy_names_parse_and_unknown_names_are_refused() {
+    for p in FlushPolicy::ALL {
+        assert_eq!(p.name().parse::<FlushPolicy>().unwrap(), p);
+    }
+    assert_eq!(FlushPolicy::default(), FlushPolicy::Threshold);
+    let e = "fastest".parse::<FlushPolicy>().unwrap_err();
+    assert!(matches!(e, Error::UnknownPolicy { .. }));
+    assert!(e.to_string().contains("threshold"), "{e}");
+}
+
+#[test]
+fn bounds_are_as_documented() {
+    assert_eq!(FlushPolicy::Always.staleness_bound(4, 10), Some(0));
+    assert_eq!(
+        FlushPolicy::Threshold.staleness_bound(4, 10),
+        Some(64 * 4 + 63 * 4 * 10)
+    );
+    assert_eq!(FlushPolicy::UnifiedRoot.staleness_bound(4, 10), None);
+    assert_eq!(FlushPolicy::Coalesced.staleness_bound(4, 10), None);
+}
+
+#[test]
+fn periods_out_of_range_are_refused() {
+    for p in [
+        Duration::ZERO,
+        Duration::from_micros(10),
+        Duration::from_secs(365 * 86_400),
+    ] {
+        let e = Rstat::builder().periodic_flush(Some(p)).build().err();
+        assert!(matches!(e, Some(Error::InvalidPeriod { .. })), "{p:?}");
+        let rs = engine(1, FlushPolicy::Always);
+        assert!(matches!(
+            rs.set_periodic_flush(Some(p)),
+            Err(Error::InvalidPeriod { .. })
+        ));
+    }
+    let rs = Rstat::new();
+    assert_eq!(rs.periodic_flush(), Some(rstat::DEFAULT_PERIOD));
+    rs.set_periodic_flush(None).unwrap();
+    assert_eq!(rs.periodic_flush(), None);
+}
+
+/// Build a 3-level tree: root / a{0..2} / b{0..2}.
+fn tree(rs: &Rstat) -> Vec<(Group, Vec<usize>)> {
+    // (group, indexes of the groups in its subtree, itself included)
+    let mut v: Vec<(Group, Vec<usize>)> = vec![(rs.root().clone(), vec![0])];
+    for a in 0..3 {
+        let ga = rs.root().create_child(&format!("a{a}")).unwrap();
+        let ia = v.len();
+        v.push((ga.clone(), vec![ia]));
+        v[0].1.push(ia);
+        for b in 0..3 {
+            let gb = ga.create_child(&format!("b{b}")).unwrap();
+            let ib = v.len();
+            v.push((gb, vec![ib]));
+            v[0].1.push(ib);
+            v[ia].1.push(ib);
+        }
+    }
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 2 } else { 64 }, ..ProptestConfig::default() })]
+
+    /// Single-threaded (no migration): every read of every policy stays
+    /// within its documented bound, and `read_exact` is exact. Exact reads
+    /// are rare so staleness can build up between them.
+    #[test]
+    fn reads_stay_within_the_documented_bound(
+        ops in prop::collection::vec((0..13usize, 0..4usize, 1i64..200, 0..20u8), 1..600),
+        policy in prop::sample::select(FlushPolicy::ALL.to_vec()),
+    ) {
+        let nr = 4;
+        let rs = engine(nr, policy);
+        let c = rs.register_counters("c", &["n"]).unwrap();
+        let groups = tree(&rs);
+        let mut own = vec![0i64; groups.len()];
+        for (g, cpu, delta, kind) in ops {
+            let exact: i64 = groups[g].1.iter().map(|&i| own[i]).sum();
+            match kind {
+                0 => prop_assert_eq!(c.read_exact(&groups[g].0).unwrap().hierarchical()[0], exact),
+                1..=5 => {
+                    let got = c.read(&groups[g].0).unwrap().hierarchical()[0];
+                    prop_assert!(got <= exact, "a read exceeded the truth");
+                    if let Some(bound) = policy.staleness_bound(nr, groups[g].1.len()) {
+                        prop_assert!((exact - got) as u64 <= bound, "{}: stale by {} > {}", policy, exact - got, bound);
+                    }
+                }
+                _ => {
+                    c.add_on_cpu(&groups[g].0, cpu, 0, delta).unwrap();
+                    own[g] += delta;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn threshold_skips_small_changes_and_flushes_large_ones() {
+    let nr = 2;
+    let rs = engine(nr, FlushPolicy::Threshold);
+    let c = rs.register_counters("c", &["n"]).unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    c.add_on_cpu(&g, 0, 0, 10).unwrap();
+    // 10 units sit in CPU 0's residue: nothing was folded, no flush.
+    assert_eq!(c.pending_updates(&g).unwrap(), 0);
+    assert_eq!(
+        c.read(&g).unwrap().hierarchical()[0],
+        0,
+        "below the threshold: stale"
+    );
+    assert_eq!(c.read_exact(&g).unwrap().hierarchical()[0], 10);
+    // The exact read flushed g: its counters were reset.
+    assert_eq!(c.pending_updates(&g).unwrap(), 0);
+    // 64 x nr_cpus + more units: the read must flush.
+    for _ in 0..3 {
+        c.add_on_cpu(&g, 0, 0, 64).unwrap();
+        c.add_on_cpu(&g, 1, 0, 64).unwrap();
+    }
+    assert_eq!(c.pending_updates(&g).unwrap(), 6 * 64);
+    assert_eq!(
+        c.pending_updates(rs.root()).unwrap(),
+        6 * 64,
+        "folded into every ancestor"
+    );
+    assert_eq!(c.read(&g).unwrap().hierarchical()[0], 10 + 6 * 64);
+    assert_eq!(c.pending_updates(&g).unwrap(), 0);
+}
+
+#[test]
+fn concurrent_readers_on_every_policy_never_deadlock_or_go_backwards() {
+    for policy in FlushPolicy::ALL {
+        let rs = Arc::new(
+            Rstat::builder()
+                .flush_policy(policy)
+                .periodic_flush(Some(Duration::from_millis(5)))
+                .build()
+                .unwrap(),
+        );
+        let c = rs.register_counters("c", &["n"]).unwrap();
+        let groups: Arc<Vec<(Group, Vec<usize>)>> = Arc::new(tree(&rs));
+        let added: Arc<Vec<AtomicU64>> =
+            Arc::new((0..groups.len()).map(|_| AtomicU64::new(0)).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let violations = Arc::new(AtomicU64::new(0));
+        let iters = if cfg!(miri) { 100 } else { 50_000 };
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let (c, groups, added) = (c.clone(), groups.clone(), added.clone());
+                std::thread::spawn(move || {
+                    for i in 0..iters {
+                        let g = (i * 7 + w * 3) % groups.len();
+                        c.add(&groups[g].0, 0, 1).unwrap();
+                        added[g].fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..6)
+            .map(|r| {
+                let (c, groups, stop, violations) =
+                    (c.clone(), groups.clone(), stop.clone(), violations.clone());
+                std::thread::spawn(move || {
+                    // Readers 0-2 share one subtree; 3-5 read different ones.
+                    let mine = if r < 3 {
+                        1
+                    } else {
+                        1 + 4 * (r - 3) % groups.len()
+                    };
+                    let mut last = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let s = c.read(&groups[mine].0).unwrap();
+                        let (h, l) = (s.hierarchical()[0], s.local()[0]);
+                        if h < last || h < l || l < 0 {
+                            violations.fetch_add(1, Ordering::Relaxed);
+                        }
+                        last = h;
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+        assert_eq!(violations.load(Ordering::Relaxed), 0, "{policy}");
+        for (i, (g, sub)) in groups.iter().enumerate() {
+            let want: u64 = sub.iter().map(|&j| added[j].load(Ordering::Relaxed)).sum();
+            assert_eq!(
+                c.read_exact(g).unwrap().hierarchical()[0] as u64,
+                want,
+                "{policy}: group {i}"
+            );
+        }
+    }
+}
