@@ -44,6 +44,19 @@ enum Cmd {
         /// Shorter run (fewer iterations): for smoke tests, not for figures.
         #[arg(long)]
         quick: bool,
+        /// read-latency: which flush policy to run (always, threshold,
+        /// unified-root, coalesced) or `all`.
+        #[arg(long, default_value = "all")]
+        policy: String,
+        /// read-latency: reader threads.
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
+        readers: u16,
+        /// read-latency: milliseconds between one reader's reads.
+        #[arg(long, default_value_t = 10.0, value_parser = parse_ms)]
+        period_ms: f64,
+        /// read-latency: seconds per policy.
+        #[arg(long, default_value_t = 3.0, value_parser = parse_secs)]
+        seconds: f64,
     },
 }
 
@@ -57,6 +70,10 @@ enum BenchName {
     SeparateTrees,
     /// Seed 002: page_counter packed vs padded layout under concurrent charge.
     PageCounter,
+    /// Seed 004: read latency and staleness under many readers, per policy.
+    ReadLatency,
+    /// Seed 003: rstat's exact reads vs write-side batching error.
+    Accuracy,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -69,6 +86,25 @@ fn parse_secs(s: &str) -> Result<f64, String> {
         ));
     }
     Ok(v)
+}
+
+fn parse_ms(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of milliseconds"))?;
+    if !v.is_finite() || !(0.01..=60_000.0).contains(&v) {
+        return Err(format!("{s} ms is out of range: give 0.01 to 60000"));
+    }
+    Ok(v)
+}
+
+fn policies(name: &str) -> Result<Vec<rstat::FlushPolicy>, String> {
+    if name == "all" {
+        return Ok(rstat::FlushPolicy::ALL.to_vec());
+    }
+    name.parse::<rstat::FlushPolicy>()
+        .map(|p| vec![p])
+        .map_err(|e| format!("{e} (or `all`)"))
 }
 
 fn emit<T: serde::Serialize>(json: bool, report: &T, table: impl Fn(&T) -> String) -> ExitCode {
@@ -108,7 +144,15 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Bench { name, json, quick } => match name {
+        Cmd::Bench {
+            name,
+            json,
+            quick,
+            policy,
+            readers,
+            period_ms,
+            seconds,
+        } => match name {
             BenchName::Update => {
                 let mut cfg = rstat_lab::update_bench::Config::default();
                 if quick {
@@ -142,6 +186,42 @@ fn main() -> ExitCode {
                     json,
                     &rstat_lab::separate_trees::run(&cfg),
                     rstat_lab::separate_trees::table,
+                )
+            }
+            BenchName::ReadLatency => {
+                let policies = match policies(&policy) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
+                let mut cfg = rstat_lab::read_latency::Config {
+                    readers: readers as usize,
+                    period: Duration::from_secs_f64(period_ms / 1e3),
+                    duration: Duration::from_secs_f64(seconds),
+                    policies,
+                    ..Default::default()
+                };
+                if quick {
+                    cfg.duration = Duration::from_millis(200);
+                    cfg.readers = cfg.readers.min(8);
+                }
+                emit(
+                    json,
+                    &rstat_lab::read_latency::run(&cfg),
+                    rstat_lab::read_latency::table,
+                )
+            }
+            BenchName::Accuracy => {
+                let mut cfg = rstat_lab::accuracy::Config::default();
+                if quick {
+                    cfg.updates = 20_000;
+                }
+                emit(
+                    json,
+                    &rstat_lab::accuracy::run(&cfg),
+                    rstat_lab::accuracy::table,
                 )
             }
             BenchName::PageCounter => {

@@ -4,9 +4,11 @@
 //! `rstat bench NAME --json`) and a human table. None of them is a test:
 //! timing never gates CI.
 
+pub mod accuracy;
 pub mod flush_scaling;
 pub mod machine;
 pub mod page_counter_bench;
 pub mod percpu_ref_bench;
+pub mod read_latency;
 pub mod separate_trees;
 pub mod update_bench;
