@@ -288,7 +288,7 @@ fn run_policy(cfg: &Config, policy: FlushPolicy) -> PolicyRow {
             writes.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64() / 1e6,
             2,
         ),
-        bound_units: policy.staleness_bound(rs.nr_cpus(), tree.groups.len()),
+        bound_units: policy.staleness_bound(rs.nr_cpus(), tree.groups.len(), 1),
         max_error_units: max_err,
         mean_error_units: round(
             if n == 0 {

@@ -31,13 +31,13 @@ fn policy_names_parse_and_unknown_names_are_refused() {
 
 #[test]
 fn bounds_are_as_documented() {
-    assert_eq!(FlushPolicy::Always.staleness_bound(4, 10), Some(0));
+    assert_eq!(FlushPolicy::Always.staleness_bound(4, 10, 2), Some(0));
     assert_eq!(
-        FlushPolicy::Threshold.staleness_bound(4, 10),
-        Some(64 * 4 + 63 * 4 * 10)
+        FlushPolicy::Threshold.staleness_bound(4, 10, 2),
+        Some(64 * 4 + 63 * 4 * 10 * 2)
     );
-    assert_eq!(FlushPolicy::UnifiedRoot.staleness_bound(4, 10), None);
-    assert_eq!(FlushPolicy::Coalesced.staleness_bound(4, 10), None);
+    assert_eq!(FlushPolicy::UnifiedRoot.staleness_bound(4, 10, 2), None);
+    assert_eq!(FlushPolicy::Coalesced.staleness_bound(4, 10, 2), None);
 }
 
 #[test]
@@ -104,7 +104,7 @@ proptest! {
                 1..=5 => {
                     let got = c.read(&groups[g].0).unwrap().hierarchical()[0];
                     prop_assert!(got <= exact, "a read exceeded the truth");
-                    if let Some(bound) = policy.staleness_bound(nr, groups[g].1.len()) {
+                    if let Some(bound) = policy.staleness_bound(nr, groups[g].1.len(), 1) {
                         prop_assert!((exact - got) as u64 <= bound, "{}: stale by {} > {}", policy, exact - got, bound);
                     }
                 }

@@ -319,28 +319,21 @@ impl StatHandle {
     pub fn add_many(&self, items: &[(usize, i64)]) -> usize {
         let cpu = cpu::fold(cpu::current(), self.nr_cpus);
         let mut applied = 0;
-        let mut amount = 0u64;
+        // SAFETY: `self.group` keeps the css alive.
+        let css = unsafe { &*self.css };
         for &(item, delta) in items {
             if item < self.nr_stats {
-                amount = amount.saturating_add(delta.unsigned_abs());
-                // SAFETY: `self.group` keeps the css alive; cpu folded; item
-                // checked.
-                unsafe {
-                    (*self.css)
-                        .stats
-                        .elem(cpu, item)
-                        .cur
-                        .fetch_add(delta, crate::sync::Ordering::SeqCst)
-                };
+                // SAFETY: cpu folded; item checked.
+                let old = unsafe { css.stats.elem(cpu, item) }
+                    .cur
+                    .fetch_add(delta, crate::sync::Ordering::SeqCst);
+                css.count_update(old, delta);
                 applied += 1;
             }
         }
         if applied > 0 {
             // SAFETY: as above.
-            unsafe {
-                (*self.css).mark(cpu);
-                (*self.css).count_update(cpu, amount);
-            }
+            unsafe { css.mark(cpu) };
         }
         applied
     }

@@ -227,36 +227,34 @@ impl Css {
     pub(crate) unsafe fn update(&self, cpu: usize, item: usize, delta: i64) {
         // SAFETY: caller's guarantees.
         unsafe {
-            self.stats
+            let old = self
+                .stats
                 .elem(cpu, item)
                 .cur
                 .fetch_add(delta, Ordering::SeqCst);
             self.mark(cpu);
-            self.count_update(cpu, delta.unsigned_abs());
+            self.count_update(old, delta);
         }
     }
 
-    /// The `Threshold` policy's bookkeeping: add `amount` to this CPU's
-    /// pending-update counter with a plain load and store (no second atomic
-    /// RMW on the hot path); every [`UPDATE_BATCH`] units, fold it into the
-    /// group's and every ancestor's shared counter.
+    /// The `Threshold` policy's pending-update counting (kernel v6.8's
+    /// per-CPU `stats_updates`, in our own design): the per-CPU counter is
+    /// the stat slot itself. Each time an update moves a slot across a
+    /// multiple of [`UPDATE_BATCH`], 64 units per boundary crossed are folded
+    /// into the group's and every ancestor's shared counter. The boundary
+    /// test uses the value the stat RMW already returned, so the hot path
+    /// gains no memory access at all (no second RMW, not even a load or a
+    /// store), and, unlike a separate racy counter, it loses nothing when a
+    /// thread migrates mid-update.
     ///
-    /// The load/store pair is not atomic against a thread that migrated onto
-    /// this CPU's slot mid-update, so increments can be lost: the counter is
-    /// a heuristic for "is a flush worth it", never a stat.
-    ///
-    /// # Safety
-    /// As [`update`](Self::update).
+    /// Why it bounds staleness: since a slot was last folded (`prev`), its
+    /// value moved by less than 64 × (boundaries crossed + 1) units, and the
+    /// crossings are in the shared counter.
     #[inline(always)]
-    pub(crate) unsafe fn count_update(&self, cpu: usize, amount: u64) {
-        // SAFETY: slot `nr_stats` is the pending-update counter.
-        let slot = unsafe { &self.stats.elem(cpu, self.ctl.nr_stats).cur };
-        let v = (slot.load(Ordering::Relaxed) as u64).saturating_add(amount);
-        if v < UPDATE_BATCH {
-            slot.store(v as i64, Ordering::Relaxed);
-        } else {
-            slot.store(0, Ordering::Relaxed);
-            self.fold_updates(v);
+    pub(crate) fn count_update(&self, old: i64, delta: i64) {
+        let crossed = (old.wrapping_add(delta) >> UPDATE_BATCH_SHIFT) - (old >> UPDATE_BATCH_SHIFT);
+        if crossed != 0 {
+            self.fold_updates(crossed.unsigned_abs().saturating_mul(UPDATE_BATCH));
         }
     }
 
@@ -317,7 +315,8 @@ impl Css {
 
 /// Units of |delta| a CPU accumulates before folding them into the shared
 /// pending-update counters (the kernel's `MEMCG_CHARGE_BATCH`).
-pub const UPDATE_BATCH: u64 = 64;
+pub const UPDATE_BATCH: u64 = 1 << UPDATE_BATCH_SHIFT;
+const UPDATE_BATCH_SHIFT: u32 = 6;
 
 /// Fold every css of `node`'s group that belongs to `domain`, for `cpu`.
 ///
@@ -343,9 +342,8 @@ pub(crate) unsafe fn fold_node(
             continue;
         }
         deltas.clear();
-        // SAFETY: live css, `cpu` in range, lock held for `prev`; the
-        // last slot is the pending-update counter, not a stat.
-        for s in unsafe { &css.stats.slot(cpu)[..css.ctl.nr_stats] } {
+        // SAFETY: live css, `cpu` in range, lock held for `prev`.
+        for s in unsafe { css.stats.slot(cpu) } {
             let cur = s.cur.load(Ordering::SeqCst);
             // SAFETY: `prev` is only touched under the domain lock, held.
             let prev = s
@@ -391,10 +389,10 @@ pub(crate) unsafe fn fold_node(
                 a.store(*v, Ordering::Release);
             }
         });
-        // SAFETY: slot `nr_stats` is the pending-update counter.
-        unsafe { css.stats.elem(cpu, css.ctl.nr_stats) }
-            .cur
-            .store(0, Ordering::Relaxed);
-        css.updates.store(0, Ordering::Relaxed);
+        // An RMW: it reads the latest count, so the reset lands after every
+        // fold this flush's threshold check saw. (With a plain store the loom
+        // model of this race found executions where the reset was ordered
+        // before such folds; the flush path is not hot, so we take the RMW.)
+        css.updates.swap(0, Ordering::Relaxed);
     }
 }

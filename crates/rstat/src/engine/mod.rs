@@ -145,8 +145,7 @@ impl EngineInner {
             let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| {
                 p.tables().css[ctl.id].load(Ordering::Relaxed).cast_const()
             });
-            // One slot per item, plus this CPU's pending-update counter.
-            let stats = arena.alloc::<StatSlot>(ctl.nr_stats + 1, |_, _| StatSlot::default())?;
+            let stats = arena.alloc::<StatSlot>(ctl.nr_stats, |_, _| StatSlot::default())?;
             // SAFETY: the node was installed above and lives with `g`.
             let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
             g.tables().css[ctl.id].store(Box::into_raw(css), Ordering::Release);
@@ -356,7 +355,7 @@ impl Rstat {
                 return bad(format!("stat item {it:?} is declared twice"));
             }
         }
-        if Arena::rounded_size::<StatSlot>(items.len() + 1) > crate::percpu::arena::UNIT_SIZE {
+        if Arena::rounded_size::<StatSlot>(items.len()) > crate::percpu::arena::UNIT_SIZE {
             return bad(format!(
                 "{} stat items do not fit one per-CPU unit; split them over several controllers",
                 items.len()

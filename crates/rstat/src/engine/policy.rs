@@ -9,19 +9,23 @@
 //! | policy | a read... | staleness bound (units of \|delta\|) |
 //! |---|---|---|
 //! | `Always` | flushes its subtree | 0 |
-//! | `Threshold` | flushes its subtree only if the group's pending-update counter exceeds 64 × nr_cpus | 64 × nr_cpus + 63 × nr_cpus × groups in the subtree, plus increments lost to migration races on a per-CPU counter |
+//! | `Threshold` | flushes its subtree only if the group's pending-update counter exceeds 64 × nr_cpus | 64 × nr_cpus + 63 × nr_cpus × groups in the subtree × stat items |
 //! | `UnifiedRoot` | flushes the root, or returns at once if a flush is running | unbounded between flushes (the periodic flusher bounds it in time, not units) |
 //! | `Coalesced` | tries the subtree flush without waiting for the lock; if taken, waits for the ongoing root flush (all waiters wake together); beyond nr_cpus waiters, returns at once | 0 when the trylock succeeds or it starts the root flush; when it waits, the updates made after that flush passed their CPU; unbounded beyond nr_cpus waiters |
 //!
-//! Where the `Threshold` bound comes from: a read skips the flush only if
-//! the group's shared counter is at most 64 × nr_cpus, and that counter holds
-//! every folded |delta| of the subtree since the group was last flushed.
-//! What it does not hold yet is each (group, CPU) counter's residue below
-//! the batch of 64, at most 63 per group in the subtree per CPU. The
-//! per-CPU counters are updated with a plain load and store (no second
-//! atomic RMW on the update path), so a thread migrating onto a slot mid
-//! update can lose the other's increment: that slack is not bounded by the
-//! design, and it only arises under migration.
+//! Where the `Threshold` bound comes from: the per-CPU pending-update
+//! counter is each stat slot itself; every time an update carries a slot
+//! across a multiple of 64, 64 units are folded into the group's and every
+//! ancestor's shared counter (see `Css::count_update`). A read skips the
+//! flush only if the group's shared counter is at most 64 × nr_cpus, which
+//! covers every boundary crossed in the subtree since the group was last
+//! flushed. Each (group, CPU, item) slot can also have moved by up to 63
+//! units without crossing one. So an unflushed read is off by at most
+//! 64 × nr_cpus + 63 × nr_cpus × groups × items units in total (and any one
+//! item by no more). Two races loosen it by a batch each: a boundary folded
+//! between a flusher's read of the slot and its reset of the group's
+//! counter, and a read racing an in-flight fold. Migration costs nothing:
+//! the boundary test uses the stat RMW's own result.
 //!
 //! The periodic flusher (default every 2 s, [`Builder::periodic_flush`])
 //! flushes every controller's root regardless of policy and thresholds.
@@ -73,16 +77,18 @@ impl FlushPolicy {
         }
     }
 
-    /// The documented staleness bound of a read, in units of |delta|, for
-    /// a subtree of `groups` groups on `nr_cpus` CPU slots, when no thread
-    /// migrates mid-update; `None` where the policy has no bound in units.
-    /// `Coalesced` reports its bound for reads that flush (0); reads that
-    /// wait or give up are not bounded in units.
-    pub fn staleness_bound(self, nr_cpus: usize, groups: usize) -> Option<u64> {
-        let (c, g) = (nr_cpus as u64, groups as u64);
+    /// The documented staleness bound of a read without concurrent
+    /// flushes, in units, for a subtree of `groups` groups with `items` stat
+    /// items on `nr_cpus` CPU slots; `None` where the policy has no bound in
+    /// units (`UnifiedRoot`; `Coalesced`, whose reads are exact when they
+    /// flush but unbounded when they wait or give up).
+    pub fn staleness_bound(self, nr_cpus: usize, groups: usize, items: usize) -> Option<u64> {
+        let (c, g, n) = (nr_cpus as u64, groups as u64, items as u64);
         match self {
             FlushPolicy::Always => Some(0),
-            FlushPolicy::Threshold => Some(UPDATE_BATCH * c + (UPDATE_BATCH - 1) * c * g),
+            FlushPolicy::Threshold => {
+                Some(UPDATE_BATCH * c + (UPDATE_BATCH - 1) * c * g.saturating_mul(n))
+            }
             FlushPolicy::UnifiedRoot | FlushPolicy::Coalesced => None,
         }
     }
