@@ -33,5 +33,6 @@ pub use controller::{Controller, FlushCtx, Totals};
 pub use engine::policy::FlushPolicy;
 pub use engine::{Builder, Rstat, CPU_STAT_NAMES, DEFAULT_PERIOD, MAX_CONTROLLERS};
 pub use error::{Error, Result};
+pub use group::ext::{Ext, GroupExt};
 pub use group::Group;
 pub use percpu::cpu::CpuIdSource;

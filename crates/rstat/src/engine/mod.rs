@@ -29,6 +29,7 @@ use crate::engine::backlog::{BacklogHead, PcpuLinks};
 use crate::engine::policy::{check_period, Coalescer, FlushPolicy};
 use crate::engine::tree::{Domain, FlushScratch, TreeNode};
 use crate::error::{Error, Result};
+use crate::group::ext::{ErasedExt, Ext, GroupExt, MAX_EXTS};
 use crate::group::{validate_name, Group, GroupInner};
 use crate::percpu::arena::{Arena, ArenaStats};
 use crate::percpu::cpu::{self, CpuIdSource};
@@ -48,6 +49,7 @@ pub const CPU_STAT_NAMES: [&str; 3] = ["usage_usec", "user_usec", "system_usec"]
 
 pub(crate) struct Topology {
     pub(crate) controllers: Vec<Arc<CtlEntry>>,
+    pub(crate) exts: Vec<Arc<dyn ErasedExt>>,
     /// Boxed so their addresses stay put while the vector grows (css and
     /// nodes point at them); never removed before the engine.
     #[allow(clippy::vec_box)]
@@ -88,6 +90,20 @@ impl EngineInner {
             root_flush_ongoing: AtomicBool::new(false),
             coalescer: Coalescer::default(),
         }))
+    }
+
+    /// Create `g`'s state of extension `id` (parent's first; caller holds
+    /// the topology lock).
+    pub(crate) fn attach_ext(&self, g: &GroupInner, id: usize, e: &dyn ErasedExt) {
+        if !g.tables().ext[id].load(Ordering::Relaxed).is_null() {
+            return;
+        }
+        let parent = g.parent.as_ref().map_or(core::ptr::null_mut(), |p| {
+            p.tables().ext[id].load(Ordering::Acquire)
+        });
+        // SAFETY: the parent's state is null (root) or live.
+        let s = unsafe { e.create_erased(parent) };
+        g.tables().ext[id].store(s, Ordering::Release);
     }
 
     /// Give `g` a node in every domain and a css for every controller (or
@@ -149,6 +165,12 @@ impl EngineInner {
             // SAFETY: the node was installed above and lives with `g`.
             let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
             g.tables().css[ctl.id].store(Box::into_raw(css), Ordering::Release);
+        }
+        drop(arena);
+        if only.is_none() {
+            for (id, e) in topo.exts.iter().enumerate() {
+                self.attach_ext(g, id, &**e);
+            }
         }
         Ok(())
     }
@@ -229,6 +251,7 @@ impl Builder {
             arena: Mutex::new(Arena::new(nr_cpus)),
             topo: Mutex::new(Topology {
                 controllers: Vec::new(),
+                exts: Vec::new(),
                 domains: Vec::new(),
             }),
         });
@@ -400,6 +423,34 @@ impl Rstat {
             engine: Arc::clone(&self.inner),
             ctl: entry,
         })
+    }
+
+    /// Register a group extension (per-group state with lifecycle hooks;
+    /// see [`GroupExt`]). Every live group gets its state, parents first.
+    /// Cost: topology lock, one `create` call per live group.
+    pub fn register_ext<E: GroupExt>(&self, ext: E) -> Result<Ext<E>> {
+        let name = ext.name().to_owned();
+        validate_name(&name).map_err(|e| Error::InvalidController {
+            name: name.clone(),
+            reason: e.to_string(),
+        })?;
+        let mut topo = sync::lock(&self.inner.topo);
+        if topo.exts.iter().any(|e| e.ext_name() == name) {
+            return Err(Error::ControllerExists { name });
+        }
+        let id = topo.exts.len();
+        if id >= MAX_EXTS {
+            return Err(Error::TooManyControllers { max: MAX_EXTS });
+        }
+        let imp = Arc::new(ext);
+        let erased: Arc<dyn ErasedExt> = imp.clone();
+        let mut queue = std::collections::VecDeque::from([Arc::clone(&self.root.0)]);
+        while let Some(g) = queue.pop_front() {
+            self.inner.attach_ext(&g, id, &*erased);
+            queue.extend(sync::lock(&g.children).values().cloned());
+        }
+        topo.exts.push(erased);
+        Ok(Ext::new(Arc::clone(&self.inner), id, imp))
     }
 
     /// Register a counter set: a controller of named counters with its own

@@ -13,6 +13,8 @@
 //! own mutex for lookups and iteration. Order: topology, then a parent's
 //! children, then a child's children, then domain locks, then the arena.
 
+pub mod ext;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ptr::NonNull;
@@ -23,6 +25,7 @@ use crate::engine::tree::{lock_domain, TreeNode};
 use crate::engine::{EngineInner, MAX_CONTROLLERS};
 use crate::error::{Error, Result};
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
+use ext::MAX_EXTS;
 
 /// Longest group name, in bytes (as a file name in cgroupfs).
 pub const MAX_NAME_LEN: usize = 255;
@@ -69,6 +72,9 @@ pub(crate) struct GroupTables {
     pub(crate) css: [AtomicPtr<Css>; MAX_CONTROLLERS],
     /// Per domain index; null until attached. Freed on final release.
     pub(crate) nodes: [AtomicPtr<TreeNode>; MAX_CONTROLLERS],
+    /// Per extension id: a boxed `GroupExt::State`; null until attached.
+    /// Released and freed on final release.
+    pub(crate) ext: [AtomicPtr<()>; MAX_EXTS],
 }
 
 // SAFETY: `tables` is owned (like a Box) and holds only atomics.
@@ -93,6 +99,7 @@ impl GroupInner {
             tables: NonNull::from(Box::leak(Box::new(GroupTables {
                 css: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
                 nodes: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
+                ext: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
             }))),
         }
     }
@@ -129,6 +136,7 @@ impl Drop for GroupInner {
         // SAFETY: the tables are live until freed at the end of this
         // function; flushes below reach them through the same raw pointer.
         let tables: &GroupTables = unsafe { &*self.tables.as_ptr() };
+        self.release_exts(tables);
         for slot in tables.nodes.iter() {
             let node = slot.load(Ordering::Acquire);
             if node.is_null() {
@@ -238,8 +246,14 @@ impl Group {
             Some(Arc::clone(&self.0)),
             name,
         ));
-        // On failure `child` drops here and frees what was attached.
-        engine.attach(&topo, &child, None)?;
+        if let Err(e) = engine.attach(&topo, &child, None) {
+            // Dropping `child` frees what was attached; its release takes
+            // the topology lock, so let go of it first.
+            drop(children);
+            drop(topo);
+            drop(child);
+            return Err(e);
+        }
         children.insert(name.into(), Arc::clone(&child));
         Ok(Group(child))
     }
@@ -316,12 +330,50 @@ impl Group {
             // SAFETY: lock held; node live.
             unsafe { domain.flush_locked(&mut scratch, node) };
         }
+        self.0.offline_exts();
         drop(unlinked); // not the last reference: `self` holds one
         Ok(())
     }
 }
 
 impl GroupInner {
+    /// Run every extension's `offline` hook (after removal).
+    fn offline_exts(&self) {
+        let exts = sync::lock(&self.engine.topo).exts.clone();
+        for (id, e) in exts.iter().enumerate() {
+            let s = self.tables().ext[id].load(Ordering::Acquire);
+            if s.is_null() {
+                continue;
+            }
+            let parent = self.parent.as_ref().map_or(core::ptr::null_mut(), |p| {
+                p.tables().ext[id].load(Ordering::Acquire)
+            });
+            // SAFETY: states live as long as their groups; the parent is
+            // alive (we hold it).
+            unsafe { e.offline_erased(s, parent) };
+        }
+    }
+
+    /// Final release of every extension's state: `release` hook, then drop.
+    fn release_exts(&self, tables: &GroupTables) {
+        let exts = sync::lock(&self.engine.topo).exts.clone();
+        for (id, e) in exts.iter().enumerate() {
+            let s = tables.ext[id].swap(core::ptr::null_mut(), Ordering::AcqRel);
+            if s.is_null() {
+                continue;
+            }
+            let parent = self.parent.as_ref().map_or(core::ptr::null_mut(), |p| {
+                p.tables().ext[id].load(Ordering::Acquire)
+            });
+            // SAFETY: `s` is this group's state, unreachable by anyone else
+            // now (no references remain); the parent is alive (we hold it).
+            unsafe {
+                e.release_erased(s, parent);
+                e.destroy_erased(s);
+            }
+        }
+    }
+
     /// Detach every descendant from the tree (used when the engine handle is
     /// dropped), breaking parent <-> child reference cycles. Handles held
     /// elsewhere stay readable as zombies.
@@ -335,6 +387,9 @@ impl GroupInner {
         }
         // Children before parents, so each drop finds its parent alive.
         for g in order.iter().rev() {
+            if g.parent.is_some() {
+                g.offline_exts();
+            }
             let taken = core::mem::take(&mut *sync::lock(&g.children));
             drop(taken);
         }

@@ -1,0 +1,141 @@
+//! Group extensions: per-group state that a subsystem attaches to every
+//! group, with the lifecycle hooks of the kernel's `cgroup_subsys`
+//! (`css_alloc` / `css_offline` / `css_released`).
+//!
+//! The memory controller uses this for each group's page counter, events
+//! and charge bookkeeping; stats still go through a [`Controller`] so they
+//! are flushed by rstat. An extension's state is created top-down (a child's
+//! after its parent's), told when the group goes offline, and released when
+//! the group's last reference is gone, before the group's stats are folded
+//! into its parent for the last time.
+//!
+//! [`Controller`]: crate::Controller
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::engine::EngineInner;
+use crate::error::{Error, Result};
+use crate::group::{Group, GroupInner};
+use crate::sync::Ordering;
+
+/// Most extensions one engine can hold.
+pub const MAX_EXTS: usize = if cfg!(rstat_loom) { 2 } else { 8 };
+
+/// A subsystem's per-group state and lifecycle.
+///
+/// The hooks run with the engine's topology lock held (create, offline) or
+/// during a group's final release; they must not create or remove groups
+/// or register anything, and must not panic.
+pub trait GroupExt: Send + Sync + 'static {
+    /// What each group carries.
+    type State: Send + Sync + 'static;
+
+    /// The extension's name, unique in its engine.
+    fn name(&self) -> &str;
+
+    /// Make a group's state; `parent` is the parent's (`None` at the root).
+    fn create(&self, parent: Option<&Self::State>) -> Self::State;
+
+    /// The group was removed (it is offline; handles may still use it).
+    fn offline(&self, _state: &Self::State, _parent: Option<&Self::State>) {}
+
+    /// The group's last reference is gone; after this the state is dropped.
+    fn release(&self, _state: &Self::State, _parent: Option<&Self::State>) {}
+}
+
+/// The type-erased form the engine stores.
+pub(crate) trait ErasedExt: Send + Sync {
+    fn ext_name(&self) -> &str;
+    /// # Safety
+    /// `parent` is null or a live state of this extension.
+    unsafe fn create_erased(&self, parent: *const ()) -> *mut ();
+    /// # Safety
+    /// `s` live; `parent` null or live; both of this extension.
+    unsafe fn offline_erased(&self, s: *const (), parent: *const ());
+    /// # Safety
+    /// As `offline_erased`.
+    unsafe fn release_erased(&self, s: *const (), parent: *const ());
+    /// # Safety
+    /// `s` came from `create_erased` and is not used afterwards.
+    unsafe fn destroy_erased(&self, s: *mut ());
+}
+
+impl<E: GroupExt> ErasedExt for E {
+    fn ext_name(&self) -> &str {
+        self.name()
+    }
+    unsafe fn create_erased(&self, parent: *const ()) -> *mut () {
+        // SAFETY: caller's guarantee.
+        let parent = unsafe { parent.cast::<E::State>().as_ref() };
+        Box::into_raw(Box::new(self.create(parent))).cast()
+    }
+    unsafe fn offline_erased(&self, s: *const (), parent: *const ()) {
+        // SAFETY: caller's guarantee.
+        unsafe { self.offline(&*s.cast::<E::State>(), parent.cast::<E::State>().as_ref()) }
+    }
+    unsafe fn release_erased(&self, s: *const (), parent: *const ()) {
+        // SAFETY: caller's guarantee.
+        unsafe { self.release(&*s.cast::<E::State>(), parent.cast::<E::State>().as_ref()) }
+    }
+    unsafe fn destroy_erased(&self, s: *mut ()) {
+        // SAFETY: caller's guarantee: `s` is a Box<E::State> from create.
+        drop(unsafe { Box::from_raw(s.cast::<E::State>()) });
+    }
+}
+
+/// A registered extension: look up any group's state.
+pub struct Ext<E: GroupExt> {
+    pub(crate) engine: Arc<EngineInner>,
+    pub(crate) id: usize,
+    pub(crate) imp: Arc<E>,
+    _e: PhantomData<fn() -> E>,
+}
+
+impl<E: GroupExt> Clone for Ext<E> {
+    fn clone(&self) -> Self {
+        Ext {
+            engine: Arc::clone(&self.engine),
+            id: self.id,
+            imp: Arc::clone(&self.imp),
+            _e: PhantomData,
+        }
+    }
+}
+
+impl<E: GroupExt> Ext<E> {
+    pub(crate) fn new(engine: Arc<EngineInner>, id: usize, imp: Arc<E>) -> Self {
+        Ext {
+            engine,
+            id,
+            imp,
+            _e: PhantomData,
+        }
+    }
+
+    /// The extension itself.
+    pub fn ext(&self) -> &E {
+        &self.imp
+    }
+
+    /// `group`'s state. A group removed before the extension was registered
+    /// has none: its nearest ancestor's is returned. Cost: a few loads.
+    pub fn get<'g>(&self, group: &'g Group) -> Result<&'g E::State> {
+        if !Arc::ptr_eq(&group.0.engine, &self.engine) {
+            return Err(Error::ForeignGroup);
+        }
+        let mut g: &'g GroupInner = &group.0;
+        loop {
+            let s = g.tables().ext[self.id].load(Ordering::Acquire);
+            if !s.is_null() {
+                // SAFETY: states live as long as their group, which `group`
+                // (or a descendant of it) keeps alive for 'g.
+                return Ok(unsafe { &*s.cast::<E::State>() });
+            }
+            match g.parent.as_deref() {
+                Some(p) => g = p,
+                None => unreachable!("the root has every registered extension's state"),
+            }
+        }
+    }
+}
