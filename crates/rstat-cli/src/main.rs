@@ -57,6 +57,9 @@ enum Cmd {
         /// read-latency: seconds per policy.
         #[arg(long, default_value_t = 3.0, value_parser = parse_secs)]
         seconds: f64,
+        /// read-latency: also write the latency plot (SVG) to this file.
+        #[arg(long)]
+        plot: Option<std::path::PathBuf>,
     },
 }
 
@@ -152,6 +155,7 @@ fn main() -> ExitCode {
             readers,
             period_ms,
             seconds,
+            plot,
         } => match name {
             BenchName::Update => {
                 let mut cfg = rstat_lab::update_bench::Config::default();
@@ -207,11 +211,14 @@ fn main() -> ExitCode {
                     cfg.duration = Duration::from_millis(200);
                     cfg.readers = cfg.readers.min(8);
                 }
-                emit(
-                    json,
-                    &rstat_lab::read_latency::run(&cfg),
-                    rstat_lab::read_latency::table,
-                )
+                let report = rstat_lab::read_latency::run(&cfg);
+                if let Some(path) = plot {
+                    if let Err(e) = std::fs::write(&path, rstat_lab::read_latency::svg(&report)) {
+                        eprintln!("error: writing the plot to {}: {e}", path.display());
+                        return ExitCode::FAILURE;
+                    }
+                }
+                emit(json, &report, rstat_lab::read_latency::table)
             }
             BenchName::Accuracy => {
                 let mut cfg = rstat_lab::accuracy::Config::default();

@@ -357,3 +357,80 @@ pub fn table(r: &Report) -> String {
     }
     s
 }
+
+/// A stacked bar chart of the latency buckets per policy, as SVG, with p50
+/// and p99 beside each bar (for BENCHMARKS.md).
+pub fn svg(r: &Report) -> String {
+    const COLORS: [(&str, &str); 5] = [
+        ("&lt; 100 µs", "#2b8a3e"),
+        ("100 µs – 1 ms", "#94d82d"),
+        ("1 – 10 ms", "#fcc419"),
+        ("10 – 100 ms", "#f76707"),
+        ("≥ 100 ms", "#c92a2a"),
+    ];
+    let (left, bar_w, bar_h, gap, top) = (120.0, 520.0, 26.0, 14.0, 58.0);
+    let height = top + r.policies.len() as f64 * (bar_h + gap) + 70.0;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1000\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"13\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">read latency by flush policy: {} groups, {} writers, {} readers every {} ms</text>\n\
+         <text x=\"10\" y=\"42\" fill=\"#555\">{}</text>\n",
+        r.groups,
+        r.writers,
+        r.readers,
+        r.period_ms,
+        xml_escape(&r.machine.line())
+    );
+    for (i, p) in r.policies.iter().enumerate() {
+        let y = top + i as f64 * (bar_h + gap);
+        s += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
+            left - 8.0,
+            y + bar_h * 0.68,
+            p.name
+        );
+        let parts = [
+            p.pct_lt_100us,
+            p.pct_100us_1ms,
+            p.pct_1ms_10ms,
+            p.pct_10ms_100ms,
+            p.pct_ge_100ms,
+        ];
+        let mut x = left;
+        for (pct, (_, color)) in parts.iter().zip(COLORS) {
+            let w = bar_w * pct / 100.0;
+            if w > 0.0 {
+                s += &format!(
+                    "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{bar_h}\" fill=\"{color}\"/>\n"
+                );
+            }
+            x += w;
+        }
+        s += &format!(
+            "<text x=\"{}\" y=\"{}\">p50 {:.0} µs, p99 {:.0} µs, max err {}</text>\n",
+            left + bar_w + 8.0,
+            y + bar_h * 0.68,
+            p.p50_us,
+            p.p99_us,
+            p.max_error_units
+        );
+    }
+    let ly = height - 30.0;
+    for (i, (label, color)) in COLORS.iter().enumerate() {
+        let x = left + i as f64 * 130.0;
+        s += &format!(
+            "<rect x=\"{x}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"{color}\"/><text x=\"{}\" y=\"{}\">{label}</text>\n",
+            ly - 11.0,
+            x + 19.0,
+            ly
+        );
+    }
+    s += "</svg>\n";
+    s
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
