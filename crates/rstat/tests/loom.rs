@@ -173,12 +173,10 @@ fn threshold_fold_vs_reader() {
             c.pending_updates(rs.root()).unwrap(),
         );
         assert!(pg <= 256 && pg % 64 == 0, "pending {pg}");
-        // No read flushed the root: it holds all four crossings.
-        assert_eq!(
-            pr,
-            4 * 64,
-            "every crossing reaches every ancestor, exactly once"
-        );
+        // No read flushed the root. It took crossings until it was due for
+        // a flush (more than 128 units), then skipped the rest, except those
+        // whose check raced: three or four crossings.
+        assert!(pr == 192 || pr == 256, "root pending {pr}");
         assert_eq!(c.read_exact(&g).unwrap().hierarchical()[0], 300);
         // A flush resets the counter; a crossing folded after the flush had
         // already read its slot can survive it (one per writer at most):

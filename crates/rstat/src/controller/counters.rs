@@ -190,7 +190,7 @@ impl ControllerHandle {
         let totals = match self.flush_policy() {
             FlushPolicy::Always => Self::read_flushed(domain, css),
             FlushPolicy::Threshold => {
-                if css.needs_flush(nr_cpus) {
+                if css.needs_flush() {
                     Self::read_flushed(domain, css)
                 } else {
                     css.totals_published()

@@ -182,10 +182,16 @@ pub(crate) struct Css {
     /// local (`Acquire`) first, then hierarchical, so a lock-free reader
     /// never sees `local > hierarchical` where counts only grow.
     pub(crate) published: Box<[AtomicI64]>,
-    /// Pending-update counter (the `Threshold` policy, kernel v6.8): sum of
-    /// |delta| folded up from this group's and its descendants' per-CPU
-    /// counters since this group was last flushed. Reset by the flush.
+    /// Pending-update counter (the `Threshold` policy, kernel v6.8): units
+    /// folded up from this group's and its descendants' per-CPU slots (64
+    /// per batch boundary crossed) since this group was last flushed. Reset
+    /// by the flush. Not padded to its own line: once a group is due for a
+    /// flush, updates only read it (see `fold_updates`), so it is written a
+    /// few times per flush interval, and padding would cost every group
+    /// ~700 bytes.
     pub(crate) updates: AtomicU64,
+    /// 64 × nr_cpus: `updates` beyond this makes a `Threshold` read flush.
+    pub(crate) flush_threshold: u64,
 }
 
 // SAFETY: pointers are immutable after construction and kept alive by the
@@ -203,7 +209,7 @@ impl Css {
     ) -> Self {
         let n = ctl.nr_stats;
         // SAFETY: a node's domain outlives it.
-        let backlog = unsafe { (*node.domain).backlog };
+        let (backlog, nr_cpus) = unsafe { ((*node.domain).backlog, (*node.domain).nr_cpus) };
         Css {
             ctl,
             parent,
@@ -214,6 +220,7 @@ impl Css {
             totals: UnsafeCell::new(Totals::zeroed(n)),
             published: (0..2 * n).map(|_| AtomicI64::new(0)).collect(),
             updates: AtomicU64::new(0),
+            flush_threshold: UPDATE_BATCH * nr_cpus as u64,
         }
     }
 
@@ -225,14 +232,16 @@ impl Css {
     /// The css is live, `cpu < nr_cpus`, `item < nr_stats`.
     #[inline(always)]
     pub(crate) unsafe fn update(&self, cpu: usize, item: usize, delta: i64) {
-        // SAFETY: caller's guarantees.
+        // SAFETY: caller's guarantees; a css's node links and its domain's
+        // backlog outlive the css.
         unsafe {
-            let old = self
-                .stats
-                .elem(cpu, item)
-                .cur
-                .fetch_add(delta, Ordering::SeqCst);
-            self.mark(cpu);
+            // Addresses first: loads issued after a locked RMW wait for it,
+            // so only the on-list load itself should come after.
+            let slot = self.stats.elem(cpu, item);
+            let links = self.links.elem(cpu, 0);
+            let head = self.backlog.raw(cpu);
+            let old = slot.cur.fetch_add(delta, Ordering::SeqCst);
+            backlog::mark_updated(links, head);
             self.count_update(old, delta);
         }
     }
@@ -264,14 +273,20 @@ impl Css {
         let mut css: *const Css = self;
         // SAFETY: a css keeps its ancestors' alive (through the groups).
         while let Some(c) = unsafe { css.as_ref() } {
-            c.updates.fetch_add(v, Ordering::Relaxed);
+            // A group already due for a flush gains nothing from a bigger
+            // count; skipping the RMW keeps busy CPUs off the shared line
+            // (kernel v6.8 does the same).
+            if !c.needs_flush() {
+                c.updates.fetch_add(v, Ordering::Relaxed);
+            }
             css = c.parent;
         }
     }
 
-    /// Whether the `Threshold` policy wants a flush before reading.
-    pub(crate) fn needs_flush(&self, nr_cpus: usize) -> bool {
-        self.updates.load(Ordering::Relaxed) > UPDATE_BATCH * nr_cpus as u64
+    /// Whether the `Threshold` policy wants a flush before reading: more
+    /// than 64 × nr_cpus units pending.
+    pub(crate) fn needs_flush(&self) -> bool {
+        self.updates.load(Ordering::Relaxed) > self.flush_threshold
     }
 
     /// Copy the published totals, without the lock.
