@@ -77,6 +77,8 @@ enum BenchName {
     ReadLatency,
     /// Seed 003: rstat's exact reads vs write-side batching error.
     Accuracy,
+    /// Seed 001: percpu_ref vs a shared atomic refcount, copy sizes 0-512.
+    PercpuRef,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -229,6 +231,17 @@ fn main() -> ExitCode {
                     json,
                     &rstat_lab::accuracy::run(&cfg),
                     rstat_lab::accuracy::table,
+                )
+            }
+            BenchName::PercpuRef => {
+                let mut cfg = rstat_lab::percpu_ref_bench::Config::default();
+                if quick {
+                    cfg.seconds_per_case = 0.02;
+                }
+                emit(
+                    json,
+                    &rstat_lab::percpu_ref_bench::run(&cfg),
+                    rstat_lab::percpu_ref_bench::table,
                 )
             }
             BenchName::PageCounter => {

@@ -7,8 +7,8 @@
 //!
 //! # Sequentially consistent pairs
 //!
-//! Two protocols here (the updated-list claim and the percpu_ref mode
-//! switch) are store-buffering pairs: each side writes one location and then
+//! Some protocols here (the updated-list claim, page_counter's `set_max`
+//! against `try_charge`) are store-buffering pairs: each side writes one location and then
 //! reads the other, and at least one side must see the other's write. We
 //! write both sides with `SeqCst` accesses, which the C++20 model (and thus
 //! Rust's) guarantees is enough, and which costs nothing extra on x86-64 (a

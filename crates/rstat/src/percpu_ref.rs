@@ -1,1 +1,0 @@
-//! Per-CPU reference counts (seed 001). Being written.

@@ -1,0 +1,639 @@
+//! Per-CPU reference counts (seed 001): the kernel's `percpu_ref`, in
+//! userspace.
+//!
+//! A [`PercpuRef`] counts references to something that is pinned far more
+//! often than it dies (in rstat, a group). While it is live the count is
+//! spread over per-CPU *slots*: a `get` or `put` is one uncontended atomic add
+//! on this CPU's slot; no shared cache line is written, and nobody can tell
+//! whether the total is zero. [`kill`](PercpuRef::kill) marks it dying,
+//! *folds* the slots into one shared atomic count and drops the initial
+//! reference. From then on it is an ordinary atomic refcount, and the put that
+//! takes it to zero runs the release callback, once.
+//!
+//! ```
+//! use rstat::percpu_ref::PercpuRef;
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//! use std::sync::Arc;
+//!
+//! let freed = Arc::new(AtomicBool::new(false));
+//! let f = Arc::clone(&freed);
+//! let r = PercpuRef::new(move || f.store(true, Ordering::Relaxed));
+//!
+//! assert!(r.tryget_live()); // a lookup pins the object
+//! r.kill()?; // removal: new lookups fail from now on
+//! assert!(!r.tryget_live());
+//! assert!(!freed.load(Ordering::Relaxed)); // the lookup still holds it
+//! r.put()?; // the last reference goes: release runs here
+//! assert!(freed.load(Ordering::Relaxed) && r.is_zero());
+//! # Ok::<(), rstat::percpu_ref::PercpuRefError>(())
+//! ```
+//!
+//! # Modes and life cycle
+//!
+//! - **percpu mode** (the default after [`PercpuRef::new`]): gets and puts
+//!   touch only this CPU's slot; a put never releases, because the shared
+//!   count carries a large bias that keeps it away from zero.
+//! - **atomic mode**: every operation is a compare-and-swap on the shared
+//!   count; the put that reaches zero runs the release callback. `kill`
+//!   enters it; [`switch_to_atomic`](PercpuRef::switch_to_atomic) enters it
+//!   without killing and makes it sticky across kill/reinit cycles until
+//!   [`switch_to_percpu`](PercpuRef::switch_to_percpu).
+//! - **dying** (after `kill`): [`tryget_live`](PercpuRef::tryget_live) fails;
+//!   [`tryget`](PercpuRef::tryget) and `get` still work while references
+//!   remain. [`resurrect`](PercpuRef::resurrect) undoes the kill.
+//! - **released** (count zero): every get fails; [`reinit`](PercpuRef::reinit)
+//!   starts a new cycle with one reference.
+//!
+//! As in the kernel, a ref in atomic mode releases whenever its count reaches
+//! zero, killed or not; in percpu mode it cannot reach zero. Also as in the
+//! kernel, if the release callback frees what the ref guards, it must not
+//! race a `resurrect`/`reinit` of the same ref (the old cycle's callback may
+//! still be running when the new cycle begins).
+//!
+//! # Confirmation without RCU
+//!
+//! The kernel switches asynchronously: it marks the ref atomic, waits an RCU
+//! grace period so that every CPU that read "percpu mode" is done with its
+//! slot, sums the slots and then calls the confirmation callback. Userspace
+//! has no grace period that covers a preempted thread, so here the slots
+//! carry the mode themselves (see [Synchronization](#synchronization)): a
+//! slot is *frozen* by one atomic read-modify-write that also reads its final
+//! value, and an operation that lands on a frozen slot moves to the shared
+//! count. The switch is therefore complete the moment the last slot is
+//! frozen. [`switch_to_atomic`](PercpuRef::switch_to_atomic) and
+//! [`kill_and_confirm`](PercpuRef::kill_and_confirm) fold synchronously and
+//! run `confirm` on the calling thread before they return, without the ref's
+//! lock held (so `confirm` may use the ref). When `confirm` runs:
+//!
+//! - every slot is frozen and folded: no operation can still count on a slot;
+//! - after a kill, a `tryget_live` that starts after `confirm` (happens-after
+//!   it) fails, and every `tryget_live` that succeeded took effect before
+//!   `confirm`: its slot add preceded that slot's freeze, or its count update
+//!   preceded the dying bit.
+//!
+//! # Costs
+//!
+//! | operation | percpu mode | atomic mode |
+//! |---|---|---|
+//! | `get`, `put`, `tryget`, `tryget_live` | read the CPU id, one uncontended atomic add on this CPU's slot; no lock, no allocation, no shared line written | the same add (it finds the slot frozen), then a CAS loop on the shared count |
+//! | `kill`, `switch_to_atomic` | the ref's lock + one RMW per CPU + one CAS | the lock |
+//! | `switch_to_percpu`, `resurrect`, `reinit` | the lock | the lock + one RMW per CPU |
+//!
+//! Memory: the slots are padded to 128 bytes each (`nr_cpus × 128` bytes), or
+//! 16 bytes per CPU in the caller's per-CPU arena
+//! ([`with_arena_slots`](PercpuRef::with_arena_slots)).
+//!
+//! # Synchronization
+//!
+//! Shared state:
+//!
+//! - `slots[c]`: references taken minus dropped on CPU `c` since its last
+//!   reset, times two, wrapping; bit 0 is `FROZEN`. A CPU's count can be
+//!   negative (a reference taken on one CPU and dropped on another); only
+//!   the sum means anything. Every write to a slot after construction is a
+//!   read-modify-write.
+//! - `count`: bit 63 is `DEAD`; the rest is the value. In percpu mode the
+//!   value is `BIAS` (2^61) plus the initial reference plus whatever was
+//!   counted here rather than on a slot; in atomic mode it is the count.
+//!   Every write to it after construction is a read-modify-write.
+//! - `percpu_hint`: a copy of the mode for [`is_percpu`](PercpuRef::is_percpu)
+//!   and `Debug`. Relaxed, a snapshot; the fast paths do not read it (the
+//!   slot's own `FROZEN` bit is their mode check, one load fewer on the hot
+//!   path).
+//! - `ctl`: a mutex serialising kill, the switches, resurrect and reinit. Only
+//!   its holder freezes or resets slots, adds or removes `BIAS`, or changes
+//!   `DEAD`.
+//!
+//! **The argument.** The mode check and the count change are one atomic
+//! read-modify-write on the slot. A fast-path operation adds to its slot and
+//! looks at the `FROZEN` bit of the value it replaced. The switch freezes each
+//! slot with `fetch_or(FROZEN)`, which returns the slot's value at that point
+//! of its modification order. So each operation on slot `c` is either before
+//! the freeze (the freezer read a value that includes it: it is folded,
+//! once) or after it (it saw `FROZEN`, its change to the frozen slot is
+//! ignored forever, and it is redone on `count`). Both sides decide on the
+//! same location, so there is no store-buffering pair, no fence and no
+//! `SeqCst`: coherence of that one location is the whole proof. A thread
+//! preempted between reading its CPU id and touching the slot is harmless:
+//! its RMW lands before or after the freeze like any other.
+//!
+//! The fold sums the frozen values, then adds `sum - BIAS` to `count` in one
+//! CAS. Until then `BIAS` keeps `count` far from zero, whatever mix of slot
+//! and `count` operations runs meanwhile, so no put can release mid-switch.
+//! Returning to percpu mode adds `BIAS` first and only then resets the slots
+//! to zero with `swap(0)` (clearing `FROZEN`); an operation that raced with
+//! a reset saw either the frozen slot (and went to `count`) or the reset one.
+//! The reset is a swap rather than a store so that each slot's history is a
+//! single chain of read-modify-writes (which is also what lets loom, whose
+//! modification order for plain stores racing RMWs is partial, check it).
+//!
+//! Orderings, each non-Relaxed access and what it pairs with. "(loom)" marks
+//! the orderings whose weakening makes a loom model in `loom_tests` fail
+//! (checked by mutation); the others are argued here.
+//!
+//! - fast `get`/`tryget`/`tryget_live` slot `fetch_add`: **Acquire**, pairing
+//!   with the freeze's Release (an operation that finds its slot frozen sees
+//!   the `DEAD` bit the killer set before freezing) and with the reset's
+//!   Release (a reference counted on a freshly reset slot sees `BIAS`
+//!   already in `count`: if it is later put on a CPU whose slot is still
+//!   frozen, that put goes to `count` and must not find the pre-`BIAS`
+//!   value there, or it could take `count` to zero while the initial
+//!   reference is held). Without it, the put's CAS on `count` could be
+//!   ordered before the switcher's `BIAS` CAS even though the get saw the
+//!   later reset, a reordering of two independent RMWs that Arm allows and
+//!   that loom, which executes RMWs in a single order, cannot show.
+//! - fast `put` slot `fetch_sub`: **Release** (loom), pairing with the
+//!   freeze's Acquire: what a holder did before dropping its reference
+//!   happens before the fold, and so before the release callback. A put
+//!   needs no Acquire: it decides nothing from others' writes, except on
+//!   `count`, whose CAS is AcqRel.
+//! - freeze `fetch_or(FROZEN)`: **AcqRel**, the other side of both pairs
+//!   above (Acquire: loom).
+//! - reset `swap(0)`: **Release**, pairing with the fast get's Acquire. No
+//!   Acquire: the frozen value it discards is meaningless.
+//! - every CAS on `count`: **AcqRel** (failure Relaxed: the value it reads
+//!   only feeds the next attempt or a refusal, see the last item). Every
+//!   write to `count` is a read-modify-write, so they form one release
+//!   sequence: the CAS that takes the value to zero (Acquire: loom) acquires
+//!   every earlier put on `count`, and the fold's CAS (Release: loom), which
+//!   itself acquired every put counted on a slot. That thread then runs the
+//!   release callback. The Acquire on the other CASes is not needed by the
+//!   counting; it is kept so that a thread that passed through `count` sees
+//!   the switch state that produced the value it read, and because the slow
+//!   path is a contended CAS whose cost is the cache line, not the ordering.
+//! - `kill`'s `fetch_or(DEAD)`: Relaxed. Fast paths learn of it through the
+//!   freezes that follow it (Release, above); operations on `count` learn of
+//!   it through `count`'s modification order, because a successful CAS
+//!   reads the latest value.
+//! - `is_zero`'s load: **Acquire**, pairing with the zeroing CAS, so a caller
+//!   that sees zero also sees what the holders did before their puts.
+//! - The first load of each CAS loop, loads of `count` under `ctl`,
+//!   `is_dying` and `percpu_hint`: Relaxed. A CAS loop's first load may be
+//!   stale: a refusal decided from it (zero, dying, underflow) is a refusal
+//!   at a point where that value was current, which is all a concurrent
+//!   caller can ask, and a CAS from a stale value fails and retries. `DEAD`
+//!   and the mode change only under `ctl`, whose lock orders them for its
+//!   holders; for anyone else the answer is a snapshot.
+
+mod error;
+mod slots;
+mod switch;
+
+#[cfg(all(test, rstat_loom))]
+mod loom_tests;
+#[cfg(all(test, not(rstat_loom)))]
+mod tests;
+
+use core::fmt;
+
+pub use error::PercpuRefError;
+pub use slots::{PercpuRefSlot, MAX_SLOTS};
+
+use crate::percpu::arena::PcpuPtr;
+use crate::percpu::cpu;
+use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::sync::{AtomicBool, AtomicU64, Mutex};
+use slots::{Padded, Slots};
+
+/// Slot bit 0: this slot has been folded into `count`; operations that find
+/// it set go to `count` instead.
+const FROZEN: u64 = 1;
+/// One reference in a slot (bit 0 is `FROZEN`).
+const ONE: u64 = 2;
+/// `count` bit 63: killed.
+const DEAD: u64 = 1 << 63;
+/// `count` bits 0..=62: the value.
+const VALUE: u64 = DEAD - 1;
+/// Added to `count` in percpu mode so it cannot reach zero before the slots
+/// are folded.
+const BIAS: u64 = 1 << 61;
+/// The largest value `count` may take; above it operations report
+/// [`PercpuRefError::Overflow`]. Leaves `BIAS` of headroom below 2^63.
+pub const VALUE_LIMIT: u64 = 1 << 62;
+/// The most references one `get_many`/`put_many` call may move.
+pub const MAX_MANY: usize = 1 << 40;
+
+/// The release callback's type.
+pub type ReleaseFn = Box<dyn Fn() + Send + Sync + 'static>;
+
+/// How a [`PercpuRef`] starts (the kernel's `PERCPU_REF_INIT_*` flags).
+/// Combine with `|`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct InitFlags(u8);
+
+impl InitFlags {
+    /// Percpu mode, one (initial) reference, not reinitialisable.
+    pub const PERCPU: InitFlags = InitFlags(0);
+    /// Start in atomic mode and stay there until
+    /// [`switch_to_percpu`](PercpuRef::switch_to_percpu). Implies
+    /// `ALLOW_REINIT`.
+    pub const ATOMIC: InitFlags = InitFlags(1);
+    /// Start dying with a count of zero (no initial reference, release not
+    /// run); bring it to life with [`reinit`](PercpuRef::reinit). Implies
+    /// atomic mode until then, and `ALLOW_REINIT`.
+    pub const DEAD: InitFlags = InitFlags(2);
+    /// Allow returning to percpu mode and new life cycles
+    /// ([`switch_to_percpu`](PercpuRef::switch_to_percpu),
+    /// [`resurrect`](PercpuRef::resurrect), [`reinit`](PercpuRef::reinit)).
+    pub const ALLOW_REINIT: InitFlags = InitFlags(4);
+
+    /// Whether every flag in `other` is set in `self`.
+    pub const fn contains(self, other: InitFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for InitFlags {
+    type Output = InitFlags;
+    fn bitor(self, rhs: InitFlags) -> InitFlags {
+        InitFlags(self.0 | rhs.0)
+    }
+}
+
+/// State changed only under the ref's lock.
+///
+/// Invariant: `force_atomic` or dying implies `!percpu` (kill and
+/// `switch_to_atomic` fold before they unlock).
+#[derive(Debug)]
+struct Ctl {
+    /// Slots are live (unfrozen) and `count` carries `BIAS`.
+    percpu: bool,
+    /// `switch_to_atomic` (or `InitFlags::ATOMIC`) asked for atomic mode.
+    force_atomic: bool,
+    /// Percpu mode may be re-entered.
+    allow_reinit: bool,
+}
+
+/// What folding the slots found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fold {
+    /// Nothing folded, or the folded count is positive.
+    Live,
+    /// The folded count is exactly zero: the caller runs release.
+    Zero,
+    /// The folded count was negative (more puts than gets); it was set to
+    /// zero and the caller runs release.
+    Underflow,
+    /// The folded count exceeded `VALUE_LIMIT` and was clamped to it.
+    Overflow,
+}
+
+/// A per-CPU reference count with the kernel's `percpu_ref` semantics. See
+/// the [module documentation](self).
+///
+/// Share it by reference (`&PercpuRef` is `Send`, so scoped threads work) or
+/// in an `Arc`.
+pub struct PercpuRef {
+    /// `Ctl::percpu`, readable without the lock.
+    percpu_hint: AtomicBool,
+    slots: Slots,
+    /// On its own cache line: contended only in atomic mode.
+    count: Padded<AtomicU64>,
+    ctl: Mutex<Ctl>,
+    release: ReleaseFn,
+}
+
+impl PercpuRef {
+    /// A live ref in percpu mode with one (initial) reference and a slot per
+    /// possible CPU. `release` runs when the count reaches zero after a
+    /// [`kill`](Self::kill). Cost: one allocation of `nr_cpus × 128` bytes.
+    pub fn new(release: impl Fn() + Send + Sync + 'static) -> Self {
+        Self::with_flags(InitFlags::PERCPU, release)
+    }
+
+    /// As [`new`](Self::new), starting as `flags` says.
+    pub fn with_flags(flags: InitFlags, release: impl Fn() + Send + Sync + 'static) -> Self {
+        Self::with_nr_cpus(cpu::possible_cpus(), flags, release)
+    }
+
+    /// As [`with_flags`](Self::with_flags) with `nr_cpus` slots (clamped to
+    /// `1..=MAX_SLOTS`; CPU ids beyond are folded in). Cost: one allocation
+    /// of `nr_cpus × 128` bytes.
+    pub fn with_nr_cpus(
+        nr_cpus: usize,
+        flags: InitFlags,
+        release: impl Fn() + Send + Sync + 'static,
+    ) -> Self {
+        Self::build(Slots::owned(nr_cpus), flags, Box::new(release))
+    }
+
+    /// As [`with_nr_cpus`](Self::with_nr_cpus), with the slots in the
+    /// caller's per-CPU arena rather than a private padded array: allocate
+    /// them with `arena.alloc::<PercpuRefSlot>(1, |_, _| PercpuRefSlot::new())`
+    /// and free them after this ref is dropped. Cost: no allocation.
+    ///
+    /// # Safety
+    /// `slots` must have `len() >= 1`, come from an arena with at least
+    /// `nr_cpus.max(1)` units, stay allocated (and its arena alive) until
+    /// this `PercpuRef` is dropped, and not be used by anything else
+    /// meanwhile.
+    pub unsafe fn with_arena_slots(
+        slots: PcpuPtr<PercpuRefSlot>,
+        nr_cpus: usize,
+        flags: InitFlags,
+        release: impl Fn() + Send + Sync + 'static,
+    ) -> Self {
+        // SAFETY: forwarded from this function's contract.
+        let slots = unsafe { Slots::arena(slots, nr_cpus) };
+        Self::build(slots, flags, Box::new(release))
+    }
+
+    fn build(slots: Slots, flags: InitFlags, release: ReleaseFn) -> Self {
+        let dead = flags.contains(InitFlags::DEAD);
+        let atomic = dead || flags.contains(InitFlags::ATOMIC);
+        // Relaxed: the ref is not shared yet; whatever shares it (a spawn, an
+        // Arc sent through a channel) orders these stores before any use.
+        for c in 0..slots.nr() {
+            slots
+                .slot(c)
+                .store(if atomic { FROZEN } else { 0 }, Relaxed);
+        }
+        let mut word = if atomic { 0 } else { BIAS };
+        if dead {
+            word |= DEAD;
+        } else {
+            word += 1;
+        }
+        PercpuRef {
+            percpu_hint: AtomicBool::new(!atomic),
+            slots,
+            count: Padded(AtomicU64::new(word)),
+            ctl: Mutex::new(Ctl {
+                percpu: !atomic,
+                force_atomic: flags.contains(InitFlags::ATOMIC),
+                allow_reinit: atomic || flags.contains(InitFlags::ALLOW_REINIT),
+            }),
+            release,
+        }
+    }
+
+    /// The number of per-CPU slots.
+    pub fn nr_cpus(&self) -> usize {
+        self.slots.nr()
+    }
+
+    // ---------------------------------------------------------------- gets
+
+    /// Take a reference; the caller must already hold one (use
+    /// [`tryget`](Self::tryget) otherwise).
+    ///
+    /// Cost: percpu mode, one uncontended atomic add on this CPU's slot (no
+    /// lock, no allocation, no shared line written); atomic mode, that add
+    /// (which finds the slot frozen) and a CAS loop on the shared count.
+    ///
+    /// # Errors
+    /// [`Released`](PercpuRefError::Released) if the count already reached
+    /// zero (the caller held no reference), [`Overflow`](PercpuRefError::Overflow)
+    /// at 2^62 references. The count is unchanged.
+    #[inline]
+    pub fn get(&self) -> Result<(), PercpuRefError> {
+        self.get_with(cpu::current, 1)
+    }
+
+    /// Take `n` references at once; as [`get`](Self::get), same cost.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get), and [`TooMany`](PercpuRefError::TooMany) if
+    /// `n > MAX_MANY`.
+    #[inline]
+    pub fn get_many(&self, n: usize) -> Result<(), PercpuRefError> {
+        self.get_with(cpu::current, many(n)?)
+    }
+
+    /// Take a reference unless the count is zero. Unlike
+    /// [`tryget_live`](Self::tryget_live) this succeeds on a dying ref that
+    /// still has references. Cost: as [`get`](Self::get).
+    #[inline]
+    pub fn tryget(&self) -> bool {
+        self.get_with(cpu::current, 1).is_ok()
+    }
+
+    /// Take a reference unless the ref is dying or released: the lookup
+    /// primitive. Fails for every call that starts after a kill's
+    /// confirmation (see the [module docs](self#confirmation-without-rcu)).
+    /// Cost: as [`get`](Self::get); on a dying ref, the slot add and one
+    /// load of the shared count.
+    #[inline]
+    pub fn tryget_live(&self) -> bool {
+        self.tryget_live_with(cpu::current)
+    }
+
+    /// [`get`](Self::get) counted on `cpu`'s slot (folded into range), for
+    /// loom models and tests that pick the CPU.
+    #[doc(hidden)]
+    #[inline]
+    pub fn get_on(&self, cpu: usize) -> Result<(), PercpuRefError> {
+        self.get_with(|| cpu, 1)
+    }
+
+    /// [`get_many`](Self::get_many) on `cpu`'s slot.
+    #[doc(hidden)]
+    #[inline]
+    pub fn get_many_on(&self, cpu: usize, n: usize) -> Result<(), PercpuRefError> {
+        self.get_with(|| cpu, many(n)?)
+    }
+
+    /// [`tryget`](Self::tryget) on `cpu`'s slot.
+    #[doc(hidden)]
+    #[inline]
+    pub fn tryget_on(&self, cpu: usize) -> bool {
+        self.get_with(|| cpu, 1).is_ok()
+    }
+
+    /// [`tryget_live`](Self::tryget_live) on `cpu`'s slot.
+    #[doc(hidden)]
+    #[inline]
+    pub fn tryget_live_on(&self, cpu: usize) -> bool {
+        self.tryget_live_with(|| cpu)
+    }
+
+    #[inline(always)]
+    fn get_with(&self, cpu: impl FnOnce() -> usize, n: u64) -> Result<(), PercpuRefError> {
+        if n == 0 {
+            return Ok(());
+        }
+        // Acquire: see "Synchronization" (pairs with freeze and reset).
+        let old = self.slots.slot(cpu()).fetch_add(n * ONE, Acquire);
+        if old & FROZEN == 0 {
+            return Ok(());
+        }
+        self.count_get(n, false)
+    }
+
+    #[inline(always)]
+    fn tryget_live_with(&self, cpu: impl FnOnce() -> usize) -> bool {
+        // Acquire: as in `get_with`.
+        let old = self.slots.slot(cpu()).fetch_add(ONE, Acquire);
+        if old & FROZEN == 0 {
+            return true;
+        }
+        self.count_get(1, true).is_ok()
+    }
+
+    /// Add `n` to `count` unless it is zero (or, for `live`, dying).
+    #[cold]
+    #[inline(never)]
+    fn count_get(&self, n: u64, live: bool) -> Result<(), PercpuRefError> {
+        let mut cur = self.count.load(Relaxed);
+        loop {
+            if live && cur & DEAD != 0 {
+                return Err(PercpuRefError::AlreadyDead);
+            }
+            let v = cur & VALUE;
+            if v == 0 {
+                return Err(PercpuRefError::Released);
+            }
+            if v + n > VALUE_LIMIT {
+                return Err(PercpuRefError::Overflow);
+            }
+            // AcqRel / Relaxed: see "Synchronization" (count CAS).
+            match self
+                .count
+                .compare_exchange_weak(cur, cur + n, AcqRel, Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- puts
+
+    /// Drop a reference. In percpu mode this never releases; in atomic mode
+    /// the put that takes the count to zero runs the release callback, on
+    /// this thread, before returning.
+    ///
+    /// Cost: percpu mode, one uncontended atomic add on this CPU's slot (no
+    /// lock, no allocation, no shared line written); atomic mode, that add
+    /// and a CAS loop on the shared count, plus the callback for the last
+    /// put.
+    ///
+    /// # Errors
+    /// [`Underflow`](PercpuRefError::Underflow) in atomic mode if the count
+    /// is already zero (refused, count unchanged). In percpu mode an excess
+    /// put cannot be seen here; the next fold reports it.
+    #[inline]
+    pub fn put(&self) -> Result<(), PercpuRefError> {
+        self.put_with(cpu::current, 1)
+    }
+
+    /// Drop `n` references at once; as [`put`](Self::put), same cost.
+    ///
+    /// # Errors
+    /// As [`put`](Self::put) (in atomic mode, refused if the count is below
+    /// `n`), and [`TooMany`](PercpuRefError::TooMany) if `n > MAX_MANY`.
+    #[inline]
+    pub fn put_many(&self, n: usize) -> Result<(), PercpuRefError> {
+        self.put_with(cpu::current, many(n)?)
+    }
+
+    /// [`put`](Self::put) on `cpu`'s slot (folded into range).
+    #[doc(hidden)]
+    #[inline]
+    pub fn put_on(&self, cpu: usize) -> Result<(), PercpuRefError> {
+        self.put_with(|| cpu, 1)
+    }
+
+    /// [`put_many`](Self::put_many) on `cpu`'s slot.
+    #[doc(hidden)]
+    #[inline]
+    pub fn put_many_on(&self, cpu: usize, n: usize) -> Result<(), PercpuRefError> {
+        self.put_with(|| cpu, many(n)?)
+    }
+
+    #[inline(always)]
+    fn put_with(&self, cpu: impl FnOnce() -> usize, n: u64) -> Result<(), PercpuRefError> {
+        if n == 0 {
+            return Ok(());
+        }
+        // Release: see "Synchronization" (pairs with the freeze).
+        let old = self.slots.slot(cpu()).fetch_sub(n * ONE, Release);
+        if old & FROZEN == 0 {
+            return Ok(());
+        }
+        self.count_put(n)
+    }
+
+    /// Subtract `n` from `count`, refusing to go below zero; run release at
+    /// zero.
+    #[cold]
+    #[inline(never)]
+    fn count_put(&self, n: u64) -> Result<(), PercpuRefError> {
+        let mut cur = self.count.load(Relaxed);
+        loop {
+            let v = cur & VALUE;
+            if v < n {
+                return Err(PercpuRefError::Underflow);
+            }
+            // AcqRel / Relaxed: see "Synchronization" (count CAS). Acquire
+            // matters for the CAS that reaches zero: it runs release.
+            match self
+                .count
+                .compare_exchange_weak(cur, cur - n, AcqRel, Relaxed)
+            {
+                Ok(_) => {
+                    if v == n {
+                        (self.release)();
+                    }
+                    return Ok(());
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    // ------------------------------------------------------------- queries
+
+    /// Whether the count is zero: the release callback has run (or is
+    /// running) for this cycle, or the ref was created `DEAD`. Never true in
+    /// percpu mode. Cost: one load of the shared count.
+    pub fn is_zero(&self) -> bool {
+        // Acquire: pairs with the CAS that reached zero.
+        self.count.load(Acquire) & VALUE == 0
+    }
+
+    /// Whether the ref has been killed (and not resurrected or reinit'd). A
+    /// snapshot. Cost: one load of the shared count.
+    pub fn is_dying(&self) -> bool {
+        self.count.load(Relaxed) & DEAD != 0
+    }
+
+    /// Whether gets and puts currently go to per-CPU slots. A snapshot (a
+    /// Relaxed load of a copy of the mode). Cost: one load.
+    pub fn is_percpu(&self) -> bool {
+        self.percpu_hint.load(Relaxed)
+    }
+
+    /// The exact count in atomic mode, `None` in percpu mode (where it is
+    /// unknowable without a switch). Meant for tests and diagnostics. Cost:
+    /// the ref's lock and one load.
+    pub fn atomic_count(&self) -> Option<u64> {
+        let ctl = crate::sync::lock(&self.ctl);
+        if ctl.percpu {
+            None
+        } else {
+            // Acquire: as `is_zero`.
+            Some(self.count.load(Acquire) & VALUE)
+        }
+    }
+}
+
+impl fmt::Debug for PercpuRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PercpuRef")
+            .field("percpu", &self.is_percpu())
+            .field("dying", &self.is_dying())
+            .field("zero", &self.is_zero())
+            .field("nr_cpus", &self.nr_cpus())
+            .finish_non_exhaustive()
+    }
+}
+
+#[inline(always)]
+fn many(n: usize) -> Result<u64, PercpuRefError> {
+    if n > MAX_MANY {
+        Err(PercpuRefError::TooMany { n })
+    } else {
+        Ok(n as u64)
+    }
+}

@@ -1,0 +1,151 @@
+//! Where a [`PercpuRef`](super::PercpuRef)'s per-CPU counts live.
+//!
+//! Two placements, one access path (`base + (cpu << shift)`, no branch):
+//!
+//! - **owned**: a private array of cache-line-padded slots, one per CPU, so
+//!   no two CPUs' slots share a line (the default; `nr_cpus` × 128 bytes);
+//! - **arena**: one [`PercpuRefSlot`] allocated by the caller from the
+//!   crate's per-CPU [`Arena`](crate::percpu::arena::Arena), so a group's
+//!   slot for CPU *c* sits in unit *c* next to the group's other per-CPU
+//!   state (8 bytes rounded to the 16-byte granule, per CPU).
+
+use crate::percpu::arena::{PcpuPtr, UNIT_SIZE};
+use crate::percpu::cpu;
+use crate::sync::AtomicU64;
+
+/// Padding to a 128-byte boundary: two 64-byte lines, because x86's
+/// adjacent-line prefetcher pulls lines in pairs (crossbeam's `CachePadded`
+/// makes the same choice on x86-64 and aarch64).
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub(super) struct Padded<T>(pub(super) T);
+
+impl<T> core::ops::Deref for Padded<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+// Both strides must be powers of two for `shift`.
+const _: () = assert!(UNIT_SIZE.is_power_of_two());
+const _: () = assert!(core::mem::size_of::<Padded<PercpuRefSlot>>().is_power_of_two());
+
+/// One CPU's share of a [`PercpuRef`](super::PercpuRef)'s count.
+///
+/// Public only so callers can place the slots in their own per-CPU arena
+/// (see [`PercpuRef::with_arena_slots`](super::PercpuRef::with_arena_slots));
+/// its contents are private to the ref.
+#[derive(Debug)]
+pub struct PercpuRefSlot(pub(super) AtomicU64);
+
+impl PercpuRefSlot {
+    /// A slot holding no references. Cost: none (a constant).
+    pub fn new() -> Self {
+        PercpuRefSlot(AtomicU64::new(0))
+    }
+}
+
+impl Default for PercpuRefSlot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The most owned slots a ref allocates (Linux's largest `NR_CPUS` is
+/// 8192); CPU ids beyond the slot count are folded in, so a larger request
+/// only shares slots, it never breaks counting.
+pub const MAX_SLOTS: usize = 16_384;
+
+/// `nr` slots at `base + (cpu << shift)`.
+pub(super) struct Slots {
+    /// Slot 0. For owned slots, derived from the whole boxed slice so it may
+    /// be offset to every element; for arena slots, `PcpuPtr::raw(0)`, which
+    /// keeps the provenance of the whole chunk.
+    base: *const PercpuRefSlot,
+    /// log2 of the bytes from one CPU's slot to the next (both strides are
+    /// powers of two; a shift is cheaper than a multiply on the fast path).
+    shift: u32,
+    nr: usize,
+    /// The boxed slice to free on drop, for owned slots. Kept as a raw
+    /// pointer (from `Box::leak`) rather than a `Box`, so moving the ref does
+    /// not retag a unique pointer under `base`.
+    owned: Option<*mut [Padded<PercpuRefSlot>]>,
+}
+
+// SAFETY: `Slots` hands out only `&AtomicU64`s (which are `Sync`) into memory
+// that it owns (owned) or that the constructor's caller keeps alive and
+// unaliased for its lifetime (arena); nothing in it is tied to a thread.
+unsafe impl Send for Slots {}
+// SAFETY: as above; every access through `&Slots` is an atomic operation.
+unsafe impl Sync for Slots {}
+
+impl Slots {
+    /// `nr` (clamped to `1..=MAX_SLOTS`) fresh, padded slots. Cost: one
+    /// allocation.
+    pub(super) fn owned(nr: usize) -> Self {
+        let nr = nr.clamp(1, MAX_SLOTS);
+        let boxed: Box<[Padded<PercpuRefSlot>]> =
+            (0..nr).map(|_| Padded(PercpuRefSlot::new())).collect();
+        let owned: *mut [Padded<PercpuRefSlot>] = Box::leak(boxed);
+        Slots {
+            base: owned as *const PercpuRefSlot,
+            shift: core::mem::size_of::<Padded<PercpuRefSlot>>().trailing_zeros(),
+            nr,
+            owned: Some(owned),
+        }
+    }
+
+    /// The caller's per-CPU slot, one per unit of its arena.
+    ///
+    /// # Safety
+    /// `slots` is live (allocated, not freed, its arena alive) for as long as
+    /// the returned value, has `len() >= 1`, comes from an arena with at
+    /// least `nr.max(1)` units, and is used by nothing else meanwhile.
+    pub(super) unsafe fn arena(slots: PcpuPtr<PercpuRefSlot>, nr: usize) -> Self {
+        Slots {
+            base: slots.raw(0),
+            shift: UNIT_SIZE.trailing_zeros(),
+            nr: nr.max(1),
+            owned: None,
+        }
+    }
+
+    /// Number of slots (CPUs).
+    #[inline(always)]
+    pub(super) fn nr(&self) -> usize {
+        self.nr
+    }
+
+    /// The slot for `cpu`, folded into range. Cost: a compare and a
+    /// multiply-add.
+    #[inline(always)]
+    pub(super) fn slot(&self, cpu: usize) -> &AtomicU64 {
+        let cpu = cpu::fold(cpu, self.nr);
+        // SAFETY: `cpu < nr`. Owned: `base` points at element 0 of a live
+        // boxed slice of `nr` elements `1 << shift` bytes apart, so the offset
+        // stays inside it. Arena: the constructor's caller guarantees a live
+        // allocation in at least `nr` units `UNIT_SIZE` apart. Either way the
+        // value there is an initialised `PercpuRefSlot`, and we only take a
+        // shared reference to its atomic.
+        unsafe {
+            &(*self
+                .base
+                .cast::<u8>()
+                .add(cpu << self.shift)
+                .cast::<PercpuRefSlot>())
+            .0
+        }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        if let Some(owned) = self.owned.take() {
+            // SAFETY: `owned` came from `Box::leak` in `Slots::owned` and is
+            // freed only here; `&mut self` means no slot reference is alive.
+            drop(unsafe { Box::from_raw(owned) });
+        }
+    }
+}
