@@ -276,3 +276,78 @@ fn dropping_the_engine_frees_the_tree_but_not_held_groups() {
     assert_eq!(io.read(&b).unwrap().local(), &[4]);
     assert_eq!(io.read(&a).unwrap().hierarchical(), &[4]);
 }
+
+#[test]
+fn zombies_are_counted_and_freed_when_the_last_handle_drops() {
+    let rs = engine(2, false);
+    let io = rs.register_counters("io", &["x"]).unwrap();
+    let start = rs.arena_stats();
+    let p = rs.root().create_child("p").unwrap();
+    let a = p.create_child("a").unwrap();
+    let a2 = a.clone();
+    let h = io.stat_handle(&a).unwrap();
+    assert!(h.add(0, 5));
+    a.remove().unwrap();
+    assert_eq!(rs.zombie_count(), 1);
+    drop(a);
+    assert_eq!(rs.zombie_count(), 1, "a2 and the stat handle still hold it");
+    assert_eq!(
+        io.read(&a2).unwrap().local(),
+        &[5],
+        "a zombie stays readable"
+    );
+    assert!(h.add(0, 1), "and updatable");
+    drop(a2);
+    assert_eq!(rs.zombie_count(), 1);
+    drop(h);
+    assert_eq!(rs.zombie_count(), 0, "the last handle freed it");
+    assert_eq!(
+        io.read(&p).unwrap().hierarchical(),
+        &[6],
+        "nothing was lost"
+    );
+    p.remove().unwrap();
+    drop(p);
+    assert_eq!(rs.zombie_count(), 0);
+    assert_eq!(rs.arena_stats().live_allocations, start.live_allocations);
+    assert_eq!(
+        rs.arena_stats().bytes_in_use_per_unit,
+        start.bytes_in_use_per_unit
+    );
+    assert_eq!(io.read(rs.root()).unwrap().hierarchical(), &[6]);
+}
+
+#[test]
+fn handles_cloned_and_dropped_across_threads_during_removal_leak_nothing() {
+    let rs = engine(2, false);
+    let io = rs.register_counters("io", &["x"]).unwrap();
+    let start = rs.arena_stats();
+    let rounds = if cfg!(miri) { 3 } else { 200 };
+    for r in 0..rounds {
+        let g = rs.root().create_child(&format!("g{r}")).unwrap();
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let (g, io) = (g.clone(), io.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..if cfg!(miri) { 5 } else { 200 } {
+                        let c = g.clone();
+                        io.add(&c, 0, 1).unwrap();
+                        drop(c);
+                    }
+                })
+            })
+            .collect();
+        g.remove().unwrap();
+        drop(g);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(rs.zombie_count(), 0);
+    }
+    assert_eq!(rs.arena_stats().live_allocations, start.live_allocations);
+    let per = if cfg!(miri) { 5 } else { 200 };
+    assert_eq!(
+        io.read(rs.root()).unwrap().hierarchical(),
+        &[rounds * 3 * per]
+    );
+}

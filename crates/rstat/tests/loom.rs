@@ -148,9 +148,12 @@ fn threshold_fold_vs_reader() {
         let rs = engine_with(2, FlushPolicy::Threshold);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let g = rs.root().create_child("g").unwrap();
+        // Shared through a std Arc: the group's own reference count is not
+        // what this model is about (percpu_ref has its own models).
+        let shared = std::sync::Arc::new(g.clone());
         let writers: Vec<_> = (0..2)
             .map(|cpu| {
-                let (c, g) = (c.clone(), g.clone());
+                let (c, g) = (c.clone(), shared.clone());
                 thread::spawn(move || {
                     for _ in 0..3 {
                         c.add_on_cpu(&g, cpu, 0, 50).unwrap();
@@ -183,5 +186,25 @@ fn threshold_fold_vs_reader() {
         // an over-count that only makes a later read flush early.
         let left = c.pending_updates(&g).unwrap();
         assert!(left <= 2 * 64, "pending after an exact read: {left}");
+    });
+}
+
+/// Group handles cloned into threads and dropped there, racing the
+/// removal's kill: the group is freed exactly once, after the last drop.
+#[test]
+fn group_handles_vs_removal() {
+    loom::model(|| {
+        let rs = engine(2);
+        let c = rs.register_counters("c", &["n"]).unwrap();
+        let g = rs.root().create_child("g").unwrap();
+        let t = {
+            let (c, g) = (c.clone(), g.clone());
+            thread::spawn(move || c.add_on_cpu(&g, 1, 0, 1).unwrap())
+        };
+        g.remove().unwrap();
+        drop(g);
+        t.join().unwrap();
+        assert_eq!(rs.zombie_count(), 0);
+        assert_eq!(c.read_exact(rs.root()).unwrap().hierarchical()[0], 1);
     });
 }

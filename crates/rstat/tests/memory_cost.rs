@@ -4,10 +4,13 @@
 //! N groups; the arena reports what of that is per-CPU chunk memory. With the
 //! built-in `cpu` controller (3 items) and one 4-item counter set, per group:
 //!
-//! - per CPU: 2 tree nodes' links (2 x 32 B) + 3 x 16 B + 4 x 16 B = 176 B;
-//! - constant: the group (name, children map, controller and node tables),
-//!   two controller states with their totals, two tree nodes. Measured
-//!   here at well under 1 KiB (printed by the test); bounded by 1,200 B.
+//! - per CPU: 2 tree nodes' links (2 x 32 B) + 3 x 16 B + 4 x 16 B + the
+//!   reference count's slot (16 B) = 192 B;
+//! - constant: the group (name, children map, controller, node and
+//!   extension tables, and its percpu_ref, whose shared count sits alone on a
+//!   128-byte line), two controller states with their totals and published
+//!   copies, two tree nodes. Measured at 1,431 B on x86-64 (printed by the
+//!   test); asserted <= 1,600 B.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -32,7 +35,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
-const CONSTANT_BOUND: usize = 1200;
+const CONSTANT_BOUND: usize = 1600;
 
 #[test]
 fn per_group_cost_is_per_cpu_bytes_times_cpus_plus_a_small_constant() {
@@ -54,7 +57,11 @@ fn per_group_cost_is_per_cpu_bytes_times_cpus_plus_a_small_constant() {
     let handles_vec = groups * std::mem::size_of::<rstat::Group>();
 
     let per_cpu = (arena1.bytes_in_use_per_unit - arena0.bytes_in_use_per_unit) / groups;
-    assert_eq!(per_cpu, 2 * 32 + 3 * 16 + 4 * 16, "per-CPU bytes per group");
+    assert_eq!(
+        per_cpu,
+        2 * 32 + 3 * 16 + 4 * 16 + 16,
+        "per-CPU bytes per group"
+    );
     let chunk_delta = arena1.chunk_bytes - arena0.chunk_bytes;
     // Chunks are carved without waste: the new chunk memory is what the
     // groups use, up to the tail of one chunk (the last one partly filled,

@@ -87,8 +87,8 @@ impl ControllerHandle {
             if !css.is_null() {
                 return Ok(css);
             }
-            match g.parent.as_deref() {
-                Some(p) => g = p,
+            match g.parent.as_ref() {
+                Some(p) => g = p.inner(),
                 None => unreachable!("the root has every registered controller's state"),
             }
         }
@@ -120,7 +120,7 @@ impl ControllerHandle {
     #[inline]
     pub fn add(&self, group: &Group, item: usize, delta: i64) -> Result<()> {
         self.check_item(item)?;
-        let css = self.css_of(&group.0)?;
+        let css = self.css_of(group.inner())?;
         let cpu = cpu::fold(cpu::current(), self.engine.nr_cpus);
         // SAFETY: `css` is kept alive by `group`; cpu folded; item checked.
         unsafe { (*css).update(cpu, item, delta) };
@@ -132,7 +132,7 @@ impl ControllerHandle {
     #[doc(hidden)]
     pub fn add_on_cpu(&self, group: &Group, cpu: usize, item: usize, delta: i64) -> Result<()> {
         self.check_item(item)?;
-        let css = self.css_of(&group.0)?;
+        let css = self.css_of(group.inner())?;
         let cpu = cpu::fold(cpu, self.engine.nr_cpus);
         // SAFETY: as in `add`.
         unsafe { (*css).update(cpu, item, delta) };
@@ -150,7 +150,7 @@ impl ControllerHandle {
 
     /// A pre-resolved (group, controller) handle for the hot path.
     pub fn stat_handle(&self, group: &Group) -> Result<StatHandle> {
-        let css = self.css_of(&group.0)?;
+        let css = self.css_of(group.inner())?;
         Ok(StatHandle {
             group: group.clone(),
             css,
@@ -163,7 +163,7 @@ impl ControllerHandle {
     /// kernel's `css_rstat_flush`. Same cost and guarantee as
     /// [`read`](Self::read), without the copy.
     pub fn flush(&self, group: &Group) -> Result<()> {
-        let css = self.css_of(&group.0)?;
+        let css = self.css_of(group.inner())?;
         // SAFETY: kept alive by `group`; a css's domain and node outlive it.
         let (domain, node) = unsafe { (&*self.ctl.domain, &*(*css).node) };
         let mut scratch = lock_domain(domain);
@@ -182,7 +182,7 @@ impl ControllerHandle {
     /// Otherwise the read takes no lock and copies the last folded totals.
     /// Allocates the returned arrays.
     pub fn read(&self, group: &Group) -> Result<GroupStats> {
-        let css = self.css_of(&group.0)?;
+        let css = self.css_of(group.inner())?;
         // SAFETY: kept alive by `group`; a controller's domain lives as long
         // as its engine.
         let (css, domain) = unsafe { (&*css, &*self.ctl.domain) };
@@ -208,7 +208,7 @@ impl ControllerHandle {
                 css.totals_published()
             }
             FlushPolicy::Coalesced => {
-                let subtree = if group.0.parent.is_some() {
+                let subtree = if group.inner().parent.is_some() {
                     crate::sync::try_lock(&domain.lock)
                 } else {
                     None
@@ -240,7 +240,7 @@ impl ControllerHandle {
     /// Cost: this controller's flush lock and a flush of `group`'s subtree
     /// (see [`read`](Self::read)); allocates the returned arrays.
     pub fn read_exact(&self, group: &Group) -> Result<GroupStats> {
-        let css = self.css_of(&group.0)?;
+        let css = self.css_of(group.inner())?;
         // SAFETY: as in `read`.
         let (css, domain) = unsafe { (&*css, &*self.ctl.domain) };
         Ok(GroupStats {
@@ -263,7 +263,7 @@ impl ControllerHandle {
     /// (units of |delta| folded from per-CPU counters since its last flush).
     #[doc(hidden)]
     pub fn pending_updates(&self, group: &Group) -> Result<u64> {
-        let css = self.css_of(&group.0)?;
+        let css = self.css_of(group.inner())?;
         // SAFETY: kept alive by `group`.
         Ok(unsafe { &*css }.updates.load(Ordering::Relaxed))
     }

@@ -33,7 +33,7 @@ use crate::group::ext::{ErasedExt, Ext, GroupExt, MAX_EXTS};
 use crate::group::{validate_name, Group, GroupInner};
 use crate::percpu::arena::{Arena, ArenaStats};
 use crate::percpu::cpu::{self, CpuIdSource};
-use crate::sync::{self, AtomicBool, AtomicPtr, AtomicU32, Mutex, Ordering};
+use crate::sync::{self, AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Mutex, Ordering};
 
 pub(crate) mod backlog;
 #[cfg(not(rstat_loom))]
@@ -62,6 +62,8 @@ pub(crate) struct EngineInner {
     pub(crate) default_policy: FlushPolicy,
     pub(crate) arena: Mutex<Arena>,
     pub(crate) topo: Mutex<Topology>,
+    /// Removed groups whose last reference has not been dropped yet.
+    pub(crate) zombies: AtomicUsize,
 }
 
 impl EngineInner {
@@ -99,7 +101,7 @@ impl EngineInner {
             return;
         }
         let parent = g.parent.as_ref().map_or(core::ptr::null_mut(), |p| {
-            p.tables().ext[id].load(Ordering::Acquire)
+            p.inner().tables().ext[id].load(Ordering::Acquire)
         });
         // SAFETY: the parent's state is null (root) or live.
         let s = unsafe { e.create_erased(parent) };
@@ -112,7 +114,7 @@ impl EngineInner {
     pub(crate) fn attach(
         &self,
         topo: &Topology,
-        g: &Arc<GroupInner>,
+        g: &GroupInner,
         only: Option<&Arc<CtlEntry>>,
     ) -> Result<()> {
         let mut arena = sync::lock(&self.arena);
@@ -121,7 +123,9 @@ impl EngineInner {
                 continue;
             }
             let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| {
-                p.tables().nodes[i].load(Ordering::Relaxed).cast_const()
+                p.inner().tables().nodes[i]
+                    .load(Ordering::Relaxed)
+                    .cast_const()
             });
             // The per-CPU links point back at their node, so the node's
             // address is fixed (a raw allocation) before either is built.
@@ -159,7 +163,9 @@ impl EngineInner {
         for ctl in ctls {
             let node = g.tables().nodes[ctl.domain_idx].load(Ordering::Relaxed);
             let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| {
-                p.tables().css[ctl.id].load(Ordering::Relaxed).cast_const()
+                p.inner().tables().css[ctl.id]
+                    .load(Ordering::Relaxed)
+                    .cast_const()
             });
             let stats = arena.alloc::<StatSlot>(ctl.nr_stats, |_, _| StatSlot::default())?;
             // SAFETY: the node was installed above and lives with `g`.
@@ -248,6 +254,7 @@ impl Builder {
             nr_cpus,
             unified: self.unified,
             default_policy: self.policy,
+            zombies: AtomicUsize::new(0),
             arena: Mutex::new(Arena::new(nr_cpus)),
             topo: Mutex::new(Topology {
                 controllers: Vec::new(),
@@ -259,10 +266,10 @@ impl Builder {
             let d = inner.new_domain()?;
             sync::lock(&inner.topo).domains.push(d);
         }
-        let root = Arc::new(GroupInner::new(Arc::clone(&inner), None, ""));
+        let root = Group::new_group(&inner, None, "")?;
         let mut rs = Rstat {
             inner,
-            root: Group(root),
+            root,
             cpu: None,
             #[cfg(not(rstat_loom))]
             periodic: std::sync::Mutex::new(None),
@@ -413,10 +420,10 @@ impl Rstat {
             policy: AtomicU32::new(u32::from(self.inner.default_policy.to_u8())),
         });
         // Top-down, so every parent is attached before its children.
-        let mut queue = std::collections::VecDeque::from([Arc::clone(&self.root.0)]);
+        let mut queue = std::collections::VecDeque::from([self.root.clone()]);
         while let Some(g) = queue.pop_front() {
-            self.inner.attach(&topo, &g, Some(&entry))?;
-            queue.extend(sync::lock(&g.children).values().cloned());
+            self.inner.attach(&topo, g.inner(), Some(&entry))?;
+            queue.extend(g.children());
         }
         topo.controllers.push(Arc::clone(&entry));
         Ok(ControllerHandle {
@@ -444,10 +451,10 @@ impl Rstat {
         }
         let imp = Arc::new(ext);
         let erased: Arc<dyn ErasedExt> = imp.clone();
-        let mut queue = std::collections::VecDeque::from([Arc::clone(&self.root.0)]);
+        let mut queue = std::collections::VecDeque::from([self.root.clone()]);
         while let Some(g) = queue.pop_front() {
-            self.inner.attach_ext(&g, id, &*erased);
-            queue.extend(sync::lock(&g.children).values().cloned());
+            self.inner.attach_ext(g.inner(), id, &*erased);
+            queue.extend(g.children());
         }
         topo.exts.push(erased);
         Ok(Ext::new(Arc::clone(&self.inner), id, imp))
@@ -532,6 +539,13 @@ impl Rstat {
         None
     }
 
+    /// Removed groups still held by a handle ("zombies", as cgroupfs calls
+    /// lazily freed cgroups): they are readable and still count towards
+    /// their ancestors, and are freed when their last handle drops.
+    pub fn zombie_count(&self) -> usize {
+        self.inner.zombies.load(Ordering::Relaxed)
+    }
+
     /// Arena counters (for tests, reports and the memory-cost check).
     pub fn arena_stats(&self) -> ArenaStats {
         sync::lock(&self.inner.arena).stats()
@@ -545,6 +559,6 @@ impl Drop for Rstat {
     fn drop(&mut self) {
         #[cfg(not(rstat_loom))]
         drop(self.periodic.get_mut().map(Option::take));
-        self.root.0.detach_all();
+        self.root.detach_all();
     }
 }

@@ -121,10 +121,10 @@ impl<E: GroupExt> Ext<E> {
     /// `group`'s state. A group removed before the extension was registered
     /// has none: its nearest ancestor's is returned. Cost: a few loads.
     pub fn get<'g>(&self, group: &'g Group) -> Result<&'g E::State> {
-        if !Arc::ptr_eq(&group.0.engine, &self.engine) {
+        if !Arc::ptr_eq(&group.inner().engine, &self.engine) {
             return Err(Error::ForeignGroup);
         }
-        let mut g: &'g GroupInner = &group.0;
+        let mut g: &'g GroupInner = group.inner();
         loop {
             let s = g.tables().ext[self.id].load(Ordering::Acquire);
             if !s.is_null() {
@@ -132,8 +132,8 @@ impl<E: GroupExt> Ext<E> {
                 // (or a descendant of it) keeps alive for 'g.
                 return Ok(unsafe { &*s.cast::<E::State>() });
             }
-            match g.parent.as_deref() {
-                Some(p) => g = p,
+            match g.parent.as_ref() {
+                Some(p) => g = p.inner(),
                 None => unreachable!("the root has every registered extension's state"),
             }
         }

@@ -24,6 +24,8 @@ use crate::controller::Css;
 use crate::engine::tree::{lock_domain, TreeNode};
 use crate::engine::{EngineInner, MAX_CONTROLLERS};
 use crate::error::{Error, Result};
+use crate::percpu::arena::PcpuPtr;
+use crate::percpu_ref::{InitFlags, PercpuRef, PercpuRefSlot};
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
 use ext::MAX_EXTS;
 
@@ -54,17 +56,34 @@ pub fn validate_name(name: &str) -> Result<()> {
 
 pub(crate) struct GroupInner {
     pub(crate) engine: Arc<EngineInner>,
-    pub(crate) parent: Option<Arc<GroupInner>>,
+    /// A reference on the parent, dropped at this group's release.
+    pub(crate) parent: Option<Group>,
     pub(crate) name: Box<str>,
     pub(crate) depth: usize,
     pub(crate) online: AtomicBool,
-    pub(crate) children: Mutex<BTreeMap<Box<str>, Arc<GroupInner>>>,
+    /// Live children, without references of their own: a child is in its
+    /// parent's map exactly while it is online, i.e. while its base
+    /// reference is held, so the pointers stay valid under this lock.
+    pub(crate) children: Mutex<BTreeMap<Box<str>, GroupPtr>>,
     /// The group's per-controller state, in its own allocation: flushes
-    /// reach it through raw pointers (from tree nodes) even while the group
-    /// itself is being dropped, so it must not be covered by `&mut self`.
-    /// Owned; freed at the end of `drop`.
+    /// reach it through raw pointers (from tree nodes) while the group is
+    /// being released. Owned; freed by `release`.
     tables: NonNull<GroupTables>,
+    /// The group's lifetime (seed 001): every `Group` handle, every child
+    /// and the hierarchy (the base reference, dropped by `remove`) hold one.
+    refcnt: PercpuRef,
+    /// `refcnt`'s per-CPU slots, in the engine's arena.
+    ref_slots: PcpuPtr<PercpuRefSlot>,
 }
+
+/// A group pointer that holds no reference (see `GroupInner::children`).
+#[derive(Clone, Copy)]
+pub(crate) struct GroupPtr(NonNull<GroupInner>);
+
+// SAFETY: a plain address; dereferenced only under the rules above.
+unsafe impl Send for GroupPtr {}
+// SAFETY: as above.
+unsafe impl Sync for GroupPtr {}
 
 /// A group's controller states and tree nodes.
 pub(crate) struct GroupTables {
@@ -77,37 +96,11 @@ pub(crate) struct GroupTables {
     pub(crate) ext: [AtomicPtr<()>; MAX_EXTS],
 }
 
-// SAFETY: `tables` is owned (like a Box) and holds only atomics.
-unsafe impl Send for GroupInner {}
-// SAFETY: as above.
-unsafe impl Sync for GroupInner {}
-
 impl GroupInner {
-    pub(crate) fn new(
-        engine: Arc<EngineInner>,
-        parent: Option<Arc<GroupInner>>,
-        name: &str,
-    ) -> Self {
-        let depth = parent.as_ref().map_or(0, |p| p.depth + 1);
-        GroupInner {
-            engine,
-            parent,
-            name: name.into(),
-            depth,
-            online: AtomicBool::new(true),
-            children: Mutex::new(BTreeMap::new()),
-            tables: NonNull::from(Box::leak(Box::new(GroupTables {
-                css: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
-                nodes: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
-                ext: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
-            }))),
-        }
-    }
-
     /// The controller and node tables.
     #[inline(always)]
     pub(crate) fn tables(&self) -> &GroupTables {
-        // SAFETY: allocated in `new`, freed only at the end of `drop`.
+        // SAFETY: allocated with the group, freed only by its release.
         unsafe { self.tables.as_ref() }
     }
 
@@ -119,20 +112,19 @@ impl GroupInner {
     pub(crate) fn path(&self) -> String {
         let mut parts = Vec::new();
         let mut g = self;
-        while let Some(p) = g.parent.as_deref() {
+        while let Some(p) = g.parent.as_ref() {
             parts.push(&*g.name);
-            g = p;
+            g = p.inner();
         }
         parts.reverse();
         parts.join("/")
     }
-}
 
-impl Drop for GroupInner {
-    /// Final release: nothing references this group any more (no handle, no
-    /// child, not in its parent's map), so no updater can touch it. Fold
-    /// what is left into the parent and return the per-CPU state.
-    fn drop(&mut self) {
+    /// Final release, part one: nothing references this group any more (no
+    /// handle, no child, not in its parent's map), so no updater can touch
+    /// it. Release the extensions, fold what is left into the parent and
+    /// return the per-CPU state of every controller.
+    fn release_state(&self) {
         // SAFETY: the tables are live until freed at the end of this
         // function; flushes below reach them through the same raw pointer.
         let tables: &GroupTables = unsafe { &*self.tables.as_ptr() };
@@ -171,15 +163,92 @@ impl Drop for GroupInner {
             }
         }
         drop(arena);
-        // SAFETY: allocated by Box in `new`; nothing references it now.
+        // SAFETY: allocated by Box with the group; nothing references it now.
         drop(unsafe { Box::from_raw(self.tables.as_ptr()) });
     }
 }
 
-/// A handle to a group. Cheap to clone; keeps the group's memory alive
-/// (but not online: see [`remove`](Group::remove)).
-#[derive(Clone)]
-pub struct Group(pub(crate) Arc<GroupInner>);
+/// Release the group at `ptr` and give back its reference on its parent
+/// (which the caller then drops, possibly releasing the parent in turn).
+///
+/// # Safety
+/// The group's count reached zero on this thread (`put_and_test` returned
+/// true): no other reference to it exists.
+unsafe fn release(ptr: NonNull<GroupInner>) -> Option<Group> {
+    // SAFETY: caller's guarantee: we are the only user.
+    let inner = unsafe { ptr.as_ref() };
+    inner.release_state();
+    if inner.parent.is_some() && !inner.online.load(Ordering::Acquire) {
+        inner.engine.zombies.fetch_sub(1, Ordering::Relaxed);
+    }
+    // SAFETY: allocated by Box in `Group::new_group`; unreferenced.
+    let GroupInner {
+        engine,
+        parent,
+        refcnt,
+        ref_slots,
+        ..
+    } = *unsafe { Box::from_raw(ptr.as_ptr()) };
+    drop(refcnt);
+    // SAFETY: the ref that used these slots is gone.
+    unsafe { sync::lock(&engine.arena).free(ref_slots) };
+    parent
+}
+
+/// A handle to a group. Cheap to clone (a per-CPU reference count, no
+/// shared write); keeps the group's memory alive, but not online: see
+/// [`remove`](Group::remove).
+pub struct Group {
+    ptr: NonNull<GroupInner>,
+}
+
+// SAFETY: a handle owns one reference on a group whose shared state is
+// thread-safe (atomics and locks).
+unsafe impl Send for Group {}
+// SAFETY: as above.
+unsafe impl Sync for Group {}
+
+impl Clone for Group {
+    /// Take another reference. Cost: one uncontended atomic add on this
+    /// CPU's slot (percpu_ref), no lock, no allocation.
+    fn clone(&self) -> Self {
+        if let Err(e) = self.inner().refcnt.get() {
+            // We hold a reference, so the count cannot be zero or full.
+            panic!("group reference count is broken: {e}");
+        }
+        Group { ptr: self.ptr }
+    }
+}
+
+impl Drop for Group {
+    /// Drop the reference; the last one releases the group (and then its
+    /// reference on its parent, iteratively, so deep chains of zombies do
+    /// not recurse).
+    fn drop(&mut self) {
+        let mut ptr = self.ptr;
+        loop {
+            // SAFETY: we own one reference on `ptr`.
+            let last = match unsafe { ptr.as_ref() }.refcnt.put_and_test() {
+                Ok(last) => last,
+                Err(e) => {
+                    debug_assert!(false, "group reference count is broken: {e}");
+                    return;
+                }
+            };
+            if !last {
+                return;
+            }
+            // SAFETY: the count reached zero on this thread.
+            match unsafe { release(ptr) } {
+                Some(parent) => {
+                    ptr = parent.ptr;
+                    core::mem::forget(parent); // its reference is dropped next turn
+                }
+                None => return,
+            }
+        }
+    }
+}
 
 impl fmt::Debug for Group {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -192,76 +261,145 @@ impl fmt::Debug for Group {
 
 impl PartialEq for Group {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        self.ptr == other.ptr
     }
 }
 impl Eq for Group {}
 
 impl Group {
+    /// Allocate a group with its base reference and return a handle (a
+    /// second reference). Caller holds the topology lock (or builds the
+    /// root).
+    pub(crate) fn new_group(
+        engine: &Arc<EngineInner>,
+        parent: Option<Group>,
+        name: &str,
+    ) -> Result<Group> {
+        let depth = parent.as_ref().map_or(0, |p| p.depth() + 1);
+        let ref_slots =
+            sync::lock(&engine.arena).alloc::<PercpuRefSlot>(1, |_, _| PercpuRefSlot::new())?;
+        // SAFETY: one slot per unit of an arena with `nr_cpus` units; freed
+        // by `release` only after the ref is dropped, and used by nothing
+        // else.
+        let refcnt = unsafe {
+            PercpuRef::with_arena_slots(ref_slots, engine.nr_cpus, InitFlags::PERCPU, || {})
+        };
+        let inner = Box::new(GroupInner {
+            engine: Arc::clone(engine),
+            parent,
+            name: name.into(),
+            depth,
+            online: AtomicBool::new(true),
+            children: Mutex::new(BTreeMap::new()),
+            tables: NonNull::from(Box::leak(Box::new(GroupTables {
+                css: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
+                nodes: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
+                ext: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
+            }))),
+            refcnt,
+            ref_slots,
+        });
+        // The count starts at 1: the hierarchy's base reference, dropped
+        // by `remove`. The handle returned takes a second one.
+        if let Err(e) = inner.refcnt.get() {
+            panic!("a new reference count refused its first get: {e}");
+        }
+        Ok(Group {
+            ptr: NonNull::from(Box::leak(inner)),
+        })
+    }
+
+    /// Drop the base reference of a group that never went online (creation
+    /// failed), so the handle's drop releases it.
+    fn abandon(&self) {
+        self.inner().online.store(false, Ordering::Release);
+        self.inner().engine.zombies.fetch_add(1, Ordering::Relaxed);
+        let _ = self.inner().refcnt.kill();
+    }
+
+    #[inline(always)]
+    pub(crate) fn inner(&self) -> &GroupInner {
+        // SAFETY: a handle holds a reference, so the group is allocated.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    pub(crate) fn as_ptr(&self) -> GroupPtr {
+        GroupPtr(self.ptr)
+    }
+
+    /// A handle for a child found in a children map (whose lock the caller
+    /// holds): its base reference is held, so `tryget_live` succeeds unless
+    /// it is being removed right now.
+    fn from_map(p: GroupPtr) -> Option<Group> {
+        // SAFETY: map entries are valid while the map's lock is held.
+        unsafe { p.0.as_ref() }
+            .refcnt
+            .tryget_live()
+            .then_some(Group { ptr: p.0 })
+    }
+
     /// The group's name ("" for the root).
     pub fn name(&self) -> &str {
-        &self.0.name
+        &self.inner().name
     }
 
     /// Path from the root, `/`-separated ("" for the root). Cost: walks the
     /// ancestors and allocates.
     pub fn path(&self) -> String {
-        self.0.path()
+        self.inner().path()
     }
 
     /// Depth below the root (root = 0).
     pub fn depth(&self) -> usize {
-        self.0.depth
+        self.inner().depth
     }
 
     /// Whether the group is online (not removed).
     pub fn is_online(&self) -> bool {
-        self.0.online.load(Ordering::Acquire)
+        self.inner().online.load(Ordering::Acquire)
     }
 
     /// The parent group; `None` for the root.
     pub fn parent(&self) -> Option<Group> {
-        self.0.parent.clone().map(Group)
+        self.inner().parent.clone()
     }
 
     /// Create a child called `name`. Cost: the topology lock, one per-CPU
-    /// arena allocation per controller and per domain, a few heap
-    /// allocations.
+    /// arena allocation per controller, per domain and for the reference
+    /// count, a few heap allocations.
     pub fn create_child(&self, name: &str) -> Result<Group> {
         validate_name(name)?;
-        let engine = &self.0.engine;
+        let engine = &self.inner().engine;
         let topo = sync::lock(&engine.topo);
         if !self.is_online() {
             return Err(Error::Removed { path: self.path() });
         }
-        let mut children = sync::lock(&self.0.children);
+        let mut children = sync::lock(&self.inner().children);
         if children.contains_key(name) {
             return Err(Error::NameExists {
                 parent: self.path(),
                 name: name.to_owned(),
             });
         }
-        let child = Arc::new(GroupInner::new(
-            Arc::clone(engine),
-            Some(Arc::clone(&self.0)),
-            name,
-        ));
-        if let Err(e) = engine.attach(&topo, &child, None) {
-            // Dropping `child` frees what was attached; its release takes
+        let child = Group::new_group(engine, Some(self.clone()), name)?;
+        if let Err(e) = engine.attach(&topo, child.inner(), None) {
+            // Releasing `child` frees what was attached; its release takes
             // the topology lock, so let go of it first.
             drop(children);
             drop(topo);
+            child.abandon();
             drop(child);
             return Err(e);
         }
-        children.insert(name.into(), Arc::clone(&child));
-        Ok(Group(child))
+        children.insert(name.into(), child.as_ptr());
+        Ok(child)
     }
 
     /// The live child called `name`. Cost: one map lookup under this group's
-    /// children lock.
+    /// children lock, one reference taken.
     pub fn child(&self, name: &str) -> Option<Group> {
-        sync::lock(&self.0.children).get(name).cloned().map(Group)
+        let children = sync::lock(&self.inner().children);
+        children.get(name).copied().and_then(Group::from_map)
     }
 
     /// The live descendant at relative `path` (`"a/b/c"`; `""` is `self`).
@@ -285,41 +423,59 @@ impl Group {
         Ok(g)
     }
 
-    /// The live children, sorted by name. Cost: clones the handles under
-    /// this group's children lock.
+    /// The live children, sorted by name. Cost: one reference taken per
+    /// child under this group's children lock.
     pub fn children(&self) -> Vec<Group> {
-        sync::lock(&self.0.children)
+        let children = sync::lock(&self.inner().children);
+        children
             .values()
-            .cloned()
-            .map(Group)
+            .copied()
+            .filter_map(Group::from_map)
             .collect()
     }
 
     /// Take the group offline: it disappears from lookups and iteration,
-    /// and its stats are flushed into its parent, in every controller. It is
-    /// an error if it still has live children. Handles keep working (reads
-    /// return its final totals plus any late updates; see
-    /// [`ControllerHandle::add`](crate::ControllerHandle::add)). Cost: the
-    /// topology lock, then one subtree flush per domain.
+    /// its stats are flushed into its parent in every controller, and its
+    /// base reference is dropped (`percpu_ref` kill). It is an error if it
+    /// still has live children. Handles keep working: the group is a zombie
+    /// until the last one is dropped (reads return its final totals plus any
+    /// late updates; see
+    /// [`ControllerHandle::add`](crate::ControllerHandle::add)); then it is
+    /// flushed once more and freed. Cost: the topology lock, then one
+    /// subtree flush per domain and a switch of its reference count to
+    /// atomic mode.
     pub fn remove(&self) -> Result<()> {
-        let Some(parent) = self.0.parent.as_ref() else {
+        let Some(parent) = self.inner().parent.as_ref() else {
             return Err(Error::RootNotRemovable);
         };
-        let topo = sync::lock(&self.0.engine.topo);
+        let topo = sync::lock(&self.inner().engine.topo);
         if !self.is_online() {
             return Err(Error::Removed { path: self.path() });
         }
-        let live = sync::lock(&self.0.children).len();
+        let live = sync::lock(&self.inner().children).len();
         if live > 0 {
             return Err(Error::HasChildren {
                 path: self.path(),
                 children: live,
             });
         }
-        self.0.online.store(false, Ordering::Release);
-        let unlinked = sync::lock(&parent.children).remove(&self.0.name);
+        self.inner().online.store(false, Ordering::Release);
+        sync::lock(&parent.inner().children).remove(&self.inner().name);
+        self.inner().engine.zombies.fetch_add(1, Ordering::Relaxed);
         drop(topo);
-        for slot in self.0.tables().nodes.iter() {
+        self.flush_into_parent();
+        self.inner().offline_exts();
+        // Drop the hierarchy's base reference; `self` still holds one.
+        if let Err(e) = self.inner().refcnt.kill() {
+            debug_assert!(false, "a group was killed twice: {e}");
+        }
+        Ok(())
+    }
+
+    /// Flush this group's subtree in every domain (its deltas move into the
+    /// parent's pending).
+    fn flush_into_parent(&self) {
+        for slot in self.inner().tables().nodes.iter() {
             let node = slot.load(Ordering::Acquire);
             if node.is_null() {
                 continue;
@@ -330,9 +486,33 @@ impl Group {
             // SAFETY: lock held; node live.
             unsafe { domain.flush_locked(&mut scratch, node) };
         }
-        self.0.offline_exts();
-        drop(unlinked); // not the last reference: `self` holds one
-        Ok(())
+    }
+
+    /// Take the whole tree under (and including) this root offline: used
+    /// when the engine handle is dropped. Children go first; each is
+    /// flushed into its parent and its base reference dropped, so groups
+    /// nobody holds are freed now and held ones become zombies.
+    pub(crate) fn detach_all(&self) {
+        let mut stack = vec![self.clone()];
+        let mut order = Vec::new();
+        while let Some(g) = stack.pop() {
+            stack.extend(g.children());
+            order.push(g);
+        }
+        for g in order.iter().rev() {
+            let inner = g.inner();
+            inner.online.store(false, Ordering::Release);
+            if let Some(p) = inner.parent.as_ref() {
+                sync::lock(&p.inner().children).remove(&inner.name);
+                inner.engine.zombies.fetch_add(1, Ordering::Relaxed);
+                g.flush_into_parent();
+                inner.offline_exts();
+            }
+            if let Err(e) = inner.refcnt.kill() {
+                debug_assert!(false, "a group was killed twice: {e}");
+            }
+        }
+        drop(order); // our handles; groups nobody else holds are freed here
     }
 }
 
@@ -346,7 +526,7 @@ impl GroupInner {
                 continue;
             }
             let parent = self.parent.as_ref().map_or(core::ptr::null_mut(), |p| {
-                p.tables().ext[id].load(Ordering::Acquire)
+                p.inner().tables().ext[id].load(Ordering::Acquire)
             });
             // SAFETY: states live as long as their groups; the parent is
             // alive (we hold it).
@@ -363,7 +543,7 @@ impl GroupInner {
                 continue;
             }
             let parent = self.parent.as_ref().map_or(core::ptr::null_mut(), |p| {
-                p.tables().ext[id].load(Ordering::Acquire)
+                p.inner().tables().ext[id].load(Ordering::Acquire)
             });
             // SAFETY: `s` is this group's state, unreachable by anyone else
             // now (no references remain); the parent is alive (we hold it).
@@ -371,27 +551,6 @@ impl GroupInner {
                 e.release_erased(s, parent);
                 e.destroy_erased(s);
             }
-        }
-    }
-
-    /// Detach every descendant from the tree (used when the engine handle is
-    /// dropped), breaking parent <-> child reference cycles. Handles held
-    /// elsewhere stay readable as zombies.
-    pub(crate) fn detach_all(self: &Arc<Self>) {
-        let mut stack = vec![Arc::clone(self)];
-        let mut order = Vec::new();
-        while let Some(g) = stack.pop() {
-            g.online.store(false, Ordering::Release);
-            stack.extend(sync::lock(&g.children).values().cloned());
-            order.push(g);
-        }
-        // Children before parents, so each drop finds its parent alive.
-        for g in order.iter().rev() {
-            if g.parent.is_some() {
-                g.offline_exts();
-            }
-            let taken = core::mem::take(&mut *sync::lock(&g.children));
-            drop(taken);
         }
     }
 }

@@ -554,6 +554,47 @@ impl PercpuRef {
         self.count_put(n)
     }
 
+    /// Drop one reference and report whether it was the last of this cycle
+    /// (`Ok(true)`: the count reached zero on this call). The release
+    /// callback is **not** run: the caller owns the release. This is the
+    /// `refcount_dec_and_test` shape, for objects that hold their own ref and
+    /// free themselves: after `Ok(false)` the caller must not touch the
+    /// object again (another thread may free it); after `Ok(true)` it is the
+    /// only one left. Cost: as [`put`](Self::put).
+    ///
+    /// # Errors
+    /// As [`put`](Self::put).
+    #[inline]
+    pub fn put_and_test(&self) -> Result<bool, PercpuRefError> {
+        // Release: as in `put_with`.
+        let old = self.slots.slot(cpu::current()).fetch_sub(ONE, Release);
+        if old & FROZEN == 0 {
+            return Ok(false);
+        }
+        self.count_put_test(1)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn count_put_test(&self, n: u64) -> Result<bool, PercpuRefError> {
+        let mut cur = self.count.load(Relaxed);
+        loop {
+            let v = cur & VALUE;
+            if v < n {
+                return Err(PercpuRefError::Underflow);
+            }
+            // AcqRel: as in `count_put`; the Acquire half makes every other
+            // holder's writes visible to the caller that frees.
+            match self
+                .count
+                .compare_exchange_weak(cur, cur - n, AcqRel, Relaxed)
+            {
+                Ok(_) => return Ok(v == n),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
     /// Subtract `n` from `count`, refusing to go below zero; run release at
     /// zero.
     #[cold]
