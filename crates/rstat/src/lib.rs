@@ -4,12 +4,59 @@
 //! A tree of groups (tenants, requests, queries, jobs); per group, stats
 //! charged at per-CPU cost from any thread and read exactly, with the read
 //! side paying only for the groups that changed. The machinery is the Linux
-//! kernel's: rstat's per-CPU updated trees with lock-free backlogs and
-//! per-controller locks ([`engine`]), a per-CPU arena like the kernel's
-//! percpu allocator ([`percpu`]), percpu_ref ([`percpu_ref`]) and
-//! page_counter ([`page_counter`]).
+//! kernel's, in its newest shape, written anew for userspace:
 //!
-//! Start with [`Rstat`].
+//! - **[`engine`]**: rstat. An update is one uncontended atomic add on this
+//!   CPU's slot and one load; the first update of a group after a flush
+//!   pushes it on a lock-free per-(controller, CPU) backlog (kernel v6.17).
+//!   A read flushes: under the controller's own lock (v6.16's separate
+//!   trees) it drains the backlogs into per-CPU *updated trees* and folds
+//!   only the changed groups under the one being read, children first.
+//!   Stronger than the kernel, an update that completed before a read began
+//!   is always in that read (a store-buffering pair proven with loom).
+//! - **[`engine::policy`]**: who flushes and when (seed 004): `Threshold`
+//!   (v6.8, default), `Always`, `UnifiedRoot`, `Coalesced`, plus a periodic
+//!   root flusher; each with a documented staleness bound.
+//! - **[`percpu`]**: CPU identity from glibc's rseq area, and a per-CPU
+//!   arena like the kernel's percpu allocator (one offset valid in every
+//!   CPU's unit: dense, no false sharing, no per-group padding).
+//! - **[`group`]**: the hierarchy. Group lifetime is a [`percpu_ref`]
+//!   (seed 001): handles are per-CPU references; removal kills the ref; the
+//!   last put flushes the group into its parent and frees it, so a removed
+//!   subtree loses no history. [`GroupExt`] attaches subsystem state.
+//! - **[`page_counter`]**: hierarchical charging with max/high/low/min and
+//!   the kernel's effective protection (seed 002's padded layout).
+//!
+//! # Costs at a glance
+//!
+//! | call | cost |
+//! |---|---|
+//! | [`StatHandle::add`] | one uncontended atomic add + one load, no lock, no allocation |
+//! | [`ControllerHandle::read_exact`] | the controller's lock; per CPU, drain + fold the changed groups under the target |
+//! | [`ControllerHandle::read`] | by policy; `Threshold`: a lock-free copy unless more than 64 × nr_cpus units are pending |
+//! | [`Group`] clone / drop | one per-CPU reference get / put |
+//! | [`Group::create_child`], [`Group::remove`] | the topology lock, arena allocations / one subtree flush per controller |
+//!
+//! # Example
+//!
+//! ```
+//! let rs = rstat::Rstat::new();
+//! let tenant = rs.root().create_child("tenant-a")?;
+//! let req = tenant.create_child("req-1")?;
+//! let io = rs.register_counters("io", &["rbytes", "wbytes"])?;
+//! let h = io.stat_handle(&req)?; // resolve once, then update at per-CPU cost
+//! h.add(0, 4096);
+//! req.remove()?; // its history folds into tenant-a
+//! assert_eq!(io.read_exact(&tenant)?.get("rbytes"), Some(4096));
+//! # Ok::<(), rstat::Error>(())
+//! ```
+//!
+//! # Verification
+//!
+//! loom models of every lock-free protocol (`tests/loom.rs`, and beside
+//! `percpu_ref` and `page_counter`), a proptest against a sequential model
+//! (`tests/model.rs`), stress tests with known totals, Miri on the unsafe
+//! code (`.ci/run`).
 #![warn(
     clippy::undocumented_unsafe_blocks,
     unsafe_op_in_unsafe_fn,

@@ -6,20 +6,20 @@
 //! - **Update** ([`ControllerHandle::add`](crate::ControllerHandle::add)):
 //!   one atomic add on this CPU's slot of (group, controller), then a racy
 //!   on-list check; the first update since the last flush pushes the group's
-//!   node on a lock-free (controller, CPU) backlog ([`backlog`]). No lock, no
+//!   node on a lock-free (controller, CPU) backlog (`engine/backlog.rs`). No lock, no
 //!   allocation, no shared line written in the common case.
 //! - **Flush** (on read): under the controller's own lock, for each CPU,
 //!   drain the backlog into that CPU's *updated tree* (insert bottom-up,
 //!   stop at the first linked ancestor), cut out the subtree being read and
 //!   fold each changed group's per-CPU deltas into its totals, children
-//!   before parents ([`tree`]). Cost ∝ groups that changed, not tree size.
+//!   before parents (`engine/tree.rs`). Cost ∝ groups that changed, not tree size.
 //! - **Separate trees** (v6.16, seed 000): each controller has its own
 //!   updated trees and lock, so reading `cpu` stats never pays for a busy
 //!   memory controller. [`Builder::unified`] rebuilds the old single tree for
 //!   comparison.
 //! - **Exact reads**, stronger than the kernel: any update that completed
 //!   before a read began is in that read's result; see
-//!   [`backlog`]'s `# Synchronization`.
+//!   `engine/backlog.rs`'s `# Synchronization`.
 
 use std::sync::Arc;
 
