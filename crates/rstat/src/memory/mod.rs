@@ -80,6 +80,8 @@ mod loom_tests;
 mod proptests;
 #[cfg(all(test, not(rstat_loom)))]
 mod tests;
+#[cfg(all(test, not(rstat_loom)))]
+mod tests_reclaim;
 
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use super::{LimitWrite, MemCg, Memory, MemoryError, MemoryEvent, STAT_RECLAIMED};
 use crate::group::Group;
 use crate::page_counter::PAGE_COUNTER_MAX;
-use crate::sync::{self, AtomicU64, Ordering};
+use crate::sync;
 
 /// Frees memory charged to a group on request (the kernel's shrinker).
 ///
@@ -118,7 +118,9 @@ impl ReclaimerList {
     }
 }
 
-static NEXT_RECLAIMER_ID: AtomicU64 = AtomicU64::new(1);
+/// Ids for reclaimers: process-wide, part of no protocol (std's atomic,
+/// not the model checker's, so it can be a static).
+static NEXT_RECLAIMER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 #[cfg(not(rstat_loom))]
 thread_local! {
@@ -182,7 +184,7 @@ impl Memory {
     ) -> Result<ReclaimerId, MemoryError> {
         let t = self.target(group)?;
         // Relaxed: a unique number, nothing else.
-        let id = ReclaimerId(NEXT_RECLAIMER_ID.fetch_add(1, Ordering::Relaxed));
+        let id = ReclaimerId(NEXT_RECLAIMER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         sync::lock(&t.memcg.reclaimers)
             .0
             .push((id, Arc::new(reclaimer)));
