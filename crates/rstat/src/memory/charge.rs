@@ -11,6 +11,9 @@ use super::{
 use crate::group::Group;
 use crate::page_counter::{PageCounterError, PAGE_COUNTER_MAX};
 
+/// Most subtree drains one over-limit charge makes before its final one.
+const MAX_DRAINS: u32 = 8;
+
 /// What a charge does when reclaim cannot make room under `memory.max`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum OnOom {
@@ -142,11 +145,14 @@ fn charge_memcg_slow(
 }
 
 /// Uncharge `n` from `memcg` through CPU `cpu`'s stock; directly while
-/// this thread is reclaiming, so the room it makes shows at once.
+/// this thread is reclaiming, so the room it makes shows at once, or while
+/// a level is over its max (see the stock's "Over the limit").
 #[inline]
 pub(crate) fn uncharge_memcg(stocks: &Stocks, memcg: &Arc<MemCg>, cpu: usize, n: u64) {
-    if super::reclaim::in_reclaim() {
+    if super::reclaim::in_reclaim() || !stocks.may_stock(memcg) {
         memcg.uncharge_counter(n);
+        // Clear the flags of levels this brought back under their max.
+        stocks.may_stock(memcg);
     } else {
         stocks.refill(cpu, memcg, n);
     }
@@ -340,12 +346,16 @@ impl Memory {
         }
         over_m.raise(MemoryEvent::Max);
         let mut retries = self.inner.shared.max_retries;
+        // Drain the subtree of each group that refuses, once (bounded, in
+        // case the refusing level keeps changing under concurrent charges).
         let mut drained = false;
+        let mut drains_left = MAX_DRAINS;
         let mut final_drain = false;
         let mut passed_oom = false;
         loop {
-            if !drained {
+            if !drained && drains_left > 0 {
                 drained = true;
+                drains_left -= 1;
                 self.drain_subtree(&over_m);
             } else if retries > 0 {
                 retries -= 1;
@@ -355,7 +365,11 @@ impl Memory {
                     .saturating_add(n)
                     .saturating_sub(over_m.counter.max())
                     .max(n);
-                self.reclaim_memcg(&over_g, &over_m, need);
+                let (_, any_reclaimer) = self.reclaim_memcg_counted(&over_g, &over_m, need);
+                if !any_reclaimer {
+                    // Nothing to call: retrying cannot help.
+                    retries = 0;
+                }
             } else if !final_drain {
                 // Before declaring OOM: uncharges since the first drain may
                 // have left units in the stocks.
@@ -397,6 +411,8 @@ impl Memory {
                     if l != level {
                         level = l;
                         (over_g, over_m) = ancestor(t, level);
+                        over_m.raise(MemoryEvent::Max);
+                        drained = false;
                     }
                 }
                 Err(_) => return Err(MemoryError::TooLarge { amount: n }),
@@ -404,7 +420,8 @@ impl Memory {
         }
     }
 
-    /// Charge past the limits, counting it.
+    /// Charge past the limits, counting it, and flag every level it left
+    /// over its max (see the stock's "Over the limit").
     fn force(&self, t: &Target<'_>, n: u64) -> Result<Charged, MemoryError> {
         t.memcg
             .counter
@@ -413,6 +430,13 @@ impl Memory {
                 amount: n,
                 path: t.group.path(),
             })?;
+        let mut m = Some(&**t.memcg);
+        while let Some(c) = m {
+            if c.counter.usage() > c.counter.max() {
+                self.inner.shared.stocks.mark_over(c);
+            }
+            m = c.parent.as_deref();
+        }
         self.count(&t.group, STAT_FORCED, n);
         Ok(Charged {
             over_high: check_high(&t.memcg),

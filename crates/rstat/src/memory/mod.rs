@@ -200,6 +200,8 @@ pub(crate) struct MemCg {
     pub(crate) parent: Option<Arc<MemCg>>,
     /// False once the group is removed (see the stock's offline protocol).
     online: AtomicBool,
+    /// Possibly above its `memory.max` (see the stock's "Over the limit").
+    pub(crate) over: AtomicBool,
     pub(crate) events: Events,
     pub(crate) reclaimers: Mutex<ReclaimerList>,
     pub(crate) oom_handler: Mutex<Option<Arc<dyn OomHandler>>>,
@@ -211,6 +213,7 @@ impl MemCg {
             counter: Arc::new(PageCounter::new(parent.map(|p| Arc::clone(&p.counter)))),
             parent: parent.cloned(),
             online: AtomicBool::new(true),
+            over: AtomicBool::new(false),
             events: Events::new(),
             reclaimers: Mutex::new(ReclaimerList::default()),
             oom_handler: Mutex::new(None),
@@ -274,6 +277,7 @@ impl MemCg {
         if left > 0 {
             let _ = self.counter.cancel(left);
         }
+        stocks.clear_over(self);
         if let Some(p) = parent {
             let moved = core::mem::take(&mut *sync::lock(&self.reclaimers));
             sync::lock(&p.reclaimers).append(moved);
@@ -313,6 +317,7 @@ impl GroupExt for MemExt {
         // Offline groups were drained already and are never stocked again;
         // this is for the root (released with the engine).
         self.shared.stocks.drain(|m| core::ptr::eq(m, &**state));
+        self.shared.stocks.clear_over(state);
     }
 }
 

@@ -276,10 +276,24 @@ impl Memory {
     /// Reclaim `nr` units under `target` (whose state is `tm`). Returns
     /// what the reclaimers reported freeing.
     pub(crate) fn reclaim_memcg(&self, target: &Group, tm: &Arc<MemCg>, nr: u64) -> u64 {
-        if nr == 0 {
-            return 0;
-        }
+        self.reclaim_memcg_counted(target, tm, nr).0
+    }
+
+    /// As [`reclaim_memcg`](Self::reclaim_memcg), also telling whether the
+    /// subtree has any reclaimer at all.
+    pub(crate) fn reclaim_memcg_counted(
+        &self,
+        target: &Group,
+        tm: &Arc<MemCg>,
+        nr: u64,
+    ) -> (u64, bool) {
         let nodes = self.subtree(target, tm);
+        let any = nodes
+            .iter()
+            .any(|n| !sync::lock(&n.memcg.reclaimers).0.is_empty());
+        if nr == 0 || !any {
+            return (0, any);
+        }
         let mut total = 0u64;
         let mut low_reclaim = false;
         let mut passes = 0;
@@ -298,7 +312,7 @@ impl Memory {
                 break;
             }
         }
-        total
+        (total, true)
     }
 
     /// The live groups under `target`, parents before children.
@@ -436,7 +450,11 @@ impl Memory {
             }
             if retries > 0 {
                 retries -= 1;
-                reclaimed = reclaimed.saturating_add(self.reclaim_memcg(group, m, usage - max));
+                let (got, any) = self.reclaim_memcg_counted(group, m, usage - max);
+                reclaimed = reclaimed.saturating_add(got);
+                if !any {
+                    retries = 0;
+                }
                 continue;
             }
             m.raise(MemoryEvent::Oom);
@@ -449,6 +467,11 @@ impl Memory {
             break;
         }
         let usage_after = m.counter.usage();
+        if usage_after > max {
+            self.inner.shared.stocks.mark_over(m);
+        } else {
+            self.inner.shared.stocks.clear_over(m);
+        }
         Ok(LimitWrite {
             limit: max,
             usage_before,

@@ -25,6 +25,15 @@
 //! `batch × nr_cpus` (plus the amounts of operations in flight). Draining
 //! before OOM means a charge never fails because of them.
 //!
+//! **Over the limit.** Units uncharged while the group or an ancestor is
+//! above its `memory.max` (a forced charge, or a `memory.max` write reclaim
+//! could not reach) go back to the page counter, not the stock, so they
+//! cannot be handed to a charge that would not fit: a group over its limit
+//! shrinks with every uncharge. To keep that check off the common path,
+//! the groups that may be over are flagged and counted (`nr_over`); only
+//! while the count is non-zero do uncharges look at their levels' usage
+//! and max, and they clear the flags of levels back under their limit.
+//!
 //! **Lifetime.** A slot holds a strong reference (`Arc`) on its group's
 //! memory state, so that state (and its page counter, which the units are
 //! charged to) outlives every slot that names it. Groups going offline are
@@ -69,7 +78,7 @@ use std::sync::Arc;
 
 use super::MemCg;
 use crate::page_counter::CachePadded;
-use crate::sync::{AtomicBool, Ordering, UnsafeCell};
+use crate::sync::{AtomicBool, AtomicUsize, Ordering, UnsafeCell};
 
 /// Slots per CPU (the kernel's `NR_MEMCG_STOCK`); 2 under loom.
 pub const NR_STOCK: usize = if cfg!(rstat_loom) { 2 } else { 7 };
@@ -78,6 +87,8 @@ pub const NR_STOCK: usize = if cfg!(rstat_loom) { 2 } else { 7 };
 pub(crate) struct Stocks {
     cpus: Box<[CachePadded<CpuStock>]>,
     batch: u64,
+    /// How many groups are flagged as possibly over their `memory.max`.
+    nr_over: CachePadded<AtomicUsize>,
 }
 
 /// One CPU's slots and their lock.
@@ -173,7 +184,55 @@ impl Stocks {
                 })
             })
             .collect();
-        Stocks { cpus, batch }
+        Stocks {
+            cpus,
+            batch,
+            nr_over: CachePadded::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Flag `memcg` as possibly above its `memory.max` (after a forced
+    /// charge or a `memory.max` write that fell short).
+    pub(crate) fn mark_over(&self, memcg: &MemCg) {
+        // Relaxed, here and in the other `over` accesses: the flags gate a
+        // heuristic (skip the stock); a racing uncharge that misses a fresh
+        // flag stocks at most one batch, within the overcharge bound.
+        if !memcg.over.swap(true, Ordering::Relaxed) {
+            self.nr_over.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Clear `memcg`'s flag.
+    pub(crate) fn clear_over(&self, memcg: &MemCg) {
+        if memcg.over.swap(false, Ordering::Relaxed) {
+            self.nr_over.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether units of `memcg` may be stocked: false while it or an
+    /// ancestor is above its max. One load unless some group is flagged;
+    /// then O(depth), clearing the flags of levels back under their max.
+    #[inline]
+    pub(crate) fn may_stock(&self, memcg: &MemCg) -> bool {
+        if self.nr_over.load(Ordering::Relaxed) == 0 {
+            return true;
+        }
+        self.may_stock_slow(memcg)
+    }
+
+    #[cold]
+    fn may_stock_slow(&self, memcg: &MemCg) -> bool {
+        let mut ok = true;
+        let mut m = Some(memcg);
+        while let Some(c) = m {
+            if c.counter.usage() > c.counter.max() {
+                ok = false;
+            } else if c.over.load(Ordering::Relaxed) {
+                self.clear_over(c);
+            }
+            m = c.parent.as_deref();
+        }
+        ok
     }
 
     /// The charge batch.
