@@ -74,6 +74,8 @@ enum BenchName {
     ReadLatency,
     /// Seed 003: rstat's exact reads vs write-side batching error.
     Accuracy,
+    /// Memory charge/uncharge through the per-CPU stock vs eager atomics.
+    Charge,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -222,6 +224,18 @@ fn main() -> ExitCode {
                     json,
                     &rstat_lab::accuracy::run(&cfg),
                     rstat_lab::accuracy::table,
+                )
+            }
+            BenchName::Charge => {
+                let mut cfg = rstat_lab::charge_bench::Config::default();
+                if quick {
+                    cfg.iters = 100_000;
+                    cfg.samples = 1;
+                }
+                emit(
+                    json,
+                    &rstat_lab::charge_bench::run(&cfg),
+                    rstat_lab::charge_bench::table,
                 )
             }
             BenchName::PageCounter => {

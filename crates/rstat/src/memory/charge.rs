@@ -194,7 +194,16 @@ impl Memory {
         on_oom: OnOom,
         cpu: usize,
     ) -> Result<Charge, MemoryError> {
-        let (group, flags) = self.charge_on(group, amount, on_oom, self.check_cpu(cpu))?;
+        let cpu = self.check_cpu(cpu);
+        if self.consume_stock(group, amount, cpu) {
+            return Ok(Charge {
+                mem: self.clone(),
+                group: group.clone(),
+                amount,
+                flags: Charged::default(),
+            });
+        }
+        let (group, flags) = self.charge_on(group, amount, on_oom, cpu)?;
         Ok(Charge {
             mem: self.clone(),
             group,
@@ -215,8 +224,46 @@ impl Memory {
         amount: u64,
         on_oom: OnOom,
     ) -> Result<Charged, MemoryError> {
-        self.charge_on(group, amount, on_oom, self.this_cpu())
-            .map(|(_, f)| f)
+        self.charge_raw_at(group, amount, on_oom, self.this_cpu())
+    }
+
+    /// The raw charge: the stock hit inline, everything else out of line.
+    #[inline(always)]
+    fn charge_raw_at(
+        &self,
+        group: &Group,
+        n: u64,
+        on_oom: OnOom,
+        cpu: usize,
+    ) -> Result<Charged, MemoryError> {
+        if self.consume_stock(group, n, cpu) {
+            return Ok(Charged::default());
+        }
+        self.charge_raw_slow(group, n, on_oom, cpu)
+    }
+
+    /// The stock hit: `group` live, `n` units in CPU `cpu`'s stock for it;
+    /// counts the stat. False (nothing done) otherwise.
+    #[inline(always)]
+    fn consume_stock(&self, group: &Group, n: u64, cpu: usize) -> bool {
+        if let Ok(m) = self.inner.ext.get(group) {
+            if n > 0 && m.is_online() && self.inner.shared.stocks.consume(cpu, m, n) {
+                self.count_on(group, STAT_CHARGED, n, cpu);
+                return true;
+            }
+        }
+        false
+    }
+
+    #[inline(never)]
+    fn charge_raw_slow(
+        &self,
+        group: &Group,
+        n: u64,
+        on_oom: OnOom,
+        cpu: usize,
+    ) -> Result<Charged, MemoryError> {
+        self.charge_target(group, n, on_oom, cpu).map(|(_, f)| f)
     }
 
     /// As [`charge_raw`](Self::charge_raw) through stock slot `cpu`.
@@ -228,8 +275,7 @@ impl Memory {
         on_oom: OnOom,
         cpu: usize,
     ) -> Result<Charged, MemoryError> {
-        self.charge_on(group, amount, on_oom, self.check_cpu(cpu))
-            .map(|(_, f)| f)
+        self.charge_raw_at(group, amount, on_oom, self.check_cpu(cpu))
     }
 
     /// Uncharge `amount` units from `group`, or, if it was removed, from
@@ -249,6 +295,27 @@ impl Memory {
         self.uncharge_on(group, amount, self.this_cpu())
     }
 
+    /// The common uncharge inline: a live group, at most a batch, no level
+    /// over its max, not reclaiming; everything else out of line.
+    #[inline(always)]
+    pub(crate) fn uncharge_on(&self, group: &Group, n: u64, cpu: usize) -> Result<(), MemoryError> {
+        let stocks = &self.inner.shared.stocks;
+        if let Ok(m) = self.inner.ext.get(group) {
+            if n > 0
+                && n <= stocks.batch()
+                && m.is_online()
+                && n <= m.counter.usage()
+                && stocks.may_stock(m)
+                && !super::reclaim::in_reclaim()
+            {
+                stocks.refill(cpu, m, n);
+                self.count_on(group, STAT_UNCHARGED, n, cpu);
+                return Ok(());
+            }
+        }
+        self.uncharge_slow(group, n, cpu)
+    }
+
     /// As [`uncharge_raw`](Self::uncharge_raw) through stock slot `cpu`.
     #[doc(hidden)]
     pub fn uncharge_raw_on_cpu(
@@ -260,7 +327,8 @@ impl Memory {
         self.uncharge_on(group, amount, self.check_cpu(cpu))
     }
 
-    pub(crate) fn uncharge_on(&self, group: &Group, n: u64, cpu: usize) -> Result<(), MemoryError> {
+    #[inline(never)]
+    fn uncharge_slow(&self, group: &Group, n: u64, cpu: usize) -> Result<(), MemoryError> {
         if n == 0 {
             return Ok(());
         }
@@ -277,12 +345,12 @@ impl Memory {
             });
         }
         uncharge_memcg(&self.inner.shared.stocks, &t.memcg, cpu, n);
-        self.count(&t.group, STAT_UNCHARGED, n);
+        self.count_on(&t.group, STAT_UNCHARGED, n, cpu);
         Ok(())
     }
 
     /// The charge path proper; returns the group charged.
-    #[inline]
+    #[inline(never)]
     fn charge_on(
         &self,
         group: &Group,
@@ -320,7 +388,7 @@ impl Memory {
             }
             Err(_) => return Err(MemoryError::TooLarge { amount: n }),
         };
-        self.count(&t.group, STAT_CHARGED, n);
+        self.count_on(&t.group, STAT_CHARGED, n, cpu);
         Ok((t, flags))
     }
 

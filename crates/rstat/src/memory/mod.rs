@@ -465,6 +465,27 @@ impl Memory {
         let _ = self.inner.stats.add(group, item, delta);
     }
 
+    /// [`count`](Self::count) on the hot path: `cpu` already folded, and
+    /// no second lookup of the engine or the CPU id.
+    ///
+    /// `group` must belong to this controller's engine (callers looked its
+    /// state up through the extension first, which checks that).
+    #[inline(always)]
+    fn count_on(&self, group: &Group, item: usize, delta: u64, cpu: usize) {
+        debug_assert!(item < MEMORY_STAT_NAMES.len() && cpu < self.inner.nr_cpus);
+        let css = group.0.tables().css[self.inner.stats.ctl.id].load(Ordering::Acquire);
+        if css.is_null() {
+            // Removed before the controller was registered: the ancestor's.
+            return self.count(group, item, delta);
+        }
+        let delta = i64::try_from(delta).unwrap_or(i64::MAX);
+        // SAFETY: a non-null css of `group` lives as long as the group,
+        // which `group` keeps alive; `cpu` was folded below the engine's
+        // CPU count (the stock has as many slots); `item` is one of our
+        // MEMORY_STAT_NAMES indices.
+        unsafe { (*css).update(cpu, item, delta) };
+    }
+
     /// This CPU's stock index.
     #[inline(always)]
     fn this_cpu(&self) -> usize {
