@@ -50,6 +50,20 @@
 //! `obj_cgroup` reparenting. A guard keeps its group's handle, so a removed
 //! group's memory is freed when its last guard goes.
 //!
+//! # Synchronization
+//!
+//! The charge path takes no lock but this CPU's stock lock (tried, never
+//! waited for; see [`stock`]). Page counters synchronize themselves (see
+//! [`crate::page_counter`]), stat items are rstat's per-CPU counters,
+//! events are `Relaxed` counts ([`MemoryEvent`]). Each group's state has
+//! two flags: `online`, cleared when the group is removed, ordered against
+//! stock refills by the stock locks (the offline protocol in [`stock`]) and
+//! otherwise read `Relaxed` as a flag on its own: an operation racing the
+//! removal may act on the group just removed, whose charges its parent
+//! counts anyway; and `over` (see the stock's "Over the limit"), a `Relaxed`
+//! hint. Reclaimer lists and OOM handlers sit behind per-group mutexes,
+//! never held while a reclaimer or handler runs.
+//!
 //! ```
 //! use rstat::memory::{Memory, MemoryEvent};
 //! use rstat::Rstat;
@@ -71,6 +85,7 @@
 mod charge;
 mod error;
 mod events;
+mod limits;
 pub mod reclaim;
 pub mod stock;
 
@@ -90,12 +105,13 @@ use crate::controller::counters::{ControllerHandle, GroupStats};
 use crate::engine::Rstat;
 use crate::group::ext::{Ext, GroupExt};
 use crate::group::Group;
-use crate::page_counter::{PageCounter, PAGE_COUNTER_MAX};
+use crate::page_counter::PageCounter;
 use crate::sync::{self, AtomicBool, Mutex, Ordering};
 
 pub use charge::{Charge, Charged, OnOom};
 pub use error::{parse_limit, MemoryError, OverLimit};
 pub use events::{MemoryEvent, MemoryEvents};
+pub use limits::{Limit, LimitWrite};
 pub use reclaim::{OomContext, OomHandler, Reclaimer, ReclaimerId};
 pub use stock::NR_STOCK;
 
@@ -146,50 +162,6 @@ impl Default for MemoryConfig {
             max_reclaim_retries: MAX_RECLAIM_RETRIES,
         }
     }
-}
-
-/// Which limit or protection a write sets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Limit {
-    /// `memory.min`: hard protection.
-    Min,
-    /// `memory.low`: best-effort protection.
-    Low,
-    /// `memory.high`: throttling threshold.
-    High,
-    /// `memory.max`: hard limit.
-    Max,
-}
-
-impl Limit {
-    /// The cgroupfs file name (`"memory.max"`, ...).
-    pub fn file_name(self) -> &'static str {
-        match self {
-            Limit::Min => "memory.min",
-            Limit::Low => "memory.low",
-            Limit::High => "memory.high",
-            Limit::Max => "memory.max",
-        }
-    }
-}
-
-/// What a limit write did: the new value stands either way; for
-/// `memory.max` and `memory.high`, whether reclaim brought usage under it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LimitWrite {
-    /// The value now in force (clamped to [`PAGE_COUNTER_MAX`]).
-    pub limit: u64,
-    /// Usage before the write.
-    pub usage_before: u64,
-    /// Usage when the write returned.
-    pub usage_after: u64,
-    /// Units returned from the subtree's stocks.
-    pub drained: u64,
-    /// Units the reclaimers reported freeing.
-    pub reclaimed: u64,
-    /// Whether usage ended at or under the limit (always true for `min` and
-    /// `low`).
-    pub reached: bool,
 }
 
 /// One group's memory state (the kernel's `struct mem_cgroup`, for this
@@ -514,64 +486,6 @@ impl Memory {
     pub fn reset_peak(&self, group: &Group) -> Result<(), MemoryError> {
         self.memcg(group)?.counter.reset_watermark();
         Ok(())
-    }
-
-    /// The current value of a limit or protection. One load.
-    pub fn limit(&self, group: &Group, which: Limit) -> Result<u64, MemoryError> {
-        let c = &self.memcg(group)?.counter;
-        Ok(match which {
-            Limit::Min => c.min(),
-            Limit::Low => c.low(),
-            Limit::High => c.high(),
-            Limit::Max => c.max(),
-        })
-    }
-
-    /// Set a limit or protection (values above [`PAGE_COUNTER_MAX`] mean
-    /// none). `Max` and `High` drain the subtree's stocks and reclaim toward
-    /// the new value ([`set_max`](Self::set_max), [`set_high`](Self::set_high));
-    /// `Min` and `Low` only set it.
-    pub fn set_limit(
-        &self,
-        group: &Group,
-        which: Limit,
-        value: u64,
-    ) -> Result<LimitWrite, MemoryError> {
-        match which {
-            Limit::Max => self.set_max(group, value),
-            Limit::High => self.set_high(group, value),
-            Limit::Min | Limit::Low => {
-                let m = self.live_memcg(group)?;
-                let value = value.min(PAGE_COUNTER_MAX);
-                if which == Limit::Min {
-                    m.counter.set_min(value);
-                } else {
-                    m.counter.set_low(value);
-                }
-                let usage = m.counter.usage();
-                Ok(LimitWrite {
-                    limit: value,
-                    usage_before: usage,
-                    usage_after: usage,
-                    drained: 0,
-                    reclaimed: 0,
-                    reached: true,
-                })
-            }
-        }
-    }
-
-    /// Write a limit as text, as to the cgroupfs file: `"max"` or a number
-    /// with an optional K/M/G/T/P/E suffix ([`parse_limit`]). Bad text is
-    /// [`MemoryError::InvalidLimit`] and changes nothing.
-    pub fn write_limit(
-        &self,
-        group: &Group,
-        which: Limit,
-        text: &str,
-    ) -> Result<LimitWrite, MemoryError> {
-        let v = parse_limit(text)?;
-        self.set_limit(group, which, v)
     }
 
     /// `memory.events`: events of `group` and its descendants. Five loads.

@@ -37,7 +37,7 @@
 
 use std::sync::Arc;
 
-use super::{LimitWrite, MemCg, Memory, MemoryError, MemoryEvent, STAT_RECLAIMED};
+use super::{MemCg, Memory, MemoryError, MemoryEvent, STAT_RECLAIMED};
 use crate::group::Group;
 use crate::page_counter::PAGE_COUNTER_MAX;
 use crate::sync;
@@ -46,6 +46,13 @@ use crate::sync;
 ///
 /// Any `Fn(u64) -> u64 + Send + Sync + 'static` closure is one: given a
 /// target, free up to that many units, uncharge them, return how many.
+///
+/// A reclaimer is kept until it is unregistered or its group's memory state
+/// is freed. One that owns [`Charge`]s (or handles) of its own group would
+/// keep that group alive through its own registration: hold such state
+/// through a `Weak`.
+///
+/// [`Charge`]: super::Charge
 pub trait Reclaimer: Send + Sync + 'static {
     /// Free up to `target` units (uncharging them); return how many were
     /// freed. Must not free more than `target`. Called without any of the
@@ -424,94 +431,6 @@ impl Memory {
             freed = freed.saturating_add(got);
         }
         (freed, low_skipped)
-    }
-
-    /// `memory.max` write: set the limit even below usage, drain the
-    /// subtree's stocks, reclaim toward it (bounded retries); if that falls
-    /// short, count `oom`, give the OOM handler a chance, and keep the limit
-    /// anyway (new charges must fit under it). The result says how far
-    /// usage got.
-    ///
-    /// Cost: the counter's setter lock, every CPU's stock lock, and the
-    /// reclaimers' work.
-    pub fn set_max(&self, group: &Group, max: u64) -> Result<LimitWrite, MemoryError> {
-        let m = self.live_memcg(group)?;
-        let max = max.min(PAGE_COUNTER_MAX);
-        let usage_before = m.counter.usage();
-        m.counter.set_max_forced(max);
-        let drained = self.drain_subtree(m);
-        let mut reclaimed = 0u64;
-        let mut retries = self.inner.shared.max_retries;
-        let mut passed_oom = false;
-        loop {
-            let usage = m.counter.usage();
-            if usage <= max {
-                break;
-            }
-            if retries > 0 {
-                retries -= 1;
-                let (got, any) = self.reclaim_memcg_counted(group, m, usage - max);
-                reclaimed = reclaimed.saturating_add(got);
-                if !any {
-                    retries = 0;
-                }
-                continue;
-            }
-            m.raise(MemoryEvent::Oom);
-            if !passed_oom && self.call_oom_handler(group, m, usage - max) {
-                m.raise(MemoryEvent::OomKill);
-                passed_oom = true;
-                retries = self.inner.shared.max_retries;
-                continue;
-            }
-            break;
-        }
-        let usage_after = m.counter.usage();
-        if usage_after > max {
-            self.inner.shared.stocks.mark_over(m);
-        } else {
-            self.inner.shared.stocks.clear_over(m);
-        }
-        Ok(LimitWrite {
-            limit: max,
-            usage_before,
-            usage_after,
-            drained,
-            reclaimed,
-            reached: usage_after <= max,
-        })
-    }
-
-    /// `memory.high` write: set the threshold, drain the subtree's stocks,
-    /// and reclaim toward it (bounded retries, no OOM: `high` never fails
-    /// anything). Cost as [`set_max`](Self::set_max).
-    pub fn set_high(&self, group: &Group, high: u64) -> Result<LimitWrite, MemoryError> {
-        let m = self.live_memcg(group)?;
-        let high = high.min(PAGE_COUNTER_MAX);
-        let usage_before = m.counter.usage();
-        m.counter.set_high(high);
-        let drained = self.drain_subtree(m);
-        let mut reclaimed = 0u64;
-        for _ in 0..self.inner.shared.max_retries {
-            let usage = m.counter.usage();
-            if usage <= high {
-                break;
-            }
-            let got = self.reclaim_memcg(group, m, usage - high);
-            if got == 0 {
-                break;
-            }
-            reclaimed = reclaimed.saturating_add(got);
-        }
-        let usage_after = m.counter.usage();
-        Ok(LimitWrite {
-            limit: high,
-            usage_before,
-            usage_after,
-            drained,
-            reclaimed,
-            reached: usage_after <= high,
-        })
     }
 }
 

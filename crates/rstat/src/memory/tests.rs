@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::error::Error;
+use crate::page_counter::PAGE_COUNTER_MAX;
 
 pub(super) fn engine(nr_cpus: usize) -> Rstat {
     Rstat::builder()
@@ -28,6 +29,14 @@ pub(super) fn setup(nr_cpus: usize, batch: u64) -> (Rstat, Memory) {
 fn stat(mem: &Memory, g: &Group, item: &str) -> (i64, i64) {
     let s = mem.stat_exact(g).unwrap();
     (s.get_local(item).unwrap(), s.get(item).unwrap())
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn ok<T: Send + Sync>() {}
+    ok::<Memory>();
+    ok::<Charge>();
+    ok::<MemoryError>();
 }
 
 #[test]

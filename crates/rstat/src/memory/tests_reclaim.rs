@@ -5,6 +5,7 @@ use std::sync::{Arc, Weak};
 
 use super::tests::setup;
 use super::*;
+use crate::page_counter::PAGE_COUNTER_MAX;
 
 /// A cache of 1-unit charges whose reclaimer frees the newest ones. The
 /// reclaimer holds it weakly (a strong reference would be a cycle: group →
