@@ -149,11 +149,14 @@ impl EagerTracker {
 }
 
 /// Run `make(t)` on `threads` pinned threads; Mops/s of `iters` pairs each.
+/// Each thread times itself from the common start (a barrier) to its end,
+/// and the slowest sets the figure: the main thread's scheduling (the
+/// machine is shared) cannot shrink or stretch the measured interval.
 fn per_thread<F>(threads: usize, iters: u64, make: impl Fn(usize) -> F) -> f64
 where
     F: FnOnce() + Send + 'static,
 {
-    let barrier = Arc::new(Barrier::new(threads + 1));
+    let barrier = Arc::new(Barrier::new(threads));
     let hs: Vec<_> = (0..threads)
         .map(|t| {
             let b = Arc::clone(&barrier);
@@ -161,17 +164,19 @@ where
             std::thread::spawn(move || {
                 pin_to_cpu(t);
                 b.wait();
+                let t0 = Instant::now();
                 f();
-                b.wait();
+                t0.elapsed()
             })
         })
         .collect();
-    barrier.wait();
-    let t0 = Instant::now();
-    barrier.wait();
-    let el = t0.elapsed();
-    for h in hs {
-        let _ = h.join();
+    let el = hs
+        .into_iter()
+        .map(|h| h.join().unwrap_or_default())
+        .max()
+        .unwrap_or_default();
+    if el.is_zero() {
+        return 0.0;
     }
     (threads as u64 * iters) as f64 / el.as_secs_f64() / 1e6
 }
