@@ -79,6 +79,8 @@ enum BenchName {
     Accuracy,
     /// Seed 001: percpu_ref vs a shared atomic refcount, copy sizes 0-512.
     PercpuRef,
+    /// Memory charge/uncharge through the per-CPU stock vs eager atomics.
+    Charge,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -242,6 +244,18 @@ fn main() -> ExitCode {
                     json,
                     &rstat_lab::percpu_ref_bench::run(&cfg),
                     rstat_lab::percpu_ref_bench::table,
+                )
+            }
+            BenchName::Charge => {
+                let mut cfg = rstat_lab::charge_bench::Config::default();
+                if quick {
+                    cfg.iters = 100_000;
+                    cfg.samples = 1;
+                }
+                emit(
+                    json,
+                    &rstat_lab::charge_bench::run(&cfg),
+                    rstat_lab::charge_bench::table,
                 )
             }
             BenchName::PageCounter => {

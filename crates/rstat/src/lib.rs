@@ -69,6 +69,7 @@ pub mod controller;
 pub mod engine;
 pub mod error;
 pub mod group;
+pub mod memory;
 pub mod page_counter;
 pub mod percpu;
 pub mod percpu_ref;

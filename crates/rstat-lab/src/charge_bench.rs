@@ -1,0 +1,477 @@
+//! `rstat bench charge`: memory charge + uncharge throughput through the
+//! per-CPU stock, without it, and against an eager shared-atomic tracker.
+//!
+//! The tree has three levels: a root, one middle group, one leaf per thread
+//! (so every charge reaches two groups all threads share). Each operation
+//! is one charge of 1 unit followed by its uncharge, at 1 and 2 threads,
+//! each thread pinned to its own CPU. Measured side by side, interleaved
+//! sample by sample:
+//!
+//! - **stock**: [`Memory::charge_raw`] / [`Memory::uncharge_raw`] with the
+//!   default batch (64): served from this CPU's stock, plus the
+//!   `memory.stat` per-CPU counter updates;
+//! - **stock, guard**: the same through [`Memory::try_charge`] and dropping
+//!   the [`rstat::memory::Charge`] guard (two shared reference counts);
+//! - **no stock**: the same controller with `batch = 0`: every charge and
+//!   uncharge goes to the page counters (one atomic add per level);
+//! - **page counter**: bare [`PageCounter::try_charge`] / `uncharge`, no
+//!   controller;
+//! - **eager atomic** (the baseline): each level a shared `AtomicI64` with
+//!   a limit, charged by `fetch_add` at every ancestor and checked against
+//!   the limit, uncharged by `fetch_sub` at every ancestor: how ClickHouse's
+//!   `MemoryTracker` and most hand-rolled trackers work.
+//!
+//! A burst variant holds 32 charges of 1 unit before uncharging them, so
+//! the stock refills, overflows and drains along the way.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use rstat::memory::{Memory, MemoryConfig, OnOom};
+use rstat::page_counter::{CachePadded, PageCounter};
+use rstat::{Group, Rstat};
+use serde::Serialize;
+
+use crate::machine::{median, pin_to_cpu, round, unpin, Machine};
+
+/// Charges held at once in the burst variant.
+pub const BURST: u64 = 32;
+
+/// Settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Charge + uncharge pairs per thread per sample.
+    pub iters: u64,
+    /// Samples per figure (the median is reported).
+    pub samples: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            iters: 4_000_000,
+            samples: 5,
+        }
+    }
+}
+
+/// Results: millions of charge + uncharge pairs per second, all threads.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// Through the stock (raw calls), 1 thread.
+    pub stock_mops_1t: f64,
+    /// Through the stock (raw calls), 2 threads.
+    pub stock_mops_2t: f64,
+    /// Through the stock with `Charge` guards, 1 thread.
+    pub stock_guard_mops_1t: f64,
+    /// Through the stock with `Charge` guards, 2 threads.
+    pub stock_guard_mops_2t: f64,
+    /// The controller without a stock (`batch = 0`), 1 thread.
+    pub nostock_mops_1t: f64,
+    /// The controller without a stock, 2 threads.
+    pub nostock_mops_2t: f64,
+    /// Bare page counters, 1 thread.
+    pub page_counter_mops_1t: f64,
+    /// Bare page counters, 2 threads.
+    pub page_counter_mops_2t: f64,
+    /// The eager shared-atomic baseline, 1 thread.
+    pub eager_atomic_mops_1t: f64,
+    /// The eager shared-atomic baseline, 2 threads.
+    pub eager_atomic_mops_2t: f64,
+    /// `stock_mops_2t / eager_atomic_mops_2t` (target ≥ 5).
+    pub ratio_vs_eager_2t: f64,
+    /// `stock_mops_1t / eager_atomic_mops_1t`.
+    pub ratio_vs_eager_1t: f64,
+    /// `stock_mops_2t / nostock_mops_2t`: what the stock buys.
+    pub ratio_stock_vs_nostock_2t: f64,
+    /// Burst variant (hold 32, then release), stock, 2 threads.
+    pub burst_stock_mops_2t: f64,
+    /// Burst variant, eager atomic, 2 threads.
+    pub burst_eager_atomic_mops_2t: f64,
+    /// Pairs per thread per sample.
+    pub iters: u64,
+    /// Samples per figure.
+    pub samples: usize,
+    /// One sentence on what this measures.
+    pub what: String,
+    /// The machine.
+    pub machine: Machine,
+}
+
+/// One level of the eager baseline: a shared counter and its limit.
+struct EagerTracker {
+    amount: CachePadded<AtomicI64>,
+    limit: i64,
+    parent: Option<Arc<EagerTracker>>,
+}
+
+impl EagerTracker {
+    fn new(parent: Option<Arc<EagerTracker>>) -> Arc<Self> {
+        Arc::new(EagerTracker {
+            amount: CachePadded::new(AtomicI64::new(0)),
+            limit: 1 << 50,
+            parent,
+        })
+    }
+
+    /// Add at every level, checking each limit; roll back on failure.
+    #[inline]
+    fn charge(&self, n: i64) -> bool {
+        let mut t = self;
+        loop {
+            let now = t.amount.fetch_add(n, Ordering::Relaxed) + n;
+            if now > t.limit {
+                t.amount.fetch_sub(n, Ordering::Relaxed);
+                let mut u = self;
+                while !core::ptr::eq(u, t) {
+                    u.amount.fetch_sub(n, Ordering::Relaxed);
+                    u = u.parent.as_deref().unwrap_or(u);
+                }
+                return false;
+            }
+            match t.parent.as_deref() {
+                Some(p) => t = p,
+                None => return true,
+            }
+        }
+    }
+
+    #[inline]
+    fn uncharge(&self, n: i64) {
+        let mut t = Some(self);
+        while let Some(c) = t {
+            c.amount.fetch_sub(n, Ordering::Relaxed);
+            t = c.parent.as_deref();
+        }
+    }
+}
+
+/// Run `make(t)` on `threads` pinned threads; Mops/s of `iters` pairs each.
+/// Each thread times itself from the common start (a barrier) to its end,
+/// and the slowest sets the figure: the main thread's scheduling (the
+/// machine is shared) cannot shrink or stretch the measured interval.
+fn per_thread<F>(threads: usize, iters: u64, make: impl Fn(usize) -> F) -> f64
+where
+    F: FnOnce() + Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(threads));
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let b = Arc::clone(&barrier);
+            let f = make(t);
+            std::thread::spawn(move || {
+                pin_to_cpu(t);
+                b.wait();
+                let t0 = Instant::now();
+                f();
+                t0.elapsed()
+            })
+        })
+        .collect();
+    let el = hs
+        .into_iter()
+        .map(|h| h.join().unwrap_or_default())
+        .max()
+        .unwrap_or_default();
+    if el.is_zero() {
+        return 0.0;
+    }
+    (threads as u64 * iters) as f64 / el.as_secs_f64() / 1e6
+}
+
+/// An engine with root → mid → leaves, and a memory controller.
+fn tree(batch: u64, leaves: usize) -> (Rstat, Memory, Vec<Group>) {
+    let rs = Rstat::builder()
+        .periodic_flush(None)
+        .build()
+        .expect("engine");
+    let mem = Memory::register_with(
+        &rs,
+        MemoryConfig {
+            batch,
+            ..MemoryConfig::default()
+        },
+    )
+    .expect("memory controller");
+    let mid = rs.root().create_child("mid").expect("group");
+    let leaves = (0..leaves)
+        .map(|i| mid.create_child(&format!("leaf{i}")).expect("group"))
+        .collect();
+    // Limits set but never reached.
+    let _ = mem.set_max(&mid, 1 << 50);
+    (rs, mem, leaves)
+}
+
+/// Run the benchmark.
+pub fn run(cfg: &Config) -> Report {
+    let n = cfg.iters.max(1);
+    let samples = cfg.samples.max(1);
+    let (rs_s, mem_s, leaves_s) = tree(rstat::memory::MEMCG_CHARGE_BATCH, 2);
+    let (rs_n, mem_n, leaves_n) = tree(0, 2);
+    let pc_root = Arc::new(PageCounter::new(None));
+    let pc_mid = Arc::new(PageCounter::new(Some(pc_root.clone())));
+    let pc_leaves: Vec<Arc<PageCounter>> = (0..2)
+        .map(|_| Arc::new(PageCounter::new(Some(pc_mid.clone()))))
+        .collect();
+    let _ = pc_mid.set_max(1 << 50);
+    let e_root = EagerTracker::new(None);
+    let e_mid = EagerTracker::new(Some(e_root.clone()));
+    let e_leaves: Vec<Arc<EagerTracker>> = (0..2)
+        .map(|_| EagerTracker::new(Some(e_mid.clone())))
+        .collect();
+
+    let stock = |threads: usize| {
+        per_thread(threads, n, |t| {
+            let (mem, g) = (mem_s.clone(), leaves_s[t].clone());
+            move || {
+                for _ in 0..n {
+                    let _ = black_box(mem.charge_raw(&g, black_box(1), OnOom::Fail));
+                    let _ = mem.uncharge_raw(&g, black_box(1));
+                }
+            }
+        })
+    };
+    let guard = |threads: usize| {
+        per_thread(threads, n, |t| {
+            let (mem, g) = (mem_s.clone(), leaves_s[t].clone());
+            move || {
+                for _ in 0..n {
+                    drop(black_box(mem.try_charge(&g, black_box(1))));
+                }
+            }
+        })
+    };
+    let nostock = |threads: usize| {
+        per_thread(threads, n, |t| {
+            let (mem, g) = (mem_n.clone(), leaves_n[t].clone());
+            move || {
+                for _ in 0..n {
+                    let _ = black_box(mem.charge_raw(&g, black_box(1), OnOom::Fail));
+                    let _ = mem.uncharge_raw(&g, black_box(1));
+                }
+            }
+        })
+    };
+    let page_counter = |threads: usize| {
+        per_thread(threads, n, |t| {
+            let c = pc_leaves[t].clone();
+            move || {
+                for _ in 0..n {
+                    let _ = black_box(c.try_charge(black_box(1)));
+                    let _ = c.uncharge(black_box(1));
+                }
+            }
+        })
+    };
+    let eager = |threads: usize| {
+        per_thread(threads, n, |t| {
+            let e = e_leaves[t].clone();
+            move || {
+                for _ in 0..n {
+                    black_box(e.charge(black_box(1)));
+                    e.uncharge(black_box(1));
+                }
+            }
+        })
+    };
+    let rounds = (n / BURST).max(1);
+    let burst_stock = |threads: usize| {
+        per_thread(threads, rounds * BURST, |t| {
+            let (mem, g) = (mem_s.clone(), leaves_s[t].clone());
+            move || {
+                for _ in 0..rounds {
+                    for _ in 0..BURST {
+                        let _ = black_box(mem.charge_raw(&g, black_box(1), OnOom::Fail));
+                    }
+                    for _ in 0..BURST {
+                        let _ = mem.uncharge_raw(&g, black_box(1));
+                    }
+                }
+            }
+        })
+    };
+    let burst_eager = |threads: usize| {
+        per_thread(threads, rounds * BURST, |t| {
+            let e = e_leaves[t].clone();
+            move || {
+                for _ in 0..rounds {
+                    for _ in 0..BURST {
+                        black_box(e.charge(black_box(1)));
+                    }
+                    for _ in 0..BURST {
+                        e.uncharge(black_box(1));
+                    }
+                }
+            }
+        })
+    };
+
+    let mut v: [Vec<f64>; 12] = Default::default();
+    for _ in 0..samples {
+        v[0].push(stock(1));
+        v[1].push(stock(2));
+        v[2].push(guard(1));
+        v[3].push(guard(2));
+        v[4].push(nostock(1));
+        v[5].push(nostock(2));
+        v[6].push(page_counter(1));
+        v[7].push(page_counter(2));
+        v[8].push(eager(1));
+        v[9].push(eager(2));
+        v[10].push(burst_stock(2));
+        v[11].push(burst_eager(2));
+    }
+    unpin();
+
+    // Honesty checks: every unit charged came back.
+    for (mem, rs) in [(&mem_s, &rs_s), (&mem_n, &rs_n)] {
+        let _ = mem.drain_stocks(rs.root());
+        assert_eq!(mem.current(rs.root()).ok(), Some(0), "units leaked");
+        let s = mem.stat_exact(rs.root()).expect("stat");
+        assert_eq!(s.get("charged"), s.get("uncharged"));
+    }
+    assert_eq!(pc_root.usage(), 0);
+    assert_eq!(e_root.amount.load(Ordering::Relaxed), 0);
+
+    let [s1, s2, g1, g2, n1, n2, p1, p2, e1, e2, bs2, be2] = v.map(median);
+    let ratio = |a: f64, b: f64| if b > 0.0 { round(a / b, 2) } else { 0.0 };
+    Report {
+        stock_mops_1t: round(s1, 2),
+        stock_mops_2t: round(s2, 2),
+        stock_guard_mops_1t: round(g1, 2),
+        stock_guard_mops_2t: round(g2, 2),
+        nostock_mops_1t: round(n1, 2),
+        nostock_mops_2t: round(n2, 2),
+        page_counter_mops_1t: round(p1, 2),
+        page_counter_mops_2t: round(p2, 2),
+        eager_atomic_mops_1t: round(e1, 2),
+        eager_atomic_mops_2t: round(e2, 2),
+        ratio_vs_eager_2t: ratio(s2, e2),
+        ratio_vs_eager_1t: ratio(s1, e1),
+        ratio_stock_vs_nostock_2t: ratio(s2, n2),
+        burst_stock_mops_2t: round(bs2, 2),
+        burst_eager_atomic_mops_2t: round(be2, 2),
+        iters: n,
+        samples,
+        what: format!(
+            "Millions of (charge 1 unit + uncharge it) pairs per second over all threads, each \
+             thread pinned and charging its own leaf of a 3-level tree (root, one middle, one \
+             leaf per thread); median of {samples} interleaved samples of {n} pairs per thread. \
+             Burst: {BURST} charges held, then released."
+        ),
+        machine: Machine::detect(),
+    }
+}
+
+/// A text table of the report.
+pub fn table(r: &Report) -> String {
+    let mut s = String::new();
+    s.push_str("charge: memory charge + uncharge throughput (Mops/s, all threads)\n");
+    s.push_str(&r.machine.line());
+    s.push('\n');
+    s.push_str(&format!(
+        "{:<34} {:>10} {:>10}\n",
+        "", "1 thread", "2 threads"
+    ));
+    let row = |s: &mut String, name: &str, a: f64, b: f64| {
+        s.push_str(&format!("{name:<34} {a:>10.2} {b:>10.2}\n"));
+    };
+    row(
+        &mut s,
+        "stock (raw calls)",
+        r.stock_mops_1t,
+        r.stock_mops_2t,
+    );
+    row(
+        &mut s,
+        "stock (Charge guard)",
+        r.stock_guard_mops_1t,
+        r.stock_guard_mops_2t,
+    );
+    row(
+        &mut s,
+        "no stock (batch 0)",
+        r.nostock_mops_1t,
+        r.nostock_mops_2t,
+    );
+    row(
+        &mut s,
+        "bare page counter",
+        r.page_counter_mops_1t,
+        r.page_counter_mops_2t,
+    );
+    row(
+        &mut s,
+        "eager shared atomics (baseline)",
+        r.eager_atomic_mops_1t,
+        r.eager_atomic_mops_2t,
+    );
+    s.push_str(&format!(
+        "stock vs eager: {:.2}x at 1 thread, {:.2}x at 2 threads (target >= 5 at 2); stock vs no \
+         stock at 2 threads: {:.2}x\n",
+        r.ratio_vs_eager_1t, r.ratio_vs_eager_2t, r.ratio_stock_vs_nostock_2t
+    ));
+    s.push_str(&format!(
+        "burst of {BURST} (2 threads): stock {:.2}, eager {:.2}\n",
+        r.burst_stock_mops_2t, r.burst_eager_atomic_mops_2t
+    ));
+    s.push_str(&r.what);
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_run_reports_positive_figures_and_leaks_nothing() {
+        let r = run(&Config {
+            iters: 2_000,
+            samples: 1,
+        });
+        assert!(
+            r.stock_mops_2t > 0.0 && r.eager_atomic_mops_2t > 0.0,
+            "{r:?}"
+        );
+        assert!(r.ratio_vs_eager_2t.is_finite() && r.ratio_vs_eager_2t >= 0.0);
+        let t = table(&r);
+        assert!(t.contains("eager") && t.contains("machine"), "{t}");
+        let j = serde_json::to_value(&r).unwrap();
+        for k in [
+            "stock_mops_2t",
+            "nostock_mops_2t",
+            "eager_atomic_mops_2t",
+            "ratio_vs_eager_2t",
+            "stock_mops_1t",
+            "machine",
+        ] {
+            assert!(j.get(k).is_some(), "{k}");
+        }
+    }
+
+    #[test]
+    fn eager_tracker_refuses_and_rolls_back() {
+        let root = Arc::new(EagerTracker {
+            amount: CachePadded::new(AtomicI64::new(0)),
+            limit: 10,
+            parent: None,
+        });
+        let mid = EagerTracker::new(Some(root.clone()));
+        let leaf = EagerTracker::new(Some(mid.clone()));
+        assert!(leaf.charge(10));
+        assert!(!leaf.charge(1));
+        assert_eq!(
+            (
+                leaf.amount.load(Ordering::Relaxed),
+                mid.amount.load(Ordering::Relaxed),
+                root.amount.load(Ordering::Relaxed)
+            ),
+            (10, 10, 10)
+        );
+        leaf.uncharge(10);
+        assert_eq!(root.amount.load(Ordering::Relaxed), 0);
+    }
+}

@@ -1,0 +1,555 @@
+//! The memory controller: charge, limit, protect and reclaim memory per
+//! group, the cgroup v2 way.
+//!
+//! [`Memory::register`] attaches to an [`Rstat`] engine: every group gets a
+//! [`PageCounter`] chained to its parent's (`memory.current`, `memory.peak`,
+//! `memory.max/high/low/min`), event counts (`memory.events`,
+//! `memory.events.local`), a list of reclaimers, and `memory.stat` items
+//! counted through rstat (per-CPU on the charge path, flushed on read):
+//! [`MEMORY_STAT_NAMES`].
+//!
+//! Units are whatever the caller charges: bytes by default, pages or
+//! objects if you prefer. Set [`MemoryConfig::batch`] to match (the
+//! kernel's 64 pages are 256 KiB of bytes).
+//!
+//! # The charge path
+//!
+//! [`Memory::try_charge`] (or [`charge_raw`](Memory::charge_raw) /
+//! [`uncharge_raw`](Memory::uncharge_raw), which hold no reference):
+//!
+//! 1. **Stock** ([`stock`]): a charge of at most `batch` units is taken
+//!    from this CPU's pre-charged stock for the group if it has enough: no
+//!    shared cache line is written. An uncharge puts its units back there.
+//! 2. **Page counter**: otherwise `max(batch, n)` units are charged up the
+//!    ancestors and the surplus is stocked. If some ancestor's `memory.max`
+//!    refuses, the batch is dropped to `n` and tried again.
+//! 3. **Over the limit** ([`reclaim`]): count a `max` event on the group
+//!    that refused, drain the stocks of its subtree, then reclaim from its
+//!    subtree with the registered [`Reclaimer`]s, retrying up to
+//!    [`MemoryConfig::max_reclaim_retries`] times; drain again; then
+//!    declare OOM (`oom` event), give the group's [`OomHandler`] one
+//!    chance, and fail with [`MemoryError::OverLimit`], or with
+//!    [`OnOom::Force`] charge anyway and count it.
+//! 4. **Over `high`**: a charge that reached the page counter checks every
+//!    level's `memory.high`, counts a `high` event on each level above it,
+//!    and reports [`Charge::over_high`] so the caller can throttle (for
+//!    instance with [`Memory::reclaim_high`]).
+//!
+//! Stat items are updated on every charge and uncharge (one per-CPU atomic
+//! add, no lock); limits, usage and events are read without a flush.
+//!
+//! # Removed groups
+//!
+//! Removal (`Group::remove`) takes the group's memory state offline: its
+//! stock slots are drained and it is never stocked again; its remaining
+//! charges are **reparented**: taken off its own counter and left on its
+//! parent's, which already counted them (so the parent's usage is
+//! unchanged and exact); its reclaimers move to the parent; its `min` and
+//! `low` drop to 0. From then on every operation through a handle to it,
+//! charge or uncharge, acts on its nearest live ancestor, the kernel's
+//! `obj_cgroup` reparenting. A guard keeps its group's handle, so a removed
+//! group's memory is freed when its last guard goes.
+//!
+//! # Synchronization
+//!
+//! The charge path takes no lock but this CPU's stock lock (tried, never
+//! waited for; see [`stock`]). Page counters synchronize themselves (see
+//! [`crate::page_counter`]), stat items are rstat's per-CPU counters,
+//! events are `Relaxed` counts ([`MemoryEvent`]). Each group's state has
+//! two flags: `online`, cleared when the group is removed, ordered against
+//! stock refills by the stock locks (the offline protocol in [`stock`]) and
+//! otherwise read `Relaxed` as a flag on its own: an operation racing the
+//! removal may act on the group just removed, whose charges its parent
+//! counts anyway; and `over` (see the stock's "Over the limit"), a `Relaxed`
+//! hint. Reclaimer lists and OOM handlers sit behind per-group mutexes,
+//! never held while a reclaimer or handler runs.
+//!
+//! ```
+//! use rstat::memory::{Memory, MemoryEvent};
+//! use rstat::Rstat;
+//!
+//! let rs = Rstat::new();
+//! let mem = Memory::register(&rs)?;
+//! let tenant = rs.root().create_child("tenant")?;
+//! mem.write_limit(&tenant, rstat::memory::Limit::Max, "1K")?;
+//!
+//! let buf = mem.try_charge(&tenant, 1000)?;
+//! assert!(mem.try_charge(&tenant, 100).is_err()); // over memory.max
+//! assert_eq!(mem.events(&tenant)?.get(MemoryEvent::Oom), 1);
+//! drop(buf); // uncharges
+//! mem.drain_stocks(&tenant)?;
+//! assert_eq!(mem.current(&tenant)?, 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod charge;
+mod error;
+mod events;
+mod limits;
+pub mod reclaim;
+pub mod stock;
+
+#[cfg(all(test, rstat_loom))]
+mod loom_tests;
+#[cfg(all(test, not(rstat_loom)))]
+mod proptests;
+#[cfg(all(test, not(rstat_loom)))]
+mod tests;
+#[cfg(all(test, not(rstat_loom)))]
+mod tests_reclaim;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use crate::controller::counters::{ControllerHandle, GroupStats};
+use crate::engine::Rstat;
+use crate::group::ext::{Ext, GroupExt};
+use crate::group::Group;
+use crate::page_counter::PageCounter;
+use crate::sync::{self, AtomicBool, Mutex, Ordering};
+
+pub use charge::{Charge, Charged, OnOom};
+pub use error::{parse_limit, MemoryError, OverLimit};
+pub use events::{MemoryEvent, MemoryEvents};
+pub use limits::{Limit, LimitWrite};
+pub use reclaim::{OomContext, OomHandler, Reclaimer, ReclaimerId};
+pub use stock::NR_STOCK;
+
+use events::Events;
+use reclaim::ReclaimerList;
+use stock::Stocks;
+
+/// The kernel's `MEMCG_CHARGE_BATCH`: the default [`MemoryConfig::batch`].
+pub const MEMCG_CHARGE_BATCH: u64 = 64;
+
+/// The kernel's `MAX_RECLAIM_RETRIES`: the default
+/// [`MemoryConfig::max_reclaim_retries`].
+pub const MAX_RECLAIM_RETRIES: u32 = 16;
+
+/// The largest [`MemoryConfig::batch`] (2³²).
+pub const MAX_BATCH: u64 = 1 << 32;
+
+/// Names of the `memory.stat` items, in index order: units `charged` and
+/// `uncharged` by callers, units `reclaimed` by reclaimers, units `forced`
+/// past `memory.max`, and `failcnt`, charges refused.
+pub const MEMORY_STAT_NAMES: [&str; 5] = ["charged", "uncharged", "reclaimed", "forced", "failcnt"];
+
+const STAT_CHARGED: usize = 0;
+const STAT_UNCHARGED: usize = 1;
+const STAT_RECLAIMED: usize = 2;
+const STAT_FORCED: usize = 3;
+const STAT_FAILCNT: usize = 4;
+
+/// Settings of a memory controller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryConfig {
+    /// Units charged to a page counter at once when a stock runs dry, and
+    /// the most one CPU's stock holds for one group. Up to `batch ×
+    /// nr_cpus` units per group may be charged but held by nobody. 0
+    /// disables the stock: every charge goes to the page counter. At most
+    /// [`MAX_BATCH`]. Default [`MEMCG_CHARGE_BATCH`].
+    pub batch: u64,
+    /// Reclaim rounds a charge over `memory.max` (or a `memory.max` /
+    /// `memory.high` write) makes before giving up. At most 1000. Default
+    /// [`MAX_RECLAIM_RETRIES`].
+    pub max_reclaim_retries: u32,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            batch: MEMCG_CHARGE_BATCH,
+            max_reclaim_retries: MAX_RECLAIM_RETRIES,
+        }
+    }
+}
+
+/// One group's memory state (the kernel's `struct mem_cgroup`, for this
+/// controller). Shared by the group, stock slots naming it, and in-flight
+/// operations; outlives the group if they do.
+pub(crate) struct MemCg {
+    pub(crate) counter: Arc<PageCounter>,
+    pub(crate) parent: Option<Arc<MemCg>>,
+    /// False once the group is removed (see the stock's offline protocol).
+    online: AtomicBool,
+    /// Possibly above its `memory.max` (see the stock's "Over the limit").
+    pub(crate) over: AtomicBool,
+    pub(crate) events: Events,
+    pub(crate) reclaimers: Mutex<ReclaimerList>,
+    pub(crate) oom_handler: Mutex<Option<Arc<dyn OomHandler>>>,
+}
+
+impl MemCg {
+    pub(crate) fn new(parent: Option<&Arc<MemCg>>) -> Self {
+        MemCg {
+            counter: Arc::new(PageCounter::new(parent.map(|p| Arc::clone(&p.counter)))),
+            parent: parent.cloned(),
+            online: AtomicBool::new(true),
+            over: AtomicBool::new(false),
+            events: Events::new(),
+            reclaimers: Mutex::new(ReclaimerList::default()),
+            oom_handler: Mutex::new(None),
+        }
+    }
+
+    /// Whether the group is live. Relaxed: a flag read on its own, except
+    /// in the stock's refill, where the stock lock orders it (see `stock`).
+    #[inline(always)]
+    pub(crate) fn is_online(&self) -> bool {
+        self.online.load(Ordering::Relaxed)
+    }
+
+    /// Uncharge `n` from the page counter (and every ancestor's). Stock
+    /// units were charged, so this cannot underflow unless a caller
+    /// over-uncharged; the page counter then clamps and counts it.
+    #[inline]
+    pub(crate) fn uncharge_counter(&self, n: u64) {
+        let _ = self.counter.uncharge(n);
+    }
+
+    /// Whether `self` is `root` or below it. O(depth).
+    pub(crate) fn is_in_subtree(&self, root: &MemCg) -> bool {
+        let mut m = self;
+        loop {
+            if core::ptr::eq(m, root) {
+                return true;
+            }
+            match m.parent.as_deref() {
+                Some(p) => m = p,
+                None => return false,
+            }
+        }
+    }
+
+    /// Count `ev` here (local and hierarchical) and in every ancestor
+    /// (hierarchical).
+    pub(crate) fn raise(&self, ev: MemoryEvent) {
+        self.events.add_local(ev);
+        let mut m = Some(self);
+        while let Some(c) = m {
+            c.events.add_hierarchical(ev);
+            m = c.parent.as_deref();
+        }
+    }
+
+    /// The offline hook: see "Removed groups" in the module docs.
+    fn offline(&self, stocks: &Stocks, parent: Option<&Arc<MemCg>>) {
+        // Relaxed: the stock locks order it against refills (see `stock`).
+        self.online.store(false, Ordering::Relaxed);
+        stocks.drain(|m| core::ptr::eq(m, self));
+        self.counter.set_min(0);
+        self.counter.set_low(0);
+        // Reparent: what the group still holds stays in the parent (and
+        // above), which counted it all along; later uncharges of it go to
+        // the nearest live ancestor. A charge or uncharge that resolved this
+        // group just before it went offline may land after this: the
+        // ancestors stay exact, this (dead) counter may keep a residue or
+        // clamp at zero.
+        let left = self.counter.usage();
+        if left > 0 {
+            let _ = self.counter.cancel(left);
+        }
+        stocks.clear_over(self);
+        if let Some(p) = parent {
+            let moved = core::mem::take(&mut *sync::lock(&self.reclaimers));
+            sync::lock(&p.reclaimers).append(moved);
+        }
+        *sync::lock(&self.oom_handler) = None;
+    }
+}
+
+/// The state every group's hooks and the handle share.
+pub(crate) struct Shared {
+    pub(crate) stocks: Stocks,
+    pub(crate) max_retries: u32,
+}
+
+/// The group extension: creates each group's [`MemCg`] and runs the
+/// offline and release hooks.
+struct MemExt {
+    shared: Arc<Shared>,
+}
+
+impl GroupExt for MemExt {
+    type State = Arc<MemCg>;
+
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    fn create(&self, parent: Option<&Arc<MemCg>>) -> Arc<MemCg> {
+        Arc::new(MemCg::new(parent))
+    }
+
+    fn offline(&self, state: &Arc<MemCg>, parent: Option<&Arc<MemCg>>) {
+        state.offline(&self.shared.stocks, parent);
+    }
+
+    fn release(&self, state: &Arc<MemCg>, _parent: Option<&Arc<MemCg>>) {
+        // Offline groups were drained already and are never stocked again;
+        // this is for the root (released with the engine).
+        self.shared.stocks.drain(|m| core::ptr::eq(m, &**state));
+        self.shared.stocks.clear_over(state);
+    }
+}
+
+struct Inner {
+    ext: Ext<MemExt>,
+    stats: ControllerHandle,
+    shared: Arc<Shared>,
+    nr_cpus: usize,
+    cfg: MemoryConfig,
+    /// The root group's state.
+    root: Arc<MemCg>,
+}
+
+/// A memory controller registered on an engine. Cheap to clone (one
+/// reference count). See the module docs.
+#[derive(Clone)]
+pub struct Memory {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memory")
+            .field("config", &self.inner.cfg)
+            .field("nr_cpus", &self.inner.nr_cpus)
+            .finish()
+    }
+}
+
+/// The group an operation acts on: the group itself, or if it was removed
+/// its nearest live ancestor; and that group's state.
+pub(crate) struct Target<'g> {
+    pub(crate) group: Cow<'g, Group>,
+    pub(crate) memcg: Cow<'g, Arc<MemCg>>,
+}
+
+impl Memory {
+    /// Register a memory controller with the default [`MemoryConfig`]:
+    /// every group, present and future, gets its memory state. Cost: the
+    /// topology lock, one allocation per live group; a per-CPU stock of
+    /// two cache lines per CPU.
+    pub fn register(rs: &Rstat) -> Result<Memory, MemoryError> {
+        Self::register_with(rs, MemoryConfig::default())
+    }
+
+    /// Register with explicit settings. Fails if a memory controller is
+    /// already registered on `rs` or a setting is out of range.
+    pub fn register_with(rs: &Rstat, cfg: MemoryConfig) -> Result<Memory, MemoryError> {
+        if cfg.batch > MAX_BATCH {
+            return Err(MemoryError::InvalidConfig {
+                reason: format!(
+                    "batch {} is above MAX_BATCH ({MAX_BATCH}); use a smaller batch",
+                    cfg.batch
+                ),
+            });
+        }
+        if cfg.max_reclaim_retries > 1000 {
+            return Err(MemoryError::InvalidConfig {
+                reason: format!(
+                    "max_reclaim_retries {} is above 1000; a few tens is plenty",
+                    cfg.max_reclaim_retries
+                ),
+            });
+        }
+        let shared = Arc::new(Shared {
+            stocks: Stocks::new(rs.nr_cpus(), cfg.batch),
+            max_retries: cfg.max_reclaim_retries,
+        });
+        let stats = rs.register_counters("memory", &MEMORY_STAT_NAMES)?;
+        let ext = rs.register_ext(MemExt {
+            shared: Arc::clone(&shared),
+        })?;
+        let root = Arc::clone(ext.get(rs.root())?);
+        Ok(Memory {
+            inner: Arc::new(Inner {
+                root,
+                ext,
+                stats,
+                shared,
+                nr_cpus: rs.nr_cpus(),
+                cfg,
+            }),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &MemoryConfig {
+        &self.inner.cfg
+    }
+
+    /// `group`'s own memory state (a group removed before registration
+    /// uses its nearest ancestor's). A few loads.
+    #[inline]
+    fn memcg<'g>(&self, group: &'g Group) -> Result<&'g Arc<MemCg>, MemoryError> {
+        Ok(self.inner.ext.get(group)?)
+    }
+
+    /// The group that operations on `group` act on. The common case (a live
+    /// group) is a few loads and no reference count.
+    #[inline]
+    pub(crate) fn target<'g>(&self, group: &'g Group) -> Result<Target<'g>, MemoryError> {
+        let m = self.memcg(group)?;
+        if m.is_online() {
+            return Ok(Target {
+                group: Cow::Borrowed(group),
+                memcg: Cow::Borrowed(m),
+            });
+        }
+        self.target_of_removed(group)
+    }
+
+    #[cold]
+    fn target_of_removed(&self, group: &Group) -> Result<Target<'static>, MemoryError> {
+        let mut g = group.clone();
+        loop {
+            let m = Arc::clone(self.memcg(&g)?);
+            let parent = if m.is_online() { None } else { g.parent() };
+            match parent {
+                Some(p) => g = p,
+                None => {
+                    return Ok(Target {
+                        group: Cow::Owned(g),
+                        memcg: Cow::Owned(m),
+                    })
+                }
+            }
+        }
+    }
+
+    /// `group`'s state, refusing removed groups (for limit writes).
+    fn live_memcg<'g>(&self, group: &'g Group) -> Result<&'g Arc<MemCg>, MemoryError> {
+        let m = self.memcg(group)?;
+        if !m.is_online() || !group.is_online() {
+            return Err(MemoryError::Removed { path: group.path() });
+        }
+        Ok(m)
+    }
+
+    /// Add to a stat item of `group` on this CPU (per-CPU, no lock).
+    #[inline]
+    fn count(&self, group: &Group, item: usize, delta: u64) {
+        let delta = i64::try_from(delta).unwrap_or(i64::MAX);
+        // Cannot fail: our own item index, a group of our engine (checked
+        // by the ext lookup before any call).
+        let _ = self.inner.stats.add(group, item, delta);
+    }
+
+    /// [`count`](Self::count) on the hot path: `cpu` already folded, and
+    /// no second lookup of the engine or the CPU id.
+    ///
+    /// `group` must belong to this controller's engine (callers looked its
+    /// state up through the extension first, which checks that).
+    #[inline(always)]
+    fn count_on(&self, group: &Group, item: usize, delta: u64, cpu: usize) {
+        debug_assert!(item < MEMORY_STAT_NAMES.len() && cpu < self.inner.nr_cpus);
+        let css = group.inner().tables().css[self.inner.stats.ctl.id].load(Ordering::Acquire);
+        if css.is_null() {
+            // Removed before the controller was registered: the ancestor's.
+            return self.count(group, item, delta);
+        }
+        let delta = i64::try_from(delta).unwrap_or(i64::MAX);
+        // SAFETY: a non-null css of `group` lives as long as the group,
+        // which `group` keeps alive; `cpu` was folded below the engine's
+        // CPU count (the stock has as many slots); `item` is one of our
+        // MEMORY_STAT_NAMES indices.
+        unsafe { (*css).update(cpu, item, delta) };
+    }
+
+    /// This CPU's stock index.
+    #[inline(always)]
+    fn this_cpu(&self) -> usize {
+        crate::percpu::cpu::fold(crate::percpu::cpu::current(), self.inner.nr_cpus)
+    }
+
+    fn check_cpu(&self, cpu: usize) -> usize {
+        crate::percpu::cpu::fold(cpu, self.inner.nr_cpus)
+    }
+
+    /// `memory.current`: `group`'s usage, hierarchical, including units
+    /// pre-charged in stocks. One load. A removed group reads its own
+    /// (reparented, so normally 0) counter.
+    pub fn current(&self, group: &Group) -> Result<u64, MemoryError> {
+        Ok(self.memcg(group)?.counter.usage())
+    }
+
+    /// `memory.peak`: the highest usage since creation or
+    /// [`reset_peak`](Self::reset_peak). One load.
+    pub fn peak(&self, group: &Group) -> Result<u64, MemoryError> {
+        Ok(self.memcg(group)?.counter.watermark())
+    }
+
+    /// Reset `memory.peak` to the current usage. Takes the counter's setter
+    /// lock.
+    pub fn reset_peak(&self, group: &Group) -> Result<(), MemoryError> {
+        self.memcg(group)?.counter.reset_watermark();
+        Ok(())
+    }
+
+    /// `memory.events`: events of `group` and its descendants. Five loads.
+    pub fn events(&self, group: &Group) -> Result<MemoryEvents, MemoryError> {
+        Ok(self.memcg(group)?.events.hierarchical())
+    }
+
+    /// `memory.events.local`: events of `group` itself.
+    pub fn events_local(&self, group: &Group) -> Result<MemoryEvents, MemoryError> {
+        Ok(self.memcg(group)?.events.local())
+    }
+
+    /// `memory.stat`: the [`MEMORY_STAT_NAMES`] items, local and
+    /// hierarchical, as fresh as the controller's flush policy makes them
+    /// (see [`ControllerHandle::read`]).
+    pub fn stat(&self, group: &Group) -> Result<GroupStats, MemoryError> {
+        Ok(self.inner.stats.read(group)?)
+    }
+
+    /// `memory.stat`, exact: every update completed before the call is in.
+    /// Takes the controller's flush lock.
+    pub fn stat_exact(&self, group: &Group) -> Result<GroupStats, MemoryError> {
+        Ok(self.inner.stats.read_exact(group)?)
+    }
+
+    /// The controller behind `memory.stat` (flush policy, raw reads).
+    pub fn stats(&self) -> &ControllerHandle {
+        &self.inner.stats
+    }
+
+    /// Return every stock slot of `group` and its descendants to the page
+    /// counters. Returns the units uncharged. Cost: each CPU's stock lock in
+    /// turn (waiting for it), O(slots × depth).
+    pub fn drain_stocks(&self, group: &Group) -> Result<u64, MemoryError> {
+        let t = self.target(group)?;
+        Ok(self.drain_subtree(&t.memcg))
+    }
+
+    pub(crate) fn drain_subtree(&self, root: &MemCg) -> u64 {
+        self.inner.shared.stocks.drain(|m| m.is_in_subtree(root))
+    }
+
+    /// Units pre-charged to `group` itself (not its descendants) sitting in
+    /// the stocks, over all CPUs: at most `batch × nr_cpus`. Cost: each
+    /// CPU's stock lock in turn.
+    pub fn stocked(&self, group: &Group) -> Result<u64, MemoryError> {
+        Ok(self.inner.shared.stocks.stocked(self.memcg(group)?))
+    }
+
+    /// `group`'s page counter, for what this API does not show (failcnt,
+    /// effective protection, local watermark).
+    pub fn page_counter(&self, group: &Group) -> Result<Arc<PageCounter>, MemoryError> {
+        Ok(Arc::clone(&self.memcg(group)?.counter))
+    }
+
+    /// Turn recursive protection (cgroup2's `memory_recursiveprot`) on or
+    /// off for the whole tree.
+    pub fn set_recursive_protection(&self, on: bool) -> Result<(), MemoryError> {
+        self.inner
+            .root
+            .counter
+            .set_recursive_protection(on)
+            .map_err(|_| MemoryError::InvalidConfig {
+                reason: "the root's page counter has a parent".into(),
+            })
+    }
+}

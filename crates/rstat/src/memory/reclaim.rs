@@ -1,0 +1,500 @@
+//! Reclaim: reclaimers (the shrinker analog), proportional reclaim that
+//! honours `memory.min` and `memory.low`, the OOM handler, and the
+//! `memory.max` / `memory.high` writes that reclaim toward a new limit.
+//!
+//! # How much to take from each group
+//!
+//! The kernel's `shrink_node_memcgs` and `get_scan_count`, in our design.
+//! A reclaim of `nr` units under a target group walks its subtree top-down,
+//! computing each group's effective protection (`emin`, `elow`) relative to
+//! the target ([`PageCounter::calculate_protection`]; the target itself is
+//! unprotected). Then for each group that has reclaimers:
+//!
+//! - usage ≤ `emin`: skipped: **`memory.min` is never reclaimed from**;
+//! - usage ≤ `elow`: skipped while unprotected memory remains; when a whole
+//!   pass found nothing unprotected, a second pass takes from these too,
+//!   counting a `low` event on each;
+//! - otherwise its reclaimable size (what its reclaimers report, or its own
+//!   usage: usage minus its children's) is scaled by how far its usage is
+//!   above its protection, the kernel's formula
+//!   `size − size × protection / (usage + 1)`, and capped at
+//!   `usage − protection`, so no request takes it below its protection.
+//!
+//! The `nr` units are shared among the groups in proportion to those
+//! scaled sizes; a group's share is split among its reclaimers in
+//! proportion to their sizes. A pass that frees something but not enough
+//! is repeated (a few times, like the kernel's priority loop).
+//!
+//! A reclaimer must uncharge what it frees (drop its [`Charge`]s, or call
+//! [`Memory::uncharge_raw`]) and must not free more than asked: the
+//! protections are only as good as that. While it runs, its thread's
+//! uncharges bypass the stock (so the room shows at once) and its charges
+//! over a limit are forced rather than reclaimed for (the kernel's
+//! `PF_MEMALLOC`).
+//!
+//! [`Charge`]: super::Charge
+//! [`PageCounter::calculate_protection`]: crate::page_counter::PageCounter::calculate_protection
+
+use std::sync::Arc;
+
+use super::{MemCg, Memory, MemoryError, MemoryEvent, STAT_RECLAIMED};
+use crate::group::Group;
+use crate::page_counter::PAGE_COUNTER_MAX;
+use crate::sync;
+
+/// Frees memory charged to a group on request (the kernel's shrinker).
+///
+/// Any `Fn(u64) -> u64 + Send + Sync + 'static` closure is one: given a
+/// target, free up to that many units, uncharge them, return how many.
+///
+/// A reclaimer is kept until it is unregistered or its group's memory state
+/// is freed. One that owns [`Charge`]s (or handles) of its own group would
+/// keep that group alive through its own registration: hold such state
+/// through a `Weak`.
+///
+/// [`Charge`]: super::Charge
+pub trait Reclaimer: Send + Sync + 'static {
+    /// Free up to `target` units (uncharging them); return how many were
+    /// freed. Must not free more than `target`. Called without any of the
+    /// controller's locks held, on the thread that needs the memory.
+    fn reclaim(&self, target: u64) -> u64;
+
+    /// How many units this reclaimer could free now (the shrinker's
+    /// `count_objects`; the LRU size). `None`, the default, means "all of
+    /// the group's own usage" (its usage minus its children's).
+    fn reclaimable(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl<F> Reclaimer for F
+where
+    F: Fn(u64) -> u64 + Send + Sync + 'static,
+{
+    fn reclaim(&self, target: u64) -> u64 {
+        self(target)
+    }
+}
+
+/// Identifies a registered reclaimer, for
+/// [`Memory::unregister_reclaimer`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReclaimerId(u64);
+
+/// What an [`OomHandler`] is told.
+#[derive(Debug)]
+pub struct OomContext<'a> {
+    /// The group whose `memory.max` cannot be met.
+    pub group: &'a Group,
+    /// The charge that needs room (for a `memory.max` write: how far usage
+    /// is above the new limit).
+    pub amount: u64,
+    /// The group's usage.
+    pub usage: u64,
+    /// The group's `memory.max`.
+    pub max: u64,
+}
+
+/// Called when reclaim cannot bring a group under its `memory.max` (the
+/// OOM killer's analog): free something (cancel a query, evict a tenant)
+/// and return true, and the charge retries once more and an `oom_kill`
+/// event is counted; return false to let the charge fail.
+///
+/// Any `Fn(&OomContext) -> bool + Send + Sync + 'static` closure is one.
+pub trait OomHandler: Send + Sync + 'static {
+    /// See the trait docs.
+    fn on_oom(&self, ctx: &OomContext<'_>) -> bool;
+}
+
+impl<F> OomHandler for F
+where
+    F: Fn(&OomContext<'_>) -> bool + Send + Sync + 'static,
+{
+    fn on_oom(&self, ctx: &OomContext<'_>) -> bool {
+        self(ctx)
+    }
+}
+
+/// A group's reclaimers.
+#[derive(Default)]
+pub(crate) struct ReclaimerList(Vec<(ReclaimerId, Arc<dyn Reclaimer>)>);
+
+impl ReclaimerList {
+    pub(crate) fn append(&mut self, mut other: ReclaimerList) {
+        self.0.append(&mut other.0);
+    }
+}
+
+/// Ids for reclaimers: process-wide, part of no protocol (std's atomic,
+/// not the model checker's, so it can be a static).
+static NEXT_RECLAIMER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+#[cfg(not(rstat_loom))]
+thread_local! {
+    static IN_RECLAIM: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Whether this thread is running a reclaimer.
+#[inline(always)]
+pub(crate) fn in_reclaim() -> bool {
+    #[cfg(not(rstat_loom))]
+    return IN_RECLAIM.try_with(|c| c.get()).unwrap_or(false);
+    #[cfg(rstat_loom)]
+    false
+}
+
+/// Run `f` marked as reclaiming (restoring the previous mark after).
+fn reclaiming<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(not(rstat_loom))]
+    {
+        struct Restore(bool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let _ = IN_RECLAIM.try_with(|c| c.set(self.0));
+            }
+        }
+        let _restore = Restore(IN_RECLAIM.try_with(|c| c.replace(true)).unwrap_or(false));
+        f()
+    }
+    #[cfg(rstat_loom)]
+    f()
+}
+
+/// Reclaim passes per reclaim call (the kernel's priority loop, shortened).
+const RECLAIM_PASSES: usize = 4;
+
+/// One group of the subtree being reclaimed.
+struct Node {
+    group: Group,
+    memcg: Arc<MemCg>,
+    parent: Option<usize>,
+}
+
+/// A group chosen in a pass.
+struct Candidate {
+    node: usize,
+    reclaimers: Vec<(Arc<dyn Reclaimer>, u64)>,
+    size: u64,
+    scan: u64,
+    protection: u64,
+    breaches_low: bool,
+}
+
+impl Memory {
+    /// Register a reclaimer for `group` (a removed group's goes to its
+    /// nearest live ancestor; a group's reclaimers move to its parent when
+    /// it is removed). Cost: the group's reclaimer lock.
+    pub fn register_reclaimer<R: Reclaimer>(
+        &self,
+        group: &Group,
+        reclaimer: R,
+    ) -> Result<ReclaimerId, MemoryError> {
+        let t = self.target(group)?;
+        // Relaxed: a unique number, nothing else.
+        let id = ReclaimerId(NEXT_RECLAIMER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        sync::lock(&t.memcg.reclaimers)
+            .0
+            .push((id, Arc::new(reclaimer)));
+        Ok(id)
+    }
+
+    /// Remove a reclaimer registered on `group` (found there or on an
+    /// ancestor it moved to). Returns whether it was found. A call to it
+    /// already under way may still complete.
+    pub fn unregister_reclaimer(
+        &self,
+        group: &Group,
+        id: ReclaimerId,
+    ) -> Result<bool, MemoryError> {
+        let mut m = Some(Arc::clone(self.memcg(group)?));
+        while let Some(c) = m {
+            let mut list = sync::lock(&c.reclaimers);
+            if let Some(i) = list.0.iter().position(|(r, _)| *r == id) {
+                let (_, r) = list.0.remove(i);
+                drop(list);
+                drop(r);
+                return Ok(true);
+            }
+            drop(list);
+            m = c.parent.clone();
+        }
+        Ok(false)
+    }
+
+    /// Set `group`'s OOM handler (replacing any). Dropped when the group is
+    /// removed.
+    pub fn set_oom_handler<H: OomHandler>(
+        &self,
+        group: &Group,
+        handler: H,
+    ) -> Result<(), MemoryError> {
+        let m = self.live_memcg(group)?;
+        *sync::lock(&m.oom_handler) = Some(Arc::new(handler));
+        Ok(())
+    }
+
+    /// Remove `group`'s OOM handler; returns whether it had one.
+    pub fn clear_oom_handler(&self, group: &Group) -> Result<bool, MemoryError> {
+        let m = self.memcg(group)?;
+        Ok(sync::lock(&m.oom_handler).take().is_some())
+    }
+
+    pub(crate) fn call_oom_handler(&self, group: &Group, m: &MemCg, amount: u64) -> bool {
+        let h = sync::lock(&m.oom_handler).clone();
+        h.is_some_and(|h| {
+            h.on_oom(&OomContext {
+                group,
+                amount,
+                usage: m.counter.usage(),
+                max: m.counter.max(),
+            })
+        })
+    }
+
+    /// Reclaim up to `amount` units from `group`'s subtree now (cgroup v2's
+    /// `memory.reclaim`), honouring protections as a charge's reclaim does.
+    /// Returns what the reclaimers reported freeing. Stocks are not drained.
+    /// Cost: walks the subtree (cloning handles), calls reclaimers.
+    pub fn reclaim(&self, group: &Group, amount: u64) -> Result<u64, MemoryError> {
+        let t = self.target(group)?;
+        Ok(self.reclaim_memcg(&t.group, &t.memcg, amount.min(PAGE_COUNTER_MAX)))
+    }
+
+    /// Reclaim `group` and each ancestor that is above its `memory.high`
+    /// down toward it (the kernel's `reclaim_high`, run when a task that
+    /// charged over `high` returns to userspace): call it after a charge
+    /// reports [`over_high`](super::Charge::over_high), as the throttle.
+    /// Returns what was reclaimed.
+    pub fn reclaim_high(&self, group: &Group) -> Result<u64, MemoryError> {
+        let t = self.target(group)?;
+        let mut g = Some(t.group.into_owned());
+        let mut total = 0u64;
+        while let Some(cur) = g {
+            let m = Arc::clone(self.memcg(&cur)?);
+            let (usage, high) = (m.counter.usage(), m.counter.high());
+            if usage > high {
+                total = total.saturating_add(self.reclaim_memcg(&cur, &m, usage - high));
+            }
+            g = cur.parent();
+        }
+        Ok(total)
+    }
+
+    /// Reclaim `nr` units under `target` (whose state is `tm`). Returns
+    /// what the reclaimers reported freeing.
+    pub(crate) fn reclaim_memcg(&self, target: &Group, tm: &Arc<MemCg>, nr: u64) -> u64 {
+        self.reclaim_memcg_counted(target, tm, nr).0
+    }
+
+    /// As [`reclaim_memcg`](Self::reclaim_memcg), also telling whether the
+    /// subtree has any reclaimer at all.
+    pub(crate) fn reclaim_memcg_counted(
+        &self,
+        target: &Group,
+        tm: &Arc<MemCg>,
+        nr: u64,
+    ) -> (u64, bool) {
+        let nodes = self.subtree(target, tm);
+        let any = nodes
+            .iter()
+            .any(|n| !sync::lock(&n.memcg.reclaimers).0.is_empty());
+        if nr == 0 || !any {
+            return (0, any);
+        }
+        let mut total = 0u64;
+        let mut low_reclaim = false;
+        let mut passes = 0;
+        while passes < RECLAIM_PASSES && total < nr {
+            passes += 1;
+            let (freed, low_skipped) = self.shrink_pass(&nodes, tm, nr - total, low_reclaim);
+            total = total.saturating_add(freed);
+            if freed == 0 {
+                // The kernel breaches `low` only when nothing at all was
+                // reclaimed from unprotected memory.
+                if total == 0 && low_skipped && !low_reclaim {
+                    low_reclaim = true;
+                    passes = 0;
+                    continue;
+                }
+                break;
+            }
+        }
+        (total, true)
+    }
+
+    /// The live groups under `target`, parents before children.
+    fn subtree(&self, target: &Group, tm: &Arc<MemCg>) -> Vec<Node> {
+        let mut nodes = vec![Node {
+            group: target.clone(),
+            memcg: Arc::clone(tm),
+            parent: None,
+        }];
+        let mut i = 0;
+        while i < nodes.len() {
+            for child in nodes[i].group.children() {
+                if let Ok(m) = self.memcg(&child) {
+                    let memcg = Arc::clone(m);
+                    nodes.push(Node {
+                        group: child,
+                        memcg,
+                        parent: Some(i),
+                    });
+                }
+            }
+            i += 1;
+        }
+        nodes
+    }
+
+    /// One pass over the subtree: choose the groups to reclaim from and how
+    /// much (module docs), and call their reclaimers. Returns (freed,
+    /// whether a group was skipped for its `low`).
+    fn shrink_pass(&self, nodes: &[Node], tm: &MemCg, want: u64, low_reclaim: bool) -> (u64, bool) {
+        let mut low_skipped = false;
+        // Each group's own usage: its usage minus its children's.
+        let usage: Vec<u64> = nodes.iter().map(|n| n.memcg.counter.usage()).collect();
+        let mut own = usage.clone();
+        for (i, n) in nodes.iter().enumerate() {
+            if let Some(p) = n.parent {
+                own[p] = own[p].saturating_sub(usage[i]);
+            }
+        }
+        let mut cands = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let c = &n.memcg.counter;
+            // Top-down: each group's parent was computed just before it.
+            c.calculate_protection(&tm.counter);
+            if usage[i] == 0 {
+                continue;
+            }
+            let (emin, elow) = if i == 0 { (0, 0) } else { (c.emin(), c.elow()) };
+            if usage[i] <= emin {
+                continue;
+            }
+            let breaches_low = usage[i] <= elow;
+            if breaches_low && !low_reclaim {
+                low_skipped = true;
+                continue;
+            }
+            let reclaimers: Vec<(Arc<dyn Reclaimer>, u64)> = sync::lock(&n.memcg.reclaimers)
+                .0
+                .iter()
+                .map(|(_, r)| {
+                    let size = r.reclaimable().unwrap_or(own[i]);
+                    (Arc::clone(r), size)
+                })
+                .collect();
+            let size = reclaimers
+                .iter()
+                .fold(0u64, |a, (_, s)| a.saturating_add(*s));
+            if size == 0 {
+                continue;
+            }
+            let protection = if !low_reclaim && elow > emin {
+                elow
+            } else {
+                emin
+            };
+            let scan = scaled_size(size, usage[i], protection);
+            if scan > 0 {
+                cands.push(Candidate {
+                    node: i,
+                    reclaimers,
+                    size,
+                    scan,
+                    protection,
+                    breaches_low,
+                });
+            }
+        }
+        let total_scan: u128 = cands.iter().map(|c| u128::from(c.scan)).sum();
+        let mut freed = 0u64;
+        for c in &cands {
+            if freed >= want {
+                break;
+            }
+            let n = &nodes[c.node];
+            let share = div_ceil(u128::from(want) * u128::from(c.scan), total_scan);
+            // Re-read usage: earlier groups' reclaim may have lowered it.
+            let room = n.memcg.counter.usage().saturating_sub(c.protection);
+            let ask = share.min(c.scan).min(want - freed).min(room);
+            if ask == 0 {
+                continue;
+            }
+            if c.breaches_low {
+                n.memcg.raise(MemoryEvent::Low);
+            }
+            let got = call_reclaimers(&c.reclaimers, c.size, ask);
+            if got > 0 {
+                self.count(&n.group, STAT_RECLAIMED, got);
+            }
+            freed = freed.saturating_add(got);
+        }
+        (freed, low_skipped)
+    }
+}
+
+/// The kernel's protection scaling of a reclaimable `size`:
+/// `size − size × protection / (max(usage, protection) + 1)`, capped at
+/// `usage − protection` so a request never reaches into the protection.
+fn scaled_size(size: u64, usage: u64, protection: u64) -> u64 {
+    if protection == 0 {
+        return size;
+    }
+    let cgroup_size = u128::from(usage.max(protection)) + 1;
+    let kept = u128::from(size) * u128::from(protection) / cgroup_size;
+    // kept ≤ size because protection < cgroup_size.
+    let scan = size - kept as u64;
+    scan.min(usage.saturating_sub(protection))
+}
+
+/// ⌈a / b⌉ for b > 0, saturating into u64.
+fn div_ceil(a: u128, b: u128) -> u64 {
+    u64::try_from(a.div_ceil(b)).unwrap_or(u64::MAX)
+}
+
+/// Ask a group's reclaimers for `ask` units in proportion to their sizes
+/// (which sum to `size`); returns what they reported freeing.
+fn call_reclaimers(rs: &[(Arc<dyn Reclaimer>, u64)], size: u64, ask: u64) -> u64 {
+    reclaiming(|| {
+        let mut got = 0u64;
+        for (r, s) in rs {
+            if got >= ask {
+                break;
+            }
+            let share = div_ceil(u128::from(ask) * u128::from(*s), u128::from(size))
+                .min(*s)
+                .min(ask - got);
+            if share > 0 {
+                got = got.saturating_add(r.reclaim(share));
+            }
+        }
+        got
+    })
+}
+
+#[cfg(all(test, not(rstat_loom)))]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn scaled_size_follows_the_kernel_formula_and_never_reaches_protection() {
+        assert_eq!(scaled_size(100, 100, 0), 100);
+        // 100 − 100·60/101 = 100 − 59 = 41, capped at 100 − 60 = 40.
+        assert_eq!(scaled_size(100, 100, 60), 40);
+        // Local size smaller than usage: 10 − 10·50/201 = 10 − 2 = 8.
+        assert_eq!(scaled_size(10, 200, 50), 8);
+        assert_eq!(scaled_size(10, 50, 50), 0);
+        assert_eq!(
+            scaled_size(u64::MAX, PAGE_COUNTER_MAX, 1),
+            PAGE_COUNTER_MAX - 1
+        );
+    }
+
+    #[test]
+    fn div_ceil_rounds_up() {
+        assert_eq!(div_ceil(10, 3), 4);
+        assert_eq!(div_ceil(9, 3), 3);
+        assert_eq!(div_ceil(u128::MAX, 1), u64::MAX);
+    }
+}

@@ -1,0 +1,527 @@
+//! Unit tests of the charge path, the stock, limits, events, stats, removal
+//! and bad input. Reclaim is in `tests_reclaim`.
+
+use super::*;
+use crate::error::Error;
+use crate::page_counter::PAGE_COUNTER_MAX;
+
+pub(super) fn engine(nr_cpus: usize) -> Rstat {
+    Rstat::builder()
+        .nr_cpus(nr_cpus)
+        .periodic_flush(None)
+        .build()
+        .unwrap()
+}
+
+pub(super) fn setup(nr_cpus: usize, batch: u64) -> (Rstat, Memory) {
+    let rs = engine(nr_cpus);
+    let mem = Memory::register_with(
+        &rs,
+        MemoryConfig {
+            batch,
+            ..MemoryConfig::default()
+        },
+    )
+    .unwrap();
+    (rs, mem)
+}
+
+fn stat(mem: &Memory, g: &Group, item: &str) -> (i64, i64) {
+    let s = mem.stat_exact(g).unwrap();
+    (s.get_local(item).unwrap(), s.get(item).unwrap())
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn ok<T: Send + Sync>() {}
+    ok::<Memory>();
+    ok::<Charge>();
+    ok::<MemoryError>();
+}
+
+#[test]
+fn charge_and_uncharge_go_through_the_stock() {
+    let (rs, mem) = setup(2, 64);
+    let g = rs.root().create_child("g").unwrap();
+    let c = mem.try_charge_on_cpu(&g, 10, OnOom::Fail, 0).unwrap();
+    assert_eq!(c.amount(), 10);
+    assert_eq!(c.group(), &g);
+    assert!(!c.over_high() && !c.forced());
+    // A batch went to the page counter; the surplus is stocked on CPU 0.
+    assert_eq!(mem.current(&g).unwrap(), 64);
+    assert_eq!(mem.current(rs.root()).unwrap(), 64);
+    assert_eq!(mem.stocked(&g).unwrap(), 54);
+    // Served from the stock: the counter does not move.
+    let pc = mem.page_counter(&g).unwrap();
+    for _ in 0..50 {
+        mem.charge_raw_on_cpu(&g, 1, OnOom::Fail, 0).unwrap();
+        mem.uncharge_raw_on_cpu(&g, 1, 0).unwrap();
+    }
+    assert_eq!((pc.usage(), pc.watermark()), (64, 64));
+    c.uncharge().unwrap();
+    assert_eq!(mem.stocked(&g).unwrap(), 64);
+    assert_eq!(mem.drain_stocks(rs.root()).unwrap(), 64);
+    assert_eq!(mem.current(&g).unwrap(), 0);
+    assert_eq!(mem.current(rs.root()).unwrap(), 0);
+    assert_eq!(stat(&mem, &g, "charged"), (60, 60));
+    assert_eq!(stat(&mem, &g, "uncharged"), (60, 60));
+    assert_eq!(stat(&mem, rs.root(), "charged"), (0, 60));
+}
+
+#[test]
+fn a_large_charge_bypasses_the_stock() {
+    let (rs, mem) = setup(1, 8);
+    let g = rs.root().create_child("g").unwrap();
+    mem.charge_raw(&g, 100, OnOom::Fail).unwrap();
+    assert_eq!(
+        (mem.current(&g).unwrap(), mem.stocked(&g).unwrap()),
+        (100, 0)
+    );
+    mem.uncharge_raw(&g, 100).unwrap();
+    assert_eq!((mem.current(&g).unwrap(), mem.stocked(&g).unwrap()), (0, 0));
+}
+
+#[test]
+fn batch_zero_disables_the_stock() {
+    let (rs, mem) = setup(2, 0);
+    let g = rs.root().create_child("g").unwrap();
+    let c = mem.try_charge(&g, 1).unwrap();
+    assert_eq!((mem.current(&g).unwrap(), mem.stocked(&g).unwrap()), (1, 0));
+    drop(c);
+    assert_eq!(mem.current(&g).unwrap(), 0);
+}
+
+#[test]
+fn refill_past_the_batch_empties_the_slot() {
+    let (rs, mem) = setup(1, 8);
+    let g = rs.root().create_child("g").unwrap();
+    mem.charge_raw_on_cpu(&g, 1, OnOom::Fail, 0).unwrap();
+    assert_eq!((mem.current(&g).unwrap(), mem.stocked(&g).unwrap()), (8, 7));
+    // 8 > 7 stocked: charged to the counter directly (batch = max(8, 8)).
+    mem.charge_raw_on_cpu(&g, 8, OnOom::Fail, 0).unwrap();
+    assert_eq!(
+        (mem.current(&g).unwrap(), mem.stocked(&g).unwrap()),
+        (16, 7)
+    );
+    // 7 + 8 > 8: the whole slot goes back to the counter.
+    mem.uncharge_raw_on_cpu(&g, 8, 0).unwrap();
+    assert_eq!((mem.current(&g).unwrap(), mem.stocked(&g).unwrap()), (1, 0));
+    mem.uncharge_raw_on_cpu(&g, 1, 0).unwrap();
+    assert_eq!((mem.current(&g).unwrap(), mem.stocked(&g).unwrap()), (1, 1));
+}
+
+#[test]
+fn slots_are_evicted_round_robin() {
+    let (rs, mem) = setup(1, 4);
+    let gs: Vec<Group> = (0..NR_STOCK + 2)
+        .map(|i| rs.root().create_child(&format!("g{i}")).unwrap())
+        .collect();
+    for g in &gs[..NR_STOCK] {
+        mem.charge_raw_on_cpu(g, 1, OnOom::Fail, 0).unwrap();
+        assert_eq!(mem.stocked(g).unwrap(), 3);
+    }
+    // No free slot: the 8th group evicts slot 0, the 9th slot 1.
+    for (k, g) in gs[NR_STOCK..].iter().enumerate() {
+        mem.charge_raw_on_cpu(g, 1, OnOom::Fail, 0).unwrap();
+        assert_eq!(mem.stocked(g).unwrap(), 3);
+        assert_eq!(mem.stocked(&gs[k]).unwrap(), 0, "slot {k} evicted");
+        assert_eq!(mem.current(&gs[k]).unwrap(), 1, "its stock was uncharged");
+    }
+    assert_eq!(mem.stocked(&gs[2]).unwrap(), 3);
+    assert_eq!(
+        mem.current(rs.root()).unwrap(),
+        (NR_STOCK as u64 + 2) + 3 * NR_STOCK as u64
+    );
+}
+
+/// The stock's overcharge: units charged to a group that no caller holds
+/// are at most batch × nr_cpus, and never make a charge fail.
+#[test]
+fn overcharge_is_bounded_by_batch_times_cpus() {
+    const CPUS: usize = 4;
+    const BATCH: u64 = 64;
+    const MAX: u64 = 1000;
+    let (rs, mem) = setup(CPUS, BATCH);
+    let g = rs.root().create_child("g").unwrap();
+    mem.set_max(&g, MAX).unwrap();
+    let mut held = 0u64;
+    let mut worst = 0u64;
+    // One unit on every CPU: each stocks a batch less one.
+    for cpu in 0..CPUS {
+        mem.charge_raw_on_cpu(&g, 1, OnOom::Fail, cpu).unwrap();
+        held += 1;
+    }
+    assert_eq!(mem.current(&g).unwrap(), CPUS as u64 * BATCH);
+    // Fill up to the limit from all CPUs in turn: every charge that fits
+    // succeeds, the other CPUs' stocks notwithstanding.
+    let mut cpu = 0;
+    while held < MAX {
+        let n = (MAX - held).min(7);
+        mem.charge_raw_on_cpu(&g, n, OnOom::Fail, cpu).unwrap();
+        held += n;
+        cpu = (cpu + 1) % CPUS;
+        let usage = mem.current(&g).unwrap();
+        assert!(usage <= MAX, "usage {usage} above max");
+        let over = usage - held;
+        assert_eq!(over, mem.stocked(&g).unwrap());
+        worst = worst.max(over);
+        assert!(over <= BATCH * CPUS as u64, "overcharge {over}");
+    }
+    assert!(
+        worst > BATCH,
+        "the stocks did hold several batches: {worst}"
+    );
+    let e = mem.try_charge_on_cpu(&g, 1, OnOom::Fail, 1).unwrap_err();
+    assert!(matches!(
+        e,
+        MemoryError::OverLimit(OverLimit {
+            amount: 1,
+            max: MAX,
+            ..
+        })
+    ));
+    assert_eq!(mem.current(&g).unwrap(), MAX);
+    for _ in 0..held {
+        mem.uncharge_raw_on_cpu(&g, 1, cpu).unwrap();
+        cpu = (cpu + 1) % CPUS;
+        assert!(mem.current(&g).unwrap() <= MAX);
+    }
+    mem.drain_stocks(&g).unwrap();
+    assert_eq!(mem.current(&g).unwrap(), 0);
+}
+
+#[test]
+fn limits_refuse_events_and_failcnt() {
+    let (rs, mem) = setup(2, 16);
+    let p = rs.root().create_child("p").unwrap();
+    let c = p.create_child("c").unwrap();
+    assert!(mem.write_limit(&p, Limit::Max, "100").unwrap().reached);
+    assert_eq!(mem.limit(&p, Limit::Max).unwrap(), 100);
+    let held = mem.try_charge(&c, 100).unwrap();
+    match mem.try_charge(&c, 1) {
+        Err(MemoryError::OverLimit(o)) => {
+            assert_eq!((o.path.as_str(), o.amount, o.max), ("p", 1, 100));
+            assert_eq!(o.usage, 100, "the stocks were drained before giving up");
+        }
+        other => panic!("{other:?}"),
+    }
+    let (ev_p, ev_c) = (mem.events(&p).unwrap(), mem.events(&c).unwrap());
+    assert_eq!((ev_p.max, ev_p.oom), (1, 1));
+    assert_eq!(mem.events_local(&p).unwrap().oom, 1);
+    assert_eq!(
+        (ev_c.max, ev_c.oom),
+        (0, 0),
+        "counted on the group that refused"
+    );
+    assert_eq!(mem.events(rs.root()).unwrap().oom, 1, "and its ancestors");
+    assert_eq!(mem.events_local(rs.root()).unwrap().oom, 0);
+    assert_eq!(stat(&mem, &c, "failcnt"), (1, 1));
+    assert_eq!(
+        ev_p.to_string(),
+        "low 0\nhigh 0\nmax 1\noom 1\noom_kill 0\n"
+    );
+    // Forced past the limit, and counted.
+    let f = mem.try_charge_with(&c, 5, OnOom::Force).unwrap();
+    assert!(f.forced());
+    assert_eq!(mem.current(&p).unwrap(), 105);
+    assert_eq!(mem.events(&p).unwrap().oom, 2);
+    assert_eq!(stat(&mem, &c, "forced"), (5, 5));
+    drop((held, f));
+    mem.drain_stocks(rs.root()).unwrap();
+    assert_eq!(mem.current(rs.root()).unwrap(), 0);
+}
+
+#[test]
+fn over_high_is_flagged_and_counted() {
+    let (rs, mem) = setup(1, 8);
+    let p = rs.root().create_child("p").unwrap();
+    let c = p.create_child("c").unwrap();
+    mem.set_high(&p, 20).unwrap();
+    let a = mem.try_charge(&c, 16).unwrap();
+    assert!(!a.over_high());
+    let b = mem.try_charge(&c, 8).unwrap(); // usage 24 > 20
+    assert!(b.over_high());
+    assert_eq!(mem.events_local(&p).unwrap().high, 1);
+    assert_eq!(mem.events(&c).unwrap().high, 0);
+    assert_eq!(mem.events(rs.root()).unwrap().high, 1);
+    // Not a limit: charging goes on.
+    let d = mem.try_charge(&c, 100).unwrap();
+    assert!(d.over_high());
+    drop((a, b, d));
+}
+
+#[test]
+fn limit_writes_drain_the_subtree_stocks() {
+    let (rs, mem) = setup(2, 64);
+    let p = rs.root().create_child("p").unwrap();
+    let c = p.create_child("c").unwrap();
+    let other = rs.root().create_child("other").unwrap();
+    for cpu in 0..2 {
+        mem.charge_raw_on_cpu(&c, 1, OnOom::Fail, cpu).unwrap();
+        mem.charge_raw_on_cpu(&other, 1, OnOom::Fail, cpu).unwrap();
+    }
+    let w = mem.set_max(&p, 1000).unwrap();
+    assert_eq!((w.drained, w.reached, w.usage_after), (126, true, 2));
+    assert_eq!(mem.stocked(&other).unwrap(), 126, "outside the subtree");
+    mem.charge_raw_on_cpu(&c, 1, OnOom::Fail, 0).unwrap();
+    let w = mem.set_high(&p, 1000).unwrap();
+    assert_eq!(w.drained, 63);
+    mem.set_limit(&c, Limit::Low, 5).unwrap();
+    assert_eq!(mem.stocked(&other).unwrap(), 126);
+}
+
+#[test]
+fn max_below_usage_stands_even_if_unreached() {
+    let (rs, mem) = setup(1, 4);
+    let g = rs.root().create_child("g").unwrap();
+    let held = mem.try_charge(&g, 50).unwrap();
+    let w = mem.write_limit(&g, Limit::Max, "20").unwrap();
+    assert_eq!(
+        (w.limit, w.usage_before, w.usage_after, w.reached),
+        (20, 50, 50, false)
+    );
+    assert_eq!(mem.events(&g).unwrap().oom, 1);
+    assert_eq!(mem.limit(&g, Limit::Max).unwrap(), 20);
+    assert!(
+        mem.try_charge(&g, 1).is_err(),
+        "new charges must fit the new limit"
+    );
+    drop(held);
+    mem.drain_stocks(&g).unwrap();
+    let ok = mem.try_charge(&g, 20).unwrap();
+    assert!(mem.current(&g).unwrap() <= 20);
+    drop(ok);
+}
+
+#[test]
+fn removal_drains_and_reparents() {
+    let (rs, mem) = setup(2, 64);
+    let p = rs.root().create_child("p").unwrap();
+    let c = p.create_child("c").unwrap();
+    mem.set_limit(&c, Limit::Min, 10).unwrap();
+    let held = mem.try_charge_on_cpu(&c, 10, OnOom::Fail, 0).unwrap();
+    let raw = mem.charge_raw_on_cpu(&c, 5, OnOom::Fail, 1);
+    assert!(raw.is_ok());
+    assert_eq!(mem.current(&p).unwrap(), 128);
+    assert_eq!(mem.page_counter(&p).unwrap().children_min_usage(), 10);
+    c.remove().unwrap();
+    // Stocks drained, the rest moved to the parent, protection dropped.
+    assert_eq!(mem.stocked(&c).unwrap(), 0);
+    assert_eq!(mem.current(&c).unwrap(), 0);
+    assert_eq!(mem.current(&p).unwrap(), 15);
+    assert_eq!(mem.page_counter(&p).unwrap().children_min_usage(), 0);
+    assert!(matches!(
+        mem.set_max(&c, 1),
+        Err(MemoryError::Removed { .. })
+    ));
+    // New charges through the removed group land on the parent.
+    let late = mem.try_charge(&c, 3).unwrap();
+    assert_eq!(late.group(), &p);
+    // Uncharges of its old charges come out of the parent.
+    drop(held);
+    mem.uncharge_raw(&c, 5).unwrap();
+    drop(late);
+    assert_eq!(
+        mem.current(&c).unwrap(),
+        0,
+        "the zombie's counter never went negative"
+    );
+    mem.drain_stocks(rs.root()).unwrap();
+    assert_eq!(mem.current(&p).unwrap(), 0);
+    assert_eq!(mem.current(rs.root()).unwrap(), 0);
+    assert_eq!(stat(&mem, &p, "charged").1, 18);
+    assert_eq!(stat(&mem, &p, "uncharged").1, 18);
+    drop(c);
+    assert_eq!(mem.current(rs.root()).unwrap(), 0);
+}
+
+#[test]
+fn dropping_the_engine_releases_everything() {
+    let (rs, mem) = setup(2, 64);
+    let g = rs.root().create_child("g").unwrap();
+    let c = mem.try_charge(&g, 1).unwrap();
+    mem.charge_raw(rs.root(), 1, OnOom::Fail).unwrap();
+    let root = mem.page_counter(rs.root()).unwrap();
+    drop(c);
+    drop(g);
+    drop(rs);
+    // The root's stock was drained at its release.
+    assert_eq!(root.usage(), 1);
+    drop(mem);
+}
+
+#[test]
+fn peak_tracks_and_resets() {
+    let (rs, mem) = setup(1, 0);
+    let g = rs.root().create_child("g").unwrap();
+    let a = mem.try_charge(&g, 30).unwrap();
+    drop(mem.try_charge(&g, 20).unwrap());
+    assert_eq!((mem.current(&g).unwrap(), mem.peak(&g).unwrap()), (30, 50));
+    mem.reset_peak(&g).unwrap();
+    assert_eq!(mem.peak(&g).unwrap(), 30);
+    drop(a);
+}
+
+#[test]
+fn bad_input_is_refused_with_a_typed_error() {
+    let (rs, mem) = setup(1, 8);
+    let g = rs.root().create_child("g").unwrap();
+    mem.set_max(&g, 100).unwrap();
+    for bad in [
+        "-5",
+        "abc",
+        "1.5",
+        "",
+        "K",
+        "+5",
+        "5X",
+        "99999999999999999999",
+        "16E",
+        "1,5",
+    ] {
+        let e = mem.write_limit(&g, Limit::Max, bad).unwrap_err();
+        assert!(
+            matches!(e, MemoryError::InvalidLimit { .. }),
+            "{bad:?}: {e:?}"
+        );
+        assert!(e.to_string().contains("\"max\""), "{e}");
+        assert_eq!(
+            mem.limit(&g, Limit::Max).unwrap(),
+            100,
+            "{bad:?} changed the limit"
+        );
+    }
+    assert_eq!(parse_limit("max").unwrap(), PAGE_COUNTER_MAX);
+    assert_eq!(parse_limit(" 2k\n").unwrap(), 2048);
+    assert_eq!(parse_limit("3M").unwrap(), 3 << 20);
+    assert_eq!(parse_limit("15E").unwrap(), PAGE_COUNTER_MAX, "clamped");
+    assert_eq!(parse_limit("0").unwrap(), 0);
+    // Amounts.
+    assert!(matches!(
+        mem.try_charge(&g, u64::MAX),
+        Err(MemoryError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        mem.uncharge_raw(&g, PAGE_COUNTER_MAX + 1),
+        Err(MemoryError::TooLarge { .. })
+    ));
+    let f = mem
+        .try_charge_with(&g, PAGE_COUNTER_MAX - 10, OnOom::Force)
+        .unwrap();
+    assert!(matches!(
+        mem.try_charge_with(&g, 100, OnOom::Force),
+        Err(MemoryError::Overflow { .. })
+    ));
+    drop(f);
+    // Uncharging more than was charged.
+    let c = mem.try_charge(&g, 3).unwrap();
+    let usage = mem.current(&g).unwrap();
+    let e = mem.uncharge_raw(&g, usage + 1).unwrap_err();
+    assert!(matches!(e, MemoryError::Underflow { .. }));
+    assert!(
+        e.to_string().contains("Uncharge exactly what was charged"),
+        "{e}"
+    );
+    assert_eq!(mem.current(&g).unwrap(), usage, "nothing was uncharged");
+    drop(c);
+    // A group of another engine.
+    let other = engine(1);
+    assert!(matches!(
+        mem.try_charge(other.root(), 1),
+        Err(MemoryError::Engine(Error::ForeignGroup))
+    ));
+    // Registering twice, and bad settings.
+    assert!(matches!(
+        Memory::register(&rs),
+        Err(MemoryError::Engine(Error::ControllerExists { .. }))
+    ));
+    for cfg in [
+        MemoryConfig {
+            batch: MAX_BATCH + 1,
+            ..Default::default()
+        },
+        MemoryConfig {
+            max_reclaim_retries: 1001,
+            ..Default::default()
+        },
+    ] {
+        let e = Memory::register_with(&engine(1), cfg).unwrap_err();
+        assert!(matches!(e, MemoryError::InvalidConfig { .. }), "{e}");
+    }
+    assert_eq!(mem.page_counter(&g).unwrap().cancel_underflows(), 0);
+}
+
+#[test]
+fn zero_amounts_are_no_ops() {
+    let (rs, mem) = setup(1, 8);
+    let g = rs.root().create_child("g").unwrap();
+    let c = mem.try_charge(&g, 0).unwrap();
+    mem.uncharge_raw(&g, 0).unwrap();
+    drop(c);
+    assert_eq!(mem.current(&g).unwrap(), 0);
+}
+
+#[test]
+fn into_raw_hands_over_the_uncharge() {
+    let (rs, mem) = setup(1, 8);
+    let g = rs.root().create_child("g").unwrap();
+    let (group, n) = mem.try_charge(&g, 5).unwrap().into_raw();
+    assert_eq!((group, n), (g.clone(), 5));
+    assert_eq!(mem.current(&g).unwrap(), 8);
+    mem.uncharge_raw(&g, 5).unwrap();
+    mem.drain_stocks(&g).unwrap();
+    assert_eq!(mem.current(&g).unwrap(), 0);
+}
+
+/// Threads charging and uncharging one limited group, on whatever CPU they
+/// run, against drains and limit writes: no unit is created or lost, and
+/// non-forced charges never take usage past the highest max ever set.
+#[test]
+fn stress_charge_uncharge_drain() {
+    let threads = 4;
+    let ops = if cfg!(miri) { 30 } else { 20_000 };
+    let writes = if cfg!(miri) { 3 } else { 2_000 };
+    let (rs, mem) = setup(2, 8);
+    let p = rs.root().create_child("p").unwrap();
+    let leaves: Vec<Group> = (0..2)
+        .map(|i| p.create_child(&format!("l{i}")).unwrap())
+        .collect();
+    mem.set_max(&p, 200).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (mem, leaf) = (&mem, &leaves[t % 2]);
+            s.spawn(move || {
+                let mut held = Vec::new();
+                for i in 0..ops {
+                    let n = 1 + (i * 7 + t) as u64 % 12;
+                    if let Ok(c) = mem.try_charge(leaf, n) {
+                        held.push(c);
+                    }
+                    if held.len() > 4 || i % 3 == 0 {
+                        held.pop();
+                    }
+                }
+            });
+        }
+        s.spawn(|| {
+            for i in 0..writes {
+                mem.drain_stocks(&p).unwrap();
+                let _ = mem.set_max(&p, 150 + i % 100);
+            }
+        });
+    });
+    // Every max ever set was at most 249, and charges are only admitted
+    // under the max in force (a lowered one included).
+    assert!(
+        mem.peak(&p).unwrap() <= 249,
+        "peak {}",
+        mem.peak(&p).unwrap()
+    );
+    mem.drain_stocks(rs.root()).unwrap();
+    for g in leaves.iter().chain([&p, rs.root()]) {
+        assert_eq!(mem.current(g).unwrap(), 0, "{g:?}");
+    }
+    assert_eq!(mem.page_counter(&p).unwrap().cancel_underflows(), 0);
+    let s = mem.stat_exact(rs.root()).unwrap();
+    assert_eq!(s.get("charged"), s.get("uncharged"));
+}
