@@ -2,20 +2,30 @@
 //!
 //! Worker threads serve "requests" for three tenants. Each request gets its
 //! own group under `tenant/service/`, is charged the CPU time the thread
-//! really spent on it (`getrusage(RUSAGE_THREAD)`) and request counters,
+//! really spent on it (`CLOCK_THREAD_CPUTIME_ID`, split into user and system with `getrusage`) and request counters,
 //! and is removed when done: its history folds into the service and tenant,
-//! so nothing is lost even though the request groups come and go. Every
-//! interval the live tree is printed with exact hierarchical totals; at the
-//! end the totals are checked against what the workers counted.
+//! so nothing is lost even though the request groups come and go. Each
+//! request also charges its working buffer to the memory controller for as
+//! long as it runs; tenants have `memory.max` limits, and a request whose
+//! charge is refused is turned away (a `max`/`oom` event). Every interval
+//! the live tree is printed with exact hierarchical totals; at the end the
+//! totals are checked against what the workers counted, and every byte
+//! charged must have been uncharged.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rstat::memory::{Memory, MemoryError, MemoryEvent};
 use rstat::{Group, Rstat};
 
-const TENANTS: [(&str, u32); 3] = [("acme", 5), ("globex", 3), ("initech", 1)];
+/// (name, request weight, memory.max in bytes)
+const TENANTS: [(&str, u32, u64); 3] = [
+    ("acme", 5, 4 << 20),
+    ("globex", 3, 2 << 20),
+    ("initech", 1, 64 << 10),
+];
 const SERVICES: [&str; 2] = ["api", "batch"];
 const ITEMS: [&str; 3] = ["requests", "bytes_in", "bytes_out"];
 
@@ -26,6 +36,19 @@ pub struct Options {
     pub interval: Duration,
 }
 
+/// This thread's CPU time in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`: the
+/// scheduler's exact runtime, unlike rusage's tick-sampled split).
+fn thread_cputime_ns() -> u64 {
+    // SAFETY: a zeroed timespec is a valid output buffer.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer; the clock id is a constant.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// (user, system) microseconds from `getrusage(RUSAGE_THREAD)`.
 fn thread_cputime_usec() -> (u64, u64) {
     // SAFETY: a zeroed rusage is a valid output buffer.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -38,12 +61,14 @@ fn thread_cputime_usec() -> (u64, u64) {
 }
 
 /// Run the demo; returns whether the final totals were exact.
-pub fn run(opts: &Options) -> Result<bool, rstat::Error> {
+pub fn run(opts: &Options) -> Result<bool, Box<dyn std::error::Error>> {
     let rs = Arc::new(Rstat::new());
     let reqs = rs.register_counters("requests", &ITEMS)?;
+    let mem = Memory::register(&rs)?;
     let mut services: Vec<(Group, u32)> = Vec::new();
-    for (t, w) in TENANTS {
+    for (t, w, max) in TENANTS {
         let tg = rs.root().create_child(t)?;
+        mem.set_max(&tg, max)?;
         for s in SERVICES {
             services.push((tg.create_child(s)?, w));
         }
@@ -52,6 +77,7 @@ pub fn run(opts: &Options) -> Result<bool, rstat::Error> {
     let stop = Arc::new(AtomicBool::new(false));
     let served = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
     println!(
         "rstat demo: {} worker threads, {} tenants x {} services, one group per request; {} CPU slots, cpu id from {}",
         opts.threads,
@@ -62,55 +88,74 @@ pub fn run(opts: &Options) -> Result<bool, rstat::Error> {
     );
     let workers: Vec<_> = (0..opts.threads)
         .map(|w| {
-            let (rs, reqs, services, stop, served, bytes) = (
+            let (rs, reqs, mem, services, stop, served, bytes, refused) = (
                 Arc::clone(&rs),
                 reqs.clone(),
+                mem.clone(),
                 services.clone(),
                 stop.clone(),
                 served.clone(),
                 bytes.clone(),
+                refused.clone(),
             );
-            std::thread::spawn(move || -> Result<(), rstat::Error> {
-                let mut x = 0x2545f4914f6cdd1du64 ^ (w as u64 + 1);
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let mut pick = (x % total_weight as u64) as u32;
-                    let svc = services
-                        .iter()
-                        .find(|(_, wt)| {
-                            if pick < *wt {
-                                true
-                            } else {
-                                pick -= wt;
-                                false
+            std::thread::spawn(
+                move || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+                    let mut x = 0x2545f4914f6cdd1du64 ^ (w as u64 + 1);
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let mut pick = (x % total_weight as u64) as u32;
+                        let svc = services
+                            .iter()
+                            .find(|(_, wt)| {
+                                if pick < *wt {
+                                    true
+                                } else {
+                                    pick -= wt;
+                                    false
+                                }
+                            })
+                            .map(|(g, _)| g.clone())
+                            .unwrap_or_else(|| services[0].0.clone());
+                        let req = svc.create_child(&format!("req-{w}-{n}"))?;
+                        n += 1;
+                        // The request's working buffer, charged while it runs.
+                        let size = 256 + (x >> 48) as usize % 4096;
+                        let charge = match mem.try_charge(&req, size as u64 * 64) {
+                            Ok(c) => c,
+                            Err(MemoryError::OverLimit(_)) => {
+                                refused.fetch_add(1, Ordering::Relaxed);
+                                req.remove()?;
+                                continue;
                             }
-                        })
-                        .map(|(g, _)| g.clone())
-                        .unwrap_or_else(|| services[0].0.clone());
-                    let req = svc.create_child(&format!("req-{w}-{n}"))?;
-                    n += 1;
-                    let (u0, s0) = thread_cputime_usec();
-                    // The "work": hash a buffer whose size depends on the tenant.
-                    let size = 256 + (x >> 48) as usize % 4096;
-                    let mut h = 0u64;
-                    for i in 0..size * 8 {
-                        h = h.rotate_left(5) ^ (i as u64).wrapping_mul(0x9e3779b97f4a7c15);
+                            Err(e) => return Err(e.into()),
+                        };
+                        let (t0, (_, s0)) = (thread_cputime_ns(), thread_cputime_usec());
+                        // The "work": hash the buffer.
+                        let mut h = 0u64;
+                        for i in 0..size * 8 {
+                            h = h.rotate_left(5) ^ (i as u64).wrapping_mul(0x9e3779b97f4a7c15);
+                        }
+                        std::hint::black_box(h);
+                        let (t1, (_, s1)) = (thread_cputime_ns(), thread_cputime_usec());
+                        // Exact total from the scheduler clock; the system share
+                        // from rusage (tick-sampled), the rest is user time.
+                        let total = (t1.saturating_sub(t0) + 500) / 1000;
+                        let system = s1.saturating_sub(s0).min(total);
+                        rs.account_cputime(&req, total - system, system)?;
+                        reqs.add(&req, 0, 1)?;
+                        reqs.add(&req, 1, size as i64)?;
+                        reqs.add(&req, 2, (size / 4) as i64)?;
+                        served.fetch_add(1, Ordering::Relaxed);
+                        bytes.fetch_add(size as u64, Ordering::Relaxed);
+                        drop(charge);
+                        req.remove()?;
                     }
-                    std::hint::black_box(h);
-                    let (u1, s1) = thread_cputime_usec();
-                    rs.account_cputime(&req, u1.saturating_sub(u0), s1.saturating_sub(s0))?;
-                    reqs.add(&req, 0, 1)?;
-                    reqs.add(&req, 1, size as i64)?;
-                    reqs.add(&req, 2, (size / 4) as i64)?;
-                    served.fetch_add(1, Ordering::Relaxed);
-                    bytes.fetch_add(size as u64, Ordering::Relaxed);
-                    req.remove()?;
-                }
-                Ok(())
-            })
+                    Ok(())
+                },
+            )
         })
         .collect();
     let start = Instant::now();
@@ -121,7 +166,7 @@ pub fn run(opts: &Options) -> Result<bool, rstat::Error> {
             std::thread::sleep((next - now).min(Duration::from_millis(50)));
             continue;
         }
-        print!("{}", render(&rs, &reqs, start.elapsed())?);
+        print!("{}", render(&rs, &reqs, &mem, start.elapsed())?);
         if next >= opts.duration {
             break;
         }
@@ -130,23 +175,30 @@ pub fn run(opts: &Options) -> Result<bool, rstat::Error> {
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         match w.join() {
-            Ok(r) => r?,
-            Err(_) => eprintln!("a worker thread panicked"),
+            Ok(r) => r.map_err(|e| e.to_string())?,
+            Err(_) => return Err("a worker thread panicked".into()),
         }
     }
     let root = reqs.read_exact(rs.root())?;
+    mem.drain_stocks(rs.root())?;
+    let mem_left = mem.current(rs.root())?;
+    let refused = refused.load(Ordering::Relaxed);
     let (want_r, want_b) = (
         served.load(Ordering::Relaxed) as i64,
         bytes.load(Ordering::Relaxed) as i64,
     );
-    let exact = root.get("requests") == Some(want_r) && root.get("bytes_in") == Some(want_b);
+    let exact = root.get("requests") == Some(want_r)
+        && root.get("bytes_in") == Some(want_b)
+        && mem_left == 0;
     println!(
-        "\nfinal: {} requests served, {} request groups created and removed; root totals: requests {} bytes_in {} -> {}",
+        "\nfinal: {} requests served, {} refused at memory.max, {} request groups created and removed;\n       root totals: requests {} bytes_in {}, memory left charged {} B -> {}",
         want_r,
-        want_r,
+        refused,
+        want_r + refused as i64,
         root.get("requests").unwrap_or(-1),
         root.get("bytes_in").unwrap_or(-1),
-        if exact { "exact (nothing lost)" } else { "MISMATCH" }
+        mem_left,
+        if exact { "exact (nothing lost, nothing leaked)" } else { "MISMATCH" }
     );
     Ok(exact)
 }
@@ -154,14 +206,15 @@ pub fn run(opts: &Options) -> Result<bool, rstat::Error> {
 fn render(
     rs: &Rstat,
     reqs: &rstat::ControllerHandle,
+    mem: &Memory,
     at: Duration,
-) -> Result<String, rstat::Error> {
+) -> Result<String, Box<dyn std::error::Error>> {
     let mut out = String::new();
     let _ = writeln!(out, "\n[t={:.1}s]", at.as_secs_f64());
     let _ = writeln!(
         out,
-        "{:<22} {:>12} {:>12} {:>12} {:>14} {:>10}",
-        "group", "cpu usec", "user usec", "requests", "bytes_in", "live kids"
+        "{:<18} {:>11} {:>10} {:>13} {:>10} {:>10} {:>8} {:>5}",
+        "group", "cpu usec", "requests", "bytes_in", "mem peak", "mem max", "max evt", "kids"
     );
     let mut stack = vec![rs.root().clone()];
     while let Some(g) = stack.pop() {
@@ -174,14 +227,22 @@ fn render(
             format!("{}{}", "  ".repeat(g.depth()), g.name())
         };
         if g.depth() <= 2 {
+            let max = mem.limit(&g, rstat::memory::Limit::Max)?;
+            let max = if max >= rstat::page_counter::PAGE_COUNTER_MAX {
+                "max".to_owned()
+            } else {
+                format!("{}K", max >> 10)
+            };
             let _ = writeln!(
                 out,
-                "{:<22} {:>12} {:>12} {:>12} {:>14} {:>10}",
+                "{:<18} {:>11} {:>10} {:>13} {:>9}K {:>10} {:>8} {:>5}",
                 name,
                 cpu.hierarchical()[0],
-                cpu.hierarchical()[1],
                 r.get("requests").unwrap_or(0),
                 r.get("bytes_in").unwrap_or(0),
+                mem.peak(&g)? >> 10,
+                max,
+                mem.events(&g)?.get(MemoryEvent::Max),
                 kids.len()
             );
             stack.extend(kids.into_iter().rev().filter(|k| k.depth() <= 2));
