@@ -26,15 +26,14 @@
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Barrier};
-use std::time::Instant;
+use std::sync::Arc;
 
 use rstat::memory::{Memory, MemoryConfig, OnOom};
 use rstat::page_counter::{CachePadded, PageCounter};
 use rstat::{Group, Rstat};
 use serde::Serialize;
 
-use crate::machine::{median, pin_to_cpu, round, unpin, Machine};
+use crate::machine::{median, per_thread, round, unpin, Machine};
 
 /// Charges held at once in the burst variant.
 pub const BURST: u64 = 32;
@@ -146,39 +145,6 @@ impl EagerTracker {
             t = c.parent.as_deref();
         }
     }
-}
-
-/// Run `make(t)` on `threads` pinned threads; Mops/s of `iters` pairs each.
-/// Each thread times itself from the common start (a barrier) to its end,
-/// and the slowest sets the figure: the main thread's scheduling (the
-/// machine is shared) cannot shrink or stretch the measured interval.
-fn per_thread<F>(threads: usize, iters: u64, make: impl Fn(usize) -> F) -> f64
-where
-    F: FnOnce() + Send + 'static,
-{
-    let barrier = Arc::new(Barrier::new(threads));
-    let hs: Vec<_> = (0..threads)
-        .map(|t| {
-            let b = Arc::clone(&barrier);
-            let f = make(t);
-            std::thread::spawn(move || {
-                pin_to_cpu(t);
-                b.wait();
-                let t0 = Instant::now();
-                f();
-                t0.elapsed()
-            })
-        })
-        .collect();
-    let el = hs
-        .into_iter()
-        .map(|h| h.join().unwrap_or_default())
-        .max()
-        .unwrap_or_default();
-    if el.is_zero() {
-        return 0.0;
-    }
-    (threads as u64 * iters) as f64 / el.as_secs_f64() / 1e6
 }
 
 /// An engine with root → mid → leaves, and a memory controller.

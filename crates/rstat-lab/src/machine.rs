@@ -107,3 +107,37 @@ pub fn round(x: f64, d: i32) -> f64 {
     let m = 10f64.powi(d);
     (x * m).round() / m
 }
+
+/// Run `make(t)` on `threads` pinned threads, each doing `iters`
+/// operations, and return Mops/s over all threads. Each thread times itself
+/// from the common start (a barrier) to its end and the slowest sets the
+/// figure, so the main thread's scheduling (the machine is shared) cannot
+/// shrink or stretch the interval.
+pub fn per_thread<F>(threads: usize, iters: u64, make: impl Fn(usize) -> F) -> f64
+where
+    F: FnOnce() + Send + 'static,
+{
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads));
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let b = std::sync::Arc::clone(&barrier);
+            let f = make(t);
+            std::thread::spawn(move || {
+                pin_to_cpu(t);
+                b.wait();
+                let t0 = Instant::now();
+                f();
+                t0.elapsed()
+            })
+        })
+        .collect();
+    let slowest = hs
+        .into_iter()
+        .map(|h| h.join().unwrap_or_default())
+        .max()
+        .unwrap_or_default();
+    if slowest.is_zero() {
+        return 0.0;
+    }
+    (threads as u64 * iters) as f64 / slowest.as_secs_f64() / 1e6
+}

@@ -6,12 +6,11 @@
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
-use std::time::Instant;
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::machine::{median, pin_to_cpu, round, unpin, Machine};
+use crate::machine::{median, per_thread, round, unpin, Machine};
 
 /// Settings.
 #[derive(Clone, Debug)]
@@ -68,35 +67,6 @@ pub struct Report {
 
 #[repr(align(128))]
 struct Padded(AtomicU64);
-
-fn per_thread<F>(threads: usize, iters: u64, make: impl Fn(usize) -> F) -> f64
-where
-    F: FnOnce() + Send + 'static,
-{
-    // Returns Mops over all threads. Each thread times its own loop from the
-    // common start, so a descheduled main thread cannot stretch the
-    // interval; the slowest thread sets the figure.
-    let barrier = Arc::new(Barrier::new(threads));
-    let hs: Vec<_> = (0..threads)
-        .map(|t| {
-            let b = Arc::clone(&barrier);
-            let f = make(t);
-            std::thread::spawn(move || {
-                pin_to_cpu(t);
-                b.wait();
-                let t0 = Instant::now();
-                f();
-                t0.elapsed()
-            })
-        })
-        .collect();
-    let slowest = hs
-        .into_iter()
-        .filter_map(|h| h.join().ok())
-        .max()
-        .unwrap_or_default();
-    (threads as u64 * iters) as f64 / slowest.as_secs_f64().max(1e-9) / 1e6
-}
 
 /// Run the benchmark.
 pub fn run(cfg: &Config) -> Report {

@@ -96,6 +96,26 @@ pub(crate) struct GroupTables {
     pub(crate) ext: [AtomicPtr<()>; MAX_EXTS],
 }
 
+impl GroupTables {
+    /// Flush the group's subtree in every domain it has a node in (its
+    /// deltas move into its parent's pending). Takes each domain's lock in
+    /// turn.
+    fn flush_nodes(&self) {
+        for slot in self.nodes.iter() {
+            let node = slot.load(Ordering::Acquire);
+            if node.is_null() {
+                continue;
+            }
+            // SAFETY: installed nodes live until the group's release frees
+            // them (after this); a node's domain outlives the engine's groups.
+            let (node, domain) = unsafe { (&*node, &*(*node).domain) };
+            let mut scratch = lock_domain(domain);
+            // SAFETY: lock held; `node` is live and in `domain`.
+            unsafe { domain.flush_locked(&mut scratch, node) };
+        }
+    }
+}
+
 impl GroupInner {
     /// The controller and node tables.
     #[inline(always)]
@@ -129,20 +149,10 @@ impl GroupInner {
         // function; flushes below reach them through the same raw pointer.
         let tables: &GroupTables = unsafe { &*self.tables.as_ptr() };
         self.release_exts(tables);
-        for slot in tables.nodes.iter() {
-            let node = slot.load(Ordering::Acquire);
-            if node.is_null() {
-                continue;
-            }
-            // SAFETY: installed nodes stay valid until freed just below; the
-            // domain outlives the engine's groups.
-            let (node, domain) = unsafe { (&*node, &*(*node).domain) };
-            let mut scratch = lock_domain(domain);
-            // SAFETY: lock held; `node` is live. The flush drains every
-            // backlog first, so after it no list holds this node, and cuts it
-            // from every CPU's tree (it has no children: they would hold it).
-            unsafe { domain.flush_locked(&mut scratch, node) };
-        }
+        // The flush drains every backlog first, so after it no list holds
+        // these nodes, and it cuts them from every CPU's tree (they have no
+        // children: those would hold this group).
+        tables.flush_nodes();
         let mut arena = sync::lock(&self.engine.arena);
         for slot in tables.css.iter() {
             let css = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
@@ -475,17 +485,7 @@ impl Group {
     /// Flush this group's subtree in every domain (its deltas move into the
     /// parent's pending).
     fn flush_into_parent(&self) {
-        for slot in self.inner().tables().nodes.iter() {
-            let node = slot.load(Ordering::Acquire);
-            if node.is_null() {
-                continue;
-            }
-            // SAFETY: nodes live as long as the group, which `self` holds.
-            let (node, domain) = unsafe { (&*node, &*(*node).domain) };
-            let mut scratch = lock_domain(domain);
-            // SAFETY: lock held; node live.
-            unsafe { domain.flush_locked(&mut scratch, node) };
-        }
+        self.inner().tables().flush_nodes();
     }
 
     /// Take the whole tree under (and including) this root offline: used
