@@ -499,19 +499,21 @@ impl Group {
             stack.extend(g.children());
             order.push(g);
         }
+        // Children first, through `remove` itself, so a concurrent `remove`
+        // of the same group through another handle is serialised by the
+        // topology lock (one of the two gets `Removed`).
         for g in order.iter().rev() {
-            let inner = g.inner();
-            inner.online.store(false, Ordering::Release);
-            if let Some(p) = inner.parent.as_ref() {
-                sync::lock(&p.inner().children).remove(&inner.name);
-                inner.engine.zombies.fetch_add(1, Ordering::Relaxed);
-                g.flush_into_parent();
-                inner.offline_exts();
-            }
-            if let Err(e) = inner.refcnt.kill() {
-                debug_assert!(false, "a group was killed twice: {e}");
+            if g.inner().parent.is_some() {
+                let _ = g.remove();
             }
         }
+        let topo = sync::lock(&self.inner().engine.topo);
+        if self.inner().online.swap(false, Ordering::AcqRel) {
+            if let Err(e) = self.inner().refcnt.kill() {
+                debug_assert!(false, "the root was killed twice: {e}");
+            }
+        }
+        drop(topo);
         drop(order); // our handles; groups nobody else holds are freed here
     }
 }
