@@ -543,15 +543,25 @@ impl PercpuRef {
 
     #[inline(always)]
     fn put_with(&self, cpu: impl FnOnce() -> usize, n: u64) -> Result<(), PercpuRefError> {
+        if self.put_test_with(cpu, n)? {
+            (self.release)();
+        }
+        Ok(())
+    }
+
+    /// Drop `n` references; `Ok(true)` if that brought the count to zero
+    /// (the caller then runs or owns the release).
+    #[inline(always)]
+    fn put_test_with(&self, cpu: impl FnOnce() -> usize, n: u64) -> Result<bool, PercpuRefError> {
         if n == 0 {
-            return Ok(());
+            return Ok(false);
         }
         // Release: see "Synchronization" (pairs with the freeze).
         let old = self.slots.slot(cpu()).fetch_sub(n * ONE, Release);
         if old & FROZEN == 0 {
-            return Ok(());
+            return Ok(false);
         }
-        self.count_put(n)
+        self.count_put_test(n)
     }
 
     /// Drop one reference and report whether it was the last of this cycle
@@ -566,14 +576,22 @@ impl PercpuRef {
     /// As [`put`](Self::put).
     #[inline]
     pub fn put_and_test(&self) -> Result<bool, PercpuRefError> {
-        // Release: as in `put_with`.
-        let old = self.slots.slot(cpu::current()).fetch_sub(ONE, Release);
-        if old & FROZEN == 0 {
-            return Ok(false);
-        }
-        self.count_put_test(1)
+        self.put_test_with(cpu::current, 1)
     }
 
+    /// Subtract `n` from `count`, refusing to go below zero; run release at
+    /// zero.
+    #[cold]
+    #[inline(never)]
+    fn count_put(&self, n: u64) -> Result<(), PercpuRefError> {
+        if self.count_put_test(n)? {
+            (self.release)();
+        }
+        Ok(())
+    }
+
+    /// Subtract `n` from `count`, refusing to go below zero; `Ok(true)` when
+    /// this reached zero.
     #[cold]
     #[inline(never)]
     fn count_put_test(&self, n: u64) -> Result<bool, PercpuRefError> {
@@ -583,41 +601,14 @@ impl PercpuRef {
             if v < n {
                 return Err(PercpuRefError::Underflow);
             }
-            // AcqRel: as in `count_put`; the Acquire half makes every other
-            // holder's writes visible to the caller that frees.
+            // AcqRel / Relaxed: see "Synchronization" (count CAS). Acquire
+            // matters for the CAS that reaches zero: whoever releases sees
+            // every other holder's writes.
             match self
                 .count
                 .compare_exchange_weak(cur, cur - n, AcqRel, Relaxed)
             {
                 Ok(_) => return Ok(v == n),
-                Err(actual) => cur = actual,
-            }
-        }
-    }
-
-    /// Subtract `n` from `count`, refusing to go below zero; run release at
-    /// zero.
-    #[cold]
-    #[inline(never)]
-    fn count_put(&self, n: u64) -> Result<(), PercpuRefError> {
-        let mut cur = self.count.load(Relaxed);
-        loop {
-            let v = cur & VALUE;
-            if v < n {
-                return Err(PercpuRefError::Underflow);
-            }
-            // AcqRel / Relaxed: see "Synchronization" (count CAS). Acquire
-            // matters for the CAS that reaches zero: it runs release.
-            match self
-                .count
-                .compare_exchange_weak(cur, cur - n, AcqRel, Relaxed)
-            {
-                Ok(_) => {
-                    if v == n {
-                        (self.release)();
-                    }
-                    return Ok(());
-                }
                 Err(actual) => cur = actual,
             }
         }
