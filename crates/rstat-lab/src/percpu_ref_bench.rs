@@ -10,9 +10,14 @@
 //!   to put: on x86 `lock inc` and `lock dec` + `sete`, the seed's
 //!   `atomic_inc`/`atomic_dec`;
 //! - `percpu_ref`: [`rstat::percpu_ref::PercpuRef`] in percpu mode, `get` and
-//!   `put` on the calling thread's CPU slot: read the CPU id from rseq, then
-//!   a `lock xadd` each (whose result says whether the slot is frozen), on a
-//!   line no other CPU writes;
+//!   `put` on the calling thread's CPU slot, on its default fast path: a
+//!   restartable sequence (arm the section, read the CPU id from rseq,
+//!   compare it with the mode/limit word, one *unlocked* add on a line no
+//!   other CPU writes), the kernel's `this_cpu_add`, where the machine has
+//!   rseq and membarrier;
+//! - `locked`: the same with [`InitFlags::LOCKED_SLOTS`]: a `lock xadd` on
+//!   the slot, whose old value says whether the slot is frozen (the fallback,
+//!   and what rstat's groups use because their kills must not `membarrier`);
 //! - each thread is pinned to its own CPU (`sched_setaffinity`) and copies
 //!   into its own 1 KiB buffer from a shared read-only source;
 //! - each case alternates the two variants over several rounds, so that
@@ -20,12 +25,14 @@
 //!   are totals over all rounds, `seconds_per_case` per variant.
 //!
 //! In the kernel `this_cpu_add` needs no lock prefix (preemption is the only
-//! hazard, and it is disabled); in userspace a thread can migrate between
-//! reading its CPU id and writing the slot, so the slot update is an atomic
-//! RMW. So the single-thread case compares two locked adds against two
-//! locked adds plus reading the CPU id and checking the old value: expect a
-//! loss there (the seed, without lock prefixes, saw −7 % to −10 %), and the
-//! seed's large win when several CPUs share the reference.
+//! hazard, and it is disabled). In userspace a thread can migrate between
+//! reading its CPU id and writing the slot; a restartable sequence makes the
+//! kernel restart it if so, which gives back the unlocked add. Without rseq
+//! the slot update must be a locked RMW, and then the single-thread case
+//! compares two locked adds against two locked adds plus the CPU id and the
+//! slot address computed after each (the `locked` column: expect a loss of
+//! about a fifth). The seed, in the kernel, saw −7 % to −10 % on one thread,
+//! and its large win when several CPUs share the reference.
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -34,7 +41,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use rstat::percpu::cpu;
-use rstat::percpu_ref::PercpuRef;
+use rstat::percpu_ref::{InitFlags, PercpuRef};
 
 /// The seed's copy sizes, in bytes.
 pub const COPY_SIZES: [usize; 6] = [0, 32, 64, 128, 256, 512];
@@ -57,10 +64,14 @@ pub struct Row {
     pub threads: usize,
     /// get + copy + put loops completed with the shared atomic, all threads.
     pub atomic_ops: u64,
-    /// The same with `PercpuRef`.
+    /// The same with `PercpuRef` on its default fast path.
     pub percpu_ops: u64,
     /// `(percpu_ops / atomic_ops − 1) × 100`.
     pub diff_pct: f64,
+    /// The same with `PercpuRef` on the locked fast path.
+    pub locked_ops: u64,
+    /// `(locked_ops / atomic_ops − 1) × 100`.
+    pub locked_diff_pct: f64,
 }
 
 /// The benchmark's result.
@@ -72,6 +83,9 @@ pub struct Report {
     pub seconds_per_case: f64,
     /// Where `PercpuRef` got CPU ids (`rseq`, `sched_getcpu`, `thread_hash`).
     pub cpu_id_source: String,
+    /// The default fast path of `PercpuRef` here (`rseq` or `locked`): what
+    /// the `percpu_ops` column measured.
+    pub fast_path: String,
     /// Possible CPUs of the machine (the all-CPUs thread count).
     pub nr_cpus: usize,
 }
@@ -105,7 +119,7 @@ enum Variant<'a> {
     Percpu(&'a PercpuRef),
 }
 
-/// Run every case. Cost: `2 × seconds_per_case` per case, 12 cases (6 when
+/// Run every case. Cost: `3 × seconds_per_case` per case, 12 cases (6 when
 /// the machine has one CPU), plus thread start-up.
 pub fn run(cfg: &Config) -> Report {
     let nr_cpus = cpu::possible_cpus();
@@ -122,33 +136,44 @@ pub fn run(cfg: &Config) -> Report {
     let released = Arc::new(AtomicBool::new(false));
     let rel = Arc::clone(&released);
     let pref = PercpuRef::new(move || rel.store(true, Ordering::Release));
+    let locked_released = Arc::new(AtomicBool::new(false));
+    let rel = Arc::clone(&locked_released);
+    let locked = PercpuRef::with_flags(InitFlags::LOCKED_SLOTS, move || {
+        rel.store(true, Ordering::Release)
+    });
+    let variants = [
+        Variant::Atomic(&atomic),
+        Variant::Percpu(&pref),
+        Variant::Percpu(&locked),
+    ];
 
     let mut rows = Vec::new();
     for &threads in &thread_counts {
         for &copy_bytes in &COPY_SIZES {
-            let (mut atomic_ops, mut percpu_ops) = (0u64, 0u64);
-            for r in 0..ROUNDS {
-                // Alternate which variant goes first, so neither always
-                // follows the other's warm-up.
-                if r % 2 == 0 {
-                    atomic_ops += measure(&Variant::Atomic(&atomic), threads, copy_bytes, round);
-                    percpu_ops += measure(&Variant::Percpu(&pref), threads, copy_bytes, round);
-                } else {
-                    percpu_ops += measure(&Variant::Percpu(&pref), threads, copy_bytes, round);
-                    atomic_ops += measure(&Variant::Atomic(&atomic), threads, copy_bytes, round);
+            let mut ops = [0u64; 3];
+            for r in 0..ROUNDS as usize {
+                // Rotate which variant goes first, so none always follows
+                // another's warm-up.
+                for k in 0..variants.len() {
+                    let v = (r + k) % variants.len();
+                    ops[v] += measure(&variants[v], threads, copy_bytes, round);
                 }
             }
-            let diff_pct = if atomic_ops == 0 {
-                0.0
-            } else {
-                (percpu_ops as f64 / atomic_ops as f64 - 1.0) * 100.0
+            let diff = |x: u64| {
+                if ops[0] == 0 {
+                    0.0
+                } else {
+                    (x as f64 / ops[0] as f64 - 1.0) * 100.0
+                }
             };
             rows.push(Row {
                 copy_bytes,
                 threads,
-                atomic_ops,
-                percpu_ops,
-                diff_pct,
+                atomic_ops: ops[0],
+                percpu_ops: ops[1],
+                diff_pct: diff(ops[1]),
+                locked_ops: ops[2],
+                locked_diff_pct: diff(ops[2]),
             });
         }
     }
@@ -163,11 +188,16 @@ pub fn run(cfg: &Config) -> Report {
         pref.kill().is_ok() && released.load(Ordering::Acquire),
         "percpu_ref benchmark count drifted"
     );
+    assert!(
+        locked.kill().is_ok() && locked_released.load(Ordering::Acquire),
+        "percpu_ref (locked) benchmark count drifted"
+    );
 
     Report {
         rows,
         seconds_per_case: secs,
         cpu_id_source: cpu::source().as_str().to_string(),
+        fast_path: pref.fast_path().as_str().to_string(),
         nr_cpus,
     }
 }
@@ -272,6 +302,11 @@ pub fn table(r: &Report) -> String {
         "{} possible CPUs, CPU ids from {}, {:.2} s per variant per case (loops completed, all threads)",
         r.nr_cpus, r.cpu_id_source, r.seconds_per_case
     );
+    let _ = writeln!(
+        out,
+        "percpu_ref: the default fast path ({}); locked: InitFlags::LOCKED_SLOTS (lock xadd)",
+        r.fast_path
+    );
     let mut threads: Vec<usize> = r.rows.iter().map(|row| row.threads).collect();
     threads.dedup();
     for t in threads {
@@ -284,14 +319,19 @@ pub fn table(r: &Report) -> String {
         let _ = writeln!(out, "{what}");
         let _ = writeln!(
             out,
-            "{:>9}  {:>14}  {:>14}  {:>10}",
-            "copy size", "atomic", "percpu_ref", "diff"
+            "{:>9}  {:>14}  {:>14}  {:>10}  {:>14}  {:>10}",
+            "copy size", "atomic", "percpu_ref", "diff", "locked", "diff"
         );
         for row in r.rows.iter().filter(|row| row.threads == t) {
             let _ = writeln!(
                 out,
-                "{:>9}  {:>14}  {:>14}  {:>+9.2}%",
-                row.copy_bytes, row.atomic_ops, row.percpu_ops, row.diff_pct
+                "{:>9}  {:>14}  {:>14}  {:>+9.2}%  {:>14}  {:>+9.2}%",
+                row.copy_bytes,
+                row.atomic_ops,
+                row.percpu_ops,
+                row.diff_pct,
+                row.locked_ops,
+                row.locked_diff_pct
             );
         }
     }
@@ -310,11 +350,15 @@ mod tests {
         let blocks = if rep.nr_cpus > 1 { 2 } else { 1 };
         assert_eq!(rep.rows.len(), COPY_SIZES.len() * blocks);
         for row in &rep.rows {
-            assert!(row.atomic_ops > 0 && row.percpu_ops > 0, "{row:?}");
-            assert!(row.diff_pct.is_finite());
+            assert!(
+                row.atomic_ops > 0 && row.percpu_ops > 0 && row.locked_ops > 0,
+                "{row:?}"
+            );
+            assert!(row.diff_pct.is_finite() && row.locked_diff_pct.is_finite());
         }
+        assert!(rep.fast_path == "rseq" || rep.fast_path == "locked");
         let t = table(&rep);
         assert!(t.contains("percpu_ref") && t.contains("512"));
-        assert_eq!(t.matches('%').count(), rep.rows.len());
+        assert_eq!(t.matches('%').count(), 2 * rep.rows.len());
     }
 }

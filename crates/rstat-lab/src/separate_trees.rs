@@ -93,7 +93,7 @@ fn measure(unified: bool, reads: usize) -> (f64, u64, usize) {
                 while !stop.load(Ordering::Relaxed) {
                     for (h, c) in hs.iter().zip(&children) {
                         h.add_many(&items);
-                        if round % 64 == 0 {
+                        if round.is_multiple_of(64) {
                             let _ = rs.account_cputime(c, 1, 1);
                         }
                     }

@@ -112,7 +112,7 @@ fn run(unified: bool) {
                 *created.lock().unwrap() += 1;
                 // Two of three leaves are removed at once: updaters then
                 // charge zombies, whose stats must still reach the tenant.
-                if n % 3 != 0 {
+                if !n.is_multiple_of(3) {
                     g.remove().unwrap();
                 }
                 leaves.write().unwrap()[t].push(g.clone());

@@ -292,7 +292,7 @@ impl Group {
         // by `release` only after the ref is dropped, and used by nothing
         // else.
         let refcnt = unsafe {
-            PercpuRef::with_arena_slots(ref_slots, engine.nr_cpus, InitFlags::PERCPU, || {})
+            PercpuRef::with_arena_slots(ref_slots, engine.nr_cpus, InitFlags::LOCKED_SLOTS, || {})
         };
         let inner = Box::new(GroupInner {
             engine: Arc::clone(engine),

@@ -90,6 +90,15 @@ fn detect() -> CpuIdSource {
     chosen
 }
 
+/// The offset of `cpu_id` in the rseq area from the thread pointer, when
+/// rseq is the source in use (restartable sections need it).
+pub(crate) fn rseq_cpu_id_offset() -> Option<isize> {
+    if source() != CpuIdSource::Rseq {
+        return None;
+    }
+    Some(FAST.load(Ordering::Relaxed)).filter(|&w| w > USE_HASH)
+}
+
 /// The id of the CPU this thread is running on, from the process's source.
 /// Not folded: may exceed any slot count; pass it through [`fold`].
 ///

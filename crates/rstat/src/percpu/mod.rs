@@ -3,3 +3,4 @@
 
 pub mod arena;
 pub mod cpu;
+pub(crate) mod rseq;

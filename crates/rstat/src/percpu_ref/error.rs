@@ -38,6 +38,16 @@ pub enum PercpuRefError {
     },
     /// The count would exceed its limit (2^62): references are leaking.
     Overflow,
+    /// A switch to atomic mode (`kill`, `switch_to_atomic`) of a ref on the
+    /// [`Rseq`](super::FastPath::Rseq) fast path needs the `membarrier`
+    /// system call, and it failed. Nothing changed: the ref is still live and
+    /// in percpu mode.
+    Membarrier {
+        /// The system call's error number (`errno`). A `usize`, like
+        /// `TooMany`'s payload, so that `Result<(), PercpuRefError>` stays
+        /// two registers wide and `get`/`put` return in registers.
+        errno: usize,
+    },
 }
 
 impl fmt::Display for PercpuRefError {
@@ -81,6 +91,13 @@ impl fmt::Display for PercpuRefError {
                 f,
                 "percpu_ref: the count would exceed {VALUE_LIMIT}; references are being taken \
                  and never put back"
+            ),
+            PercpuRefError::Membarrier { errno } => write!(
+                f,
+                "percpu_ref: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ) failed with errno \
+                 {errno}, so the switch to atomic mode could not be made safe and nothing \
+                 changed; something (a seccomp filter?) now forbids that system call: allow it, \
+                 or create refs with InitFlags::LOCKED_SLOTS, or set RSTAT_PERCPU_REF=locked"
             ),
         }
     }

@@ -43,6 +43,11 @@ unsafe impl Send for Obj {}
 
 /// A ref on two CPUs; `held` starts at 1 for the initial reference.
 fn world(flags: InitFlags) -> Arc<World> {
+    let want = if flags.contains(InitFlags::LOCKED_SLOTS) {
+        FastPath::Locked
+    } else {
+        FastPath::Simulated
+    };
     let held = Arc::new(AtomicUsize::new(1));
     let releases = Arc::new(AtomicUsize::new(0));
     let obj = Arc::new(Obj(UnsafeCell::new(0)));
@@ -53,6 +58,7 @@ fn world(flags: InitFlags) -> Arc<World> {
         o.0.with_mut(|p| unsafe { *p += 1 });
         rel.fetch_add(1, SeqCst);
     });
+    assert_eq!(r.fast_path(), want);
     Arc::new(World {
         r,
         held,
@@ -111,10 +117,9 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 /// A holder moves references between CPUs while the ref is killed: nothing
 /// is lost or counted twice across the fold, and release runs exactly once,
 /// at zero, after the holder's last put.
-#[test]
-fn kill_vs_get_put_on_both_cpus() {
-    model(|| {
-        let w = world(InitFlags::PERCPU);
+fn kill_vs_get_put_on_both_cpus(kind: InitFlags) {
+    model(move || {
+        let w = world(InitFlags::PERCPU | kind);
         w.get(0);
         let w2 = Arc::clone(&w);
         let t = thread::spawn(move || {
@@ -139,10 +144,9 @@ fn kill_vs_get_put_on_both_cpus() {
 /// release. The holder's use of the object must happen before release
 /// through slot put → freeze → fold CAS → zeroing CAS (this model fails if
 /// the fold CAS is not Release).
-#[test]
-fn release_on_a_third_thread_sees_every_holder() {
-    model(|| {
-        let w = world(InitFlags::PERCPU);
+fn release_on_a_third_thread_sees_every_holder(kind: InitFlags) {
+    model(move || {
+        let w = world(InitFlags::PERCPU | kind);
         w.get(0); // for `t`
         w.get(1); // for `u`
         let (wt, wu) = (Arc::clone(&w), Arc::clone(&w));
@@ -159,10 +163,9 @@ fn release_on_a_third_thread_sees_every_holder() {
 
 /// Lookups race a kill: once the kill is confirmed, tryget_live fails; one
 /// that succeeded holds the object until its put.
-#[test]
-fn tryget_live_fails_once_kill_is_confirmed() {
-    model(|| {
-        let w = world(InitFlags::PERCPU);
+fn tryget_live_fails_once_kill_is_confirmed(kind: InitFlags) {
+    model(move || {
+        let w = world(InitFlags::PERCPU | kind);
         let confirmed = Arc::new(AtomicBool::new(false));
         let (w2, c2) = (Arc::clone(&w), Arc::clone(&confirmed));
         let t = thread::spawn(move || {
@@ -196,10 +199,9 @@ fn tryget_live_fails_once_kill_is_confirmed() {
 /// CPU and dropped on the other: whichever of the four slot states (frozen
 /// or reset, on either CPU) the get and put land on, the reference is
 /// counted once and nothing releases while the initial reference is held.
-#[test]
-fn switch_round_trip_keeps_every_reference() {
-    model(|| {
-        let w = world(InitFlags::ALLOW_REINIT);
+fn switch_round_trip_keeps_every_reference(kind: InitFlags) {
+    model(move || {
+        let w = world(InitFlags::ALLOW_REINIT | kind);
         let w2 = Arc::clone(&w);
         let t = thread::spawn(move || {
             w2.get(0);
@@ -217,10 +219,9 @@ fn switch_round_trip_keeps_every_reference() {
 
 /// Lookups with `tryget` (not live) race the kill that drops the last
 /// reference: none succeeds after release, and release runs once.
-#[test]
-fn tryget_never_succeeds_after_release() {
-    model(|| {
-        let w = world(InitFlags::PERCPU);
+fn tryget_never_succeeds_after_release(kind: InitFlags) {
+    model(move || {
+        let w = world(InitFlags::PERCPU | kind);
         let w2 = Arc::clone(&w);
         let t = thread::spawn(move || {
             if w2.r.tryget_on(1) {
@@ -245,10 +246,9 @@ fn tryget_never_succeeds_after_release() {
 /// cycle's references: the old cycle's release may run after the new cycle
 /// has begun (as in the kernel, release must not race a resurrect if it
 /// frees the ref), so it checks that the old cycle's references are gone.
-#[test]
-fn resurrect_vs_last_put() {
-    model(|| {
-        let w = world(InitFlags::ALLOW_REINIT);
+fn resurrect_vs_last_put(kind: InitFlags) {
+    model(move || {
+        let w = world(InitFlags::ALLOW_REINIT | kind);
         w.get(1);
         w.kill(); // the reference from `get` keeps it alive
         let w2 = Arc::clone(&w);
@@ -272,10 +272,9 @@ fn resurrect_vs_last_put() {
 }
 
 /// Two killers: exactly one succeeds, release runs once.
-#[test]
-fn concurrent_kills() {
-    model(|| {
-        let w = world(InitFlags::PERCPU);
+fn concurrent_kills(kind: InitFlags) {
+    model(move || {
+        let w = world(InitFlags::PERCPU | kind);
         w.held.fetch_sub(1, SeqCst); // whichever kill wins drops it
         let w2 = Arc::clone(&w);
         let t = thread::spawn(move || w2.r.kill());
@@ -292,3 +291,28 @@ fn concurrent_kills() {
         assert_eq!(w.releases(), 1);
     });
 }
+
+/// Every model runs on both fast paths: `locked` (the frozen-slot protocol)
+/// and `sections` (the restartable-section protocol, simulated: each CPU's
+/// sections serialised by a lock, the membarrier by taking every CPU's
+/// lock).
+macro_rules! on_both_fast_paths {
+    ($($name:ident),* $(,)?) => {
+        mod locked {
+            $(#[test] fn $name() { super::$name(super::InitFlags::LOCKED_SLOTS) })*
+        }
+        mod sections {
+            $(#[test] fn $name() { super::$name(super::InitFlags::PERCPU) })*
+        }
+    };
+}
+
+on_both_fast_paths!(
+    kill_vs_get_put_on_both_cpus,
+    release_on_a_third_thread_sees_every_holder,
+    tryget_live_fails_once_kill_is_confirmed,
+    switch_round_trip_keeps_every_reference,
+    tryget_never_succeeds_after_release,
+    resurrect_vs_last_put,
+    concurrent_kills,
+);

@@ -190,9 +190,9 @@ pub use error::PercpuRefError;
 pub use slots::{PercpuRefSlot, MAX_SLOTS};
 
 use crate::percpu::arena::PcpuPtr;
-use crate::percpu::cpu;
+use crate::percpu::{cpu, rseq};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use crate::sync::{AtomicBool, AtomicU64, Mutex};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex};
 use slots::{Padded, Slots};
 
 /// Slot bit 0: this slot has been folded into `count`; operations that find
@@ -236,6 +236,12 @@ impl InitFlags {
     /// ([`switch_to_percpu`](PercpuRef::switch_to_percpu),
     /// [`resurrect`](PercpuRef::resurrect), [`reinit`](PercpuRef::reinit)).
     pub const ALLOW_REINIT: InitFlags = InitFlags(4);
+    /// Use the [locked](FastPath::Locked) fast path even where restartable
+    /// sections are available: gets and puts cost a locked add (a few
+    /// nanoseconds more on one thread), and in exchange a switch to atomic
+    /// mode never calls `membarrier`, so it disturbs no other CPU. For refs
+    /// killed at a high rate (rstat's groups use it).
+    pub const LOCKED_SLOTS: InitFlags = InitFlags(8);
 
     /// Whether every flag in `other` is set in `self`.
     pub const fn contains(self, other: InitFlags) -> bool {
@@ -248,6 +254,48 @@ impl core::ops::BitOr for InitFlags {
     fn bitor(self, rhs: InitFlags) -> InitFlags {
         InitFlags(self.0 | rhs.0)
     }
+}
+
+/// How a ref's fast paths (`get`, `put`, `tryget`, `tryget_live` in percpu
+/// mode) reach this CPU's slot. Chosen when the ref is created; see the
+/// [module documentation](self#two-fast-paths).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FastPath {
+    /// A restartable sequence: read the CPU id, check the mode, and add to
+    /// the slot with an unlocked add, which the kernel aborts and restarts
+    /// if the thread is preempted or migrated in between. Switches to atomic
+    /// mode call `membarrier`. The kernel's own cost, where available
+    /// (x86-64 Linux, glibc rseq, Linux 5.10).
+    Rseq,
+    /// A locked add on the slot, whose old value says whether the slot was
+    /// frozen by a switch. Switches cost one locked RMW per CPU and no
+    /// system call. Used where `Rseq` is not available, with
+    /// [`InitFlags::LOCKED_SLOTS`], or when `RSTAT_PERCPU_REF=locked`.
+    Locked,
+    /// The `Rseq` protocol with each simulated CPU's sections serialised by
+    /// a lock and `membarrier` simulated by taking every CPU's lock: what
+    /// loom and Miri check, since neither can run the real sections.
+    Simulated,
+}
+
+impl FastPath {
+    /// The short name used in reports (`rseq`, `locked`, `simulated`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FastPath::Rseq => "rseq",
+            FastPath::Locked => "locked",
+            FastPath::Simulated => "simulated",
+        }
+    }
+}
+
+/// Which slot a fast-path operation targets.
+#[derive(Clone, Copy)]
+enum Cpu {
+    /// The CPU this thread runs on.
+    Current,
+    /// A given CPU's slot (folded into range), for models and tests.
+    Given(usize),
 }
 
 /// State changed only under the ref's lock.
@@ -284,11 +332,31 @@ enum Fold {
 /// Share it by reference (`&PercpuRef` is `Send`, so scoped threads work) or
 /// in an `Arc`.
 pub struct PercpuRef {
-    /// `Ctl::percpu`, readable without the lock.
-    percpu_hint: AtomicBool,
+    // Everything here is immutable after construction (no `UnsafeCell`), so
+    // `&PercpuRef` is a read-only, unaliased pointer to the compiler: a loop
+    // of gets and puts keeps these fields in registers.
+    fast: FastPath,
+    /// `Rseq`: the thread-pointer offset of the rseq area's `cpu_id`.
+    rseq_off: isize,
     slots: Slots,
+    /// The mutable state.
+    shared: Box<Shared>,
+}
+
+/// The parts of a [`PercpuRef`] that change after construction.
+struct Shared {
     /// On its own cache line: contended only in atomic mode.
     count: Padded<AtomicU64>,
+    /// `Rseq`, `Simulated`: the number of slots in percpu mode, 0 otherwise.
+    /// A section adds to this CPU's slot only if the CPU id is below it: one
+    /// compare is both the range check and the mode check.
+    section_limit: AtomicUsize,
+    /// `Ctl::percpu`, readable without the lock: a snapshot for
+    /// `is_percpu`.
+    percpu_hint: AtomicBool,
+    /// `Simulated`: one lock per CPU, held for the length of a section.
+    #[cfg(any(rstat_loom, miri))]
+    sim: Box<[Mutex<()>]>,
     ctl: Mutex<Ctl>,
     release: ReleaseFn,
 }
@@ -339,6 +407,16 @@ impl PercpuRef {
     }
 
     fn build(slots: Slots, flags: InitFlags, release: ReleaseFn) -> Self {
+        let (fast, rseq_off) = if flags.contains(InitFlags::LOCKED_SLOTS) || !slots.is_owned() {
+            (FastPath::Locked, 0)
+        } else if cfg!(any(rstat_loom, miri)) {
+            (FastPath::Simulated, 0)
+        } else {
+            match rseq::available() {
+                Some(off) if off != 0 => (FastPath::Rseq, off),
+                _ => (FastPath::Locked, 0),
+            }
+        };
         let dead = flags.contains(InitFlags::DEAD);
         let atomic = dead || flags.contains(InitFlags::ATOMIC);
         // Relaxed: the ref is not shared yet; whatever shares it (a spawn, an
@@ -354,22 +432,36 @@ impl PercpuRef {
         } else {
             word += 1;
         }
-        PercpuRef {
-            percpu_hint: AtomicBool::new(!atomic),
-            slots,
+        let sections = fast != FastPath::Locked && !atomic;
+        let shared = Box::new(Shared {
             count: Padded(AtomicU64::new(word)),
+            section_limit: AtomicUsize::new(if sections { slots.nr() } else { 0 }),
+            percpu_hint: AtomicBool::new(!atomic),
+            #[cfg(any(rstat_loom, miri))]
+            sim: (0..slots.nr()).map(|_| Mutex::new(())).collect(),
             ctl: Mutex::new(Ctl {
                 percpu: !atomic,
                 force_atomic: flags.contains(InitFlags::ATOMIC),
                 allow_reinit: atomic || flags.contains(InitFlags::ALLOW_REINIT),
             }),
             release,
+        });
+        PercpuRef {
+            fast,
+            rseq_off,
+            slots,
+            shared,
         }
     }
 
     /// The number of per-CPU slots.
     pub fn nr_cpus(&self) -> usize {
         self.slots.nr()
+    }
+
+    /// How this ref's fast paths reach a slot.
+    pub fn fast_path(&self) -> FastPath {
+        self.fast
     }
 
     // ---------------------------------------------------------------- gets
@@ -387,7 +479,7 @@ impl PercpuRef {
     /// at 2^62 references. The count is unchanged.
     #[inline]
     pub fn get(&self) -> Result<(), PercpuRefError> {
-        self.get_with(cpu::current, 1)
+        self.get_with(Cpu::Current, 1)
     }
 
     /// Take `n` references at once; as [`get`](Self::get), same cost.
@@ -397,7 +489,7 @@ impl PercpuRef {
     /// `n > MAX_MANY`.
     #[inline]
     pub fn get_many(&self, n: usize) -> Result<(), PercpuRefError> {
-        self.get_with(cpu::current, many(n)?)
+        self.get_with(Cpu::Current, many(n)?)
     }
 
     /// Take a reference unless the count is zero. Unlike
@@ -405,7 +497,7 @@ impl PercpuRef {
     /// still has references. Cost: as [`get`](Self::get).
     #[inline]
     pub fn tryget(&self) -> bool {
-        self.get_with(cpu::current, 1).is_ok()
+        self.get_with(Cpu::Current, 1).is_ok()
     }
 
     /// Take a reference unless the ref is dying or released: the lookup
@@ -415,7 +507,7 @@ impl PercpuRef {
     /// load of the shared count.
     #[inline]
     pub fn tryget_live(&self) -> bool {
-        self.tryget_live_with(cpu::current)
+        self.tryget_live_with(Cpu::Current)
     }
 
     /// [`get`](Self::get) counted on `cpu`'s slot (folded into range), for
@@ -423,37 +515,47 @@ impl PercpuRef {
     #[doc(hidden)]
     #[inline]
     pub fn get_on(&self, cpu: usize) -> Result<(), PercpuRefError> {
-        self.get_with(|| cpu, 1)
+        self.get_with(Cpu::Given(cpu), 1)
     }
 
     /// [`get_many`](Self::get_many) on `cpu`'s slot.
     #[doc(hidden)]
     #[inline]
     pub fn get_many_on(&self, cpu: usize, n: usize) -> Result<(), PercpuRefError> {
-        self.get_with(|| cpu, many(n)?)
+        self.get_with(Cpu::Given(cpu), many(n)?)
     }
 
     /// [`tryget`](Self::tryget) on `cpu`'s slot.
     #[doc(hidden)]
     #[inline]
     pub fn tryget_on(&self, cpu: usize) -> bool {
-        self.get_with(|| cpu, 1).is_ok()
+        self.get_with(Cpu::Given(cpu), 1).is_ok()
     }
 
     /// [`tryget_live`](Self::tryget_live) on `cpu`'s slot.
     #[doc(hidden)]
     #[inline]
     pub fn tryget_live_on(&self, cpu: usize) -> bool {
-        self.tryget_live_with(|| cpu)
+        self.tryget_live_with(Cpu::Given(cpu))
     }
 
     #[inline(always)]
-    fn get_with(&self, cpu: impl FnOnce() -> usize, n: u64) -> Result<(), PercpuRefError> {
+    fn get_with(&self, cpu: Cpu, n: u64) -> Result<(), PercpuRefError> {
         if n == 0 {
             return Ok(());
         }
+        if self.uses_sections() {
+            return if self.section_add(cpu, n * ONE) {
+                Ok(())
+            } else {
+                self.count_get(n, false)
+            };
+        }
         // Acquire: see "Synchronization" (pairs with freeze and reset).
-        let old = self.slots.slot(cpu()).fetch_add(n * ONE, Acquire);
+        let old = self
+            .slots
+            .slot(self.cpu_id(cpu))
+            .fetch_add(n * ONE, Acquire);
         if old & FROZEN == 0 {
             return Ok(());
         }
@@ -461,20 +563,123 @@ impl PercpuRef {
     }
 
     #[inline(always)]
-    fn tryget_live_with(&self, cpu: impl FnOnce() -> usize) -> bool {
+    fn tryget_live_with(&self, cpu: Cpu) -> bool {
+        if self.uses_sections() {
+            return self.section_add(cpu, ONE) || self.count_get(1, true).is_ok();
+        }
         // Acquire: as in `get_with`.
-        let old = self.slots.slot(cpu()).fetch_add(ONE, Acquire);
+        let old = self.slots.slot(self.cpu_id(cpu)).fetch_add(ONE, Acquire);
         if old & FROZEN == 0 {
             return true;
         }
         self.count_get(1, true).is_ok()
     }
 
+    #[inline(always)]
+    fn cpu_id(&self, cpu: Cpu) -> usize {
+        match cpu {
+            Cpu::Current => cpu::current(),
+            Cpu::Given(c) => c,
+        }
+    }
+
+    /// Whether the fast paths use restartable sections (`Rseq`,
+    /// `Simulated`) rather than locked slot updates.
+    #[inline(always)]
+    fn uses_sections(&self) -> bool {
+        // `rseq_off` is non-zero exactly for `Rseq` (glibc's rseq area is
+        // never at the thread pointer itself), so the real fast path tests
+        // the field it is about to use.
+        if cfg!(any(rstat_loom, miri)) {
+            self.fast == FastPath::Simulated
+        } else {
+            self.rseq_off != 0
+        }
+    }
+
+    /// Add `delta` to this CPU's slot in a restartable section (`Rseq`,
+    /// `Simulated`); `false` if the section refused (not percpu mode, or no
+    /// slot for this CPU): the caller then counts on `count`. See "Two fast
+    /// paths".
+    #[inline(always)]
+    fn section_add(&self, cpu: Cpu, delta: u64) -> bool {
+        #[cfg(not(any(rstat_loom, miri)))]
+        {
+            // A section can only add on the CPU it runs on: a count aimed at
+            // another CPU's slot goes to `count` instead (exact in either
+            // mode).
+            if let Cpu::Given(_) = cpu {
+                return false;
+            }
+            // SAFETY: `fast` is not `Locked`, so it is `Rseq` (`Simulated`
+            // exists only under loom and Miri), which `build` chose only
+            // with `rseq_off` from `rseq::available()` and owned slots:
+            // `nr` live `AtomicU64`s `1 << SLOT_SHIFT` bytes apart, as long
+            // as `self`. `section_limit` is `nr` or 0. In percpu mode only
+            // sections write the slots (`Cpu::Given` was refused above);
+            // the lock holder writes them (freeze, reset) only after storing
+            // 0 to `section_limit` and a `membarrier`. See "Two fast paths".
+            unsafe {
+                rseq::add_on_this_cpu(
+                    self.rseq_off,
+                    self.slots.base_bytes(),
+                    self.shared.section_limit.as_ptr(),
+                    delta,
+                )
+            }
+        }
+        #[cfg(any(rstat_loom, miri))]
+        {
+            self.simulated_add(cpu, delta)
+        }
+    }
+
+    /// The model of a section: the CPU's lock stands for "nothing else runs
+    /// a section on this CPU meanwhile", a plain load and store for the
+    /// unlocked add.
+    #[cfg(any(rstat_loom, miri))]
+    fn simulated_add(&self, cpu: Cpu, delta: u64) -> bool {
+        let c = self.cpu_id(cpu);
+        if c >= self.slots.nr() {
+            return false; // as the real section: no slot, use `count`
+        }
+        let _on_cpu = crate::sync::lock(&self.shared.sim[c]);
+        // Acquire: the real section's load is an x86 load (acquire); pairs
+        // with the Release store that ends a switch to percpu mode.
+        if c >= self.shared.section_limit.load(Acquire) {
+            return false;
+        }
+        let slot = self.slots.slot(c);
+        // Relaxed: the CPU's lock orders this against every other section
+        // on the CPU, and the simulated membarrier against the switcher.
+        slot.store(slot.load(Relaxed).wrapping_add(delta), Relaxed);
+        true
+    }
+
+    /// Wait until no section can still be running with a percpu-mode check
+    /// made before `percpu_hint` was cleared, and every section that
+    /// committed is visible here. Holds `ctl`.
+    fn quiesce_sections(&self) -> Result<(), PercpuRefError> {
+        match self.fast {
+            FastPath::Locked => Ok(()),
+            FastPath::Rseq => rseq::membarrier().map_err(|errno| PercpuRefError::Membarrier {
+                errno: errno.unsigned_abs() as usize,
+            }),
+            FastPath::Simulated => {
+                #[cfg(any(rstat_loom, miri))]
+                for cpu in self.shared.sim.iter() {
+                    drop(crate::sync::lock(cpu));
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Add `n` to `count` unless it is zero (or, for `live`, dying).
     #[cold]
     #[inline(never)]
     fn count_get(&self, n: u64, live: bool) -> Result<(), PercpuRefError> {
-        let mut cur = self.count.load(Relaxed);
+        let mut cur = self.shared.count.load(Relaxed);
         loop {
             if live && cur & DEAD != 0 {
                 return Err(PercpuRefError::AlreadyDead);
@@ -488,6 +693,7 @@ impl PercpuRef {
             }
             // AcqRel / Relaxed: see "Synchronization" (count CAS).
             match self
+                .shared
                 .count
                 .compare_exchange_weak(cur, cur + n, AcqRel, Relaxed)
             {
@@ -514,7 +720,7 @@ impl PercpuRef {
     /// put cannot be seen here; the next fold reports it.
     #[inline]
     pub fn put(&self) -> Result<(), PercpuRefError> {
-        self.put_with(cpu::current, 1)
+        self.put_with(Cpu::Current, 1)
     }
 
     /// Drop `n` references at once; as [`put`](Self::put), same cost.
@@ -524,27 +730,27 @@ impl PercpuRef {
     /// `n`), and [`TooMany`](PercpuRefError::TooMany) if `n > MAX_MANY`.
     #[inline]
     pub fn put_many(&self, n: usize) -> Result<(), PercpuRefError> {
-        self.put_with(cpu::current, many(n)?)
+        self.put_with(Cpu::Current, many(n)?)
     }
 
     /// [`put`](Self::put) on `cpu`'s slot (folded into range).
     #[doc(hidden)]
     #[inline]
     pub fn put_on(&self, cpu: usize) -> Result<(), PercpuRefError> {
-        self.put_with(|| cpu, 1)
+        self.put_with(Cpu::Given(cpu), 1)
     }
 
     /// [`put_many`](Self::put_many) on `cpu`'s slot.
     #[doc(hidden)]
     #[inline]
     pub fn put_many_on(&self, cpu: usize, n: usize) -> Result<(), PercpuRefError> {
-        self.put_with(|| cpu, many(n)?)
+        self.put_with(Cpu::Given(cpu), many(n)?)
     }
 
     #[inline(always)]
-    fn put_with(&self, cpu: impl FnOnce() -> usize, n: u64) -> Result<(), PercpuRefError> {
+    fn put_with(&self, cpu: Cpu, n: u64) -> Result<(), PercpuRefError> {
         if self.put_test_with(cpu, n)? {
-            (self.release)();
+            (self.shared.release)();
         }
         Ok(())
     }
@@ -552,12 +758,22 @@ impl PercpuRef {
     /// Drop `n` references; `Ok(true)` if that brought the count to zero
     /// (the caller then runs or owns the release).
     #[inline(always)]
-    fn put_test_with(&self, cpu: impl FnOnce() -> usize, n: u64) -> Result<bool, PercpuRefError> {
+    fn put_test_with(&self, cpu: Cpu, n: u64) -> Result<bool, PercpuRefError> {
         if n == 0 {
             return Ok(false);
         }
+        if self.uses_sections() {
+            return if self.section_add(cpu, (n * ONE).wrapping_neg()) {
+                Ok(false)
+            } else {
+                self.count_put_test(n)
+            };
+        }
         // Release: see "Synchronization" (pairs with the freeze).
-        let old = self.slots.slot(cpu()).fetch_sub(n * ONE, Release);
+        let old = self
+            .slots
+            .slot(self.cpu_id(cpu))
+            .fetch_sub(n * ONE, Release);
         if old & FROZEN == 0 {
             return Ok(false);
         }
@@ -576,7 +792,7 @@ impl PercpuRef {
     /// As [`put`](Self::put).
     #[inline]
     pub fn put_and_test(&self) -> Result<bool, PercpuRefError> {
-        self.put_test_with(cpu::current, 1)
+        self.put_test_with(Cpu::Current, 1)
     }
 
     /// Subtract `n` from `count`, refusing to go below zero; run release at
@@ -585,7 +801,7 @@ impl PercpuRef {
     #[inline(never)]
     fn count_put(&self, n: u64) -> Result<(), PercpuRefError> {
         if self.count_put_test(n)? {
-            (self.release)();
+            (self.shared.release)();
         }
         Ok(())
     }
@@ -595,7 +811,7 @@ impl PercpuRef {
     #[cold]
     #[inline(never)]
     fn count_put_test(&self, n: u64) -> Result<bool, PercpuRefError> {
-        let mut cur = self.count.load(Relaxed);
+        let mut cur = self.shared.count.load(Relaxed);
         loop {
             let v = cur & VALUE;
             if v < n {
@@ -605,6 +821,7 @@ impl PercpuRef {
             // matters for the CAS that reaches zero: whoever releases sees
             // every other holder's writes.
             match self
+                .shared
                 .count
                 .compare_exchange_weak(cur, cur - n, AcqRel, Relaxed)
             {
@@ -621,31 +838,31 @@ impl PercpuRef {
     /// percpu mode. Cost: one load of the shared count.
     pub fn is_zero(&self) -> bool {
         // Acquire: pairs with the CAS that reached zero.
-        self.count.load(Acquire) & VALUE == 0
+        self.shared.count.load(Acquire) & VALUE == 0
     }
 
     /// Whether the ref has been killed (and not resurrected or reinit'd). A
     /// snapshot. Cost: one load of the shared count.
     pub fn is_dying(&self) -> bool {
-        self.count.load(Relaxed) & DEAD != 0
+        self.shared.count.load(Relaxed) & DEAD != 0
     }
 
     /// Whether gets and puts currently go to per-CPU slots. A snapshot (a
     /// Relaxed load of a copy of the mode). Cost: one load.
     pub fn is_percpu(&self) -> bool {
-        self.percpu_hint.load(Relaxed)
+        self.shared.percpu_hint.load(Relaxed)
     }
 
     /// The exact count in atomic mode, `None` in percpu mode (where it is
     /// unknowable without a switch). Meant for tests and diagnostics. Cost:
     /// the ref's lock and one load.
     pub fn atomic_count(&self) -> Option<u64> {
-        let ctl = crate::sync::lock(&self.ctl);
+        let ctl = crate::sync::lock(&self.shared.ctl);
         if ctl.percpu {
             None
         } else {
             // Acquire: as `is_zero`.
-            Some(self.count.load(Acquire) & VALUE)
+            Some(self.shared.count.load(Acquire) & VALUE)
         }
     }
 }
@@ -653,6 +870,7 @@ impl PercpuRef {
 impl fmt::Debug for PercpuRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PercpuRef")
+            .field("fast_path", &self.fast)
             .field("percpu", &self.is_percpu())
             .field("dying", &self.is_dying())
             .field("zero", &self.is_zero())

@@ -31,6 +31,9 @@ impl<T> core::ops::Deref for Padded<T> {
 // Both strides must be powers of two for `shift`.
 const _: () = assert!(UNIT_SIZE.is_power_of_two());
 const _: () = assert!(core::mem::size_of::<Padded<PercpuRefSlot>>().is_power_of_two());
+// Restartable sections address owned slots with this constant stride.
+const _: () =
+    assert!(core::mem::size_of::<Padded<PercpuRefSlot>>() == 1 << crate::percpu::rseq::SLOT_SHIFT);
 
 /// One CPU's share of a [`PercpuRef`](super::PercpuRef)'s count.
 ///
@@ -116,6 +119,20 @@ impl Slots {
     #[inline(always)]
     pub(super) fn nr(&self) -> usize {
         self.nr
+    }
+
+    /// Slot 0's address, for restartable sections (which compute
+    /// `base + (cpu << rseq::SLOT_SHIFT)` themselves; owned slots only).
+    #[inline(always)]
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))] // sections are simulated
+    pub(super) fn base_bytes(&self) -> *const u8 {
+        self.base.cast()
+    }
+
+    /// Whether these are owned (padded, `1 << rseq::SLOT_SHIFT` bytes
+    /// apart) rather than arena slots.
+    pub(super) fn is_owned(&self) -> bool {
+        self.owned.is_some()
     }
 
     /// The slot for `cpu`, folded into range. Cost: a compare and a

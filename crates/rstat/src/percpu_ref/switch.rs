@@ -3,7 +3,9 @@
 //! run under the ref's lock; see the parent module's "Synchronization" for
 //! the protocol they follow with the lock-free fast paths.
 
-use super::{Ctl, Fold, PercpuRef, PercpuRefError, BIAS, DEAD, FROZEN, VALUE, VALUE_LIMIT};
+use super::{
+    Ctl, FastPath, Fold, PercpuRef, PercpuRefError, BIAS, DEAD, FROZEN, VALUE, VALUE_LIMIT,
+};
 use crate::sync::Ordering::{AcqRel, Relaxed, Release};
 
 impl PercpuRef {
@@ -33,23 +35,32 @@ impl PercpuRef {
     /// [`Underflow`](PercpuRefError::Underflow) if the initial reference was
     /// already put by the caller (the ref is killed, and release has run
     /// exactly once for this cycle); [`Overflow`](PercpuRefError::Overflow)
-    /// if the folded count exceeded its limit.
+    /// if the folded count exceeded its limit;
+    /// [`Membarrier`](PercpuRefError::Membarrier) if the `Rseq` fast path
+    /// could not be stopped (nothing changes, `confirm` does not run).
     pub fn kill_and_confirm(&self, confirm: impl FnOnce()) -> Result<(), PercpuRefError> {
         let fold = {
-            let mut ctl = crate::sync::lock(&self.ctl);
+            let mut ctl = crate::sync::lock(&self.shared.ctl);
             // Relaxed: `DEAD` changes only under `ctl`, which we hold.
-            if self.count.load(Relaxed) & DEAD != 0 {
+            if self.shared.count.load(Relaxed) & DEAD != 0 {
                 return Err(PercpuRefError::AlreadyDead);
             }
             // Relaxed: see "Synchronization" (published by the freezes).
-            self.count.fetch_or(DEAD, Relaxed);
-            self.apply_mode(&mut ctl)
+            self.shared.count.fetch_or(DEAD, Relaxed);
+            match self.apply_mode(&mut ctl) {
+                Ok(fold) => fold,
+                Err(e) => {
+                    // Relaxed: as above; the kill did not happen.
+                    self.shared.count.fetch_and(!DEAD, Relaxed);
+                    return Err(e);
+                }
+            }
         };
         confirm();
         match fold {
             Fold::Live => self.count_put(1),
             Fold::Zero | Fold::Underflow => {
-                (self.release)();
+                (self.shared.release)();
                 Err(PercpuRefError::Underflow)
             }
             Fold::Overflow => {
@@ -75,22 +86,30 @@ impl PercpuRef {
     /// [`Underflow`](PercpuRefError::Underflow) if the slots held more puts
     /// than gets (the count is set to zero and release runs once);
     /// [`Overflow`](PercpuRefError::Overflow) if the folded count exceeded
-    /// its limit.
+    /// its limit; [`Membarrier`](PercpuRefError::Membarrier) as for
+    /// [`kill_and_confirm`](Self::kill_and_confirm) (nothing changes,
+    /// `confirm` does not run).
     pub fn switch_to_atomic(&self, confirm: impl FnOnce()) -> Result<(), PercpuRefError> {
         let fold = {
-            let mut ctl = crate::sync::lock(&self.ctl);
-            ctl.force_atomic = true;
-            self.apply_mode(&mut ctl)
+            let mut ctl = crate::sync::lock(&self.shared.ctl);
+            let was = core::mem::replace(&mut ctl.force_atomic, true);
+            match self.apply_mode(&mut ctl) {
+                Ok(fold) => fold,
+                Err(e) => {
+                    ctl.force_atomic = was;
+                    return Err(e);
+                }
+            }
         };
         confirm();
         match fold {
             Fold::Live => Ok(()),
             Fold::Zero => {
-                (self.release)();
+                (self.shared.release)();
                 Ok(())
             }
             Fold::Underflow => {
-                (self.release)();
+                (self.shared.release)();
                 Err(PercpuRefError::Underflow)
             }
             Fold::Overflow => Err(PercpuRefError::Overflow),
@@ -119,13 +138,13 @@ impl PercpuRef {
     /// in atomic mode and was created without `ALLOW_REINIT` (nothing
     /// changes). Already in percpu mode: `Ok`, whatever the flags.
     pub fn switch_to_percpu(&self) -> Result<(), PercpuRefError> {
-        let mut ctl = crate::sync::lock(&self.ctl);
+        let mut ctl = crate::sync::lock(&self.shared.ctl);
         if !ctl.percpu && !ctl.allow_reinit {
             return Err(PercpuRefError::ReinitNotAllowed);
         }
         ctl.force_atomic = false;
         let fold = self.apply_mode(&mut ctl);
-        debug_assert_eq!(fold, Fold::Live, "going to percpu mode never folds");
+        debug_assert_eq!(fold, Ok(Fold::Live), "going to percpu mode never folds");
         Ok(())
     }
 
@@ -144,9 +163,9 @@ impl PercpuRef {
     /// [`ReinitNotAllowed`](PercpuRefError::ReinitNotAllowed) without
     /// `ALLOW_REINIT`; [`Overflow`](PercpuRefError::Overflow). Nothing changes.
     pub fn resurrect(&self) -> Result<(), PercpuRefError> {
-        let mut ctl = crate::sync::lock(&self.ctl);
+        let mut ctl = crate::sync::lock(&self.shared.ctl);
         // Relaxed: `DEAD` changes only under `ctl`, which we hold.
-        let mut cur = self.count.load(Relaxed);
+        let mut cur = self.shared.count.load(Relaxed);
         if cur & DEAD == 0 {
             return Err(PercpuRefError::NotDead);
         }
@@ -162,6 +181,7 @@ impl PercpuRef {
             // `DEAD` and adds the new initial reference in one step, so a
             // racing put sees either the old cycle or the new one.
             match self
+                .shared
                 .count
                 .compare_exchange_weak(cur, v + 1, AcqRel, Relaxed)
             {
@@ -170,7 +190,7 @@ impl PercpuRef {
             }
         }
         let fold = self.apply_mode(&mut ctl);
-        debug_assert_eq!(fold, Fold::Live, "a live ref never folds");
+        debug_assert_eq!(fold, Ok(Fold::Live), "a live ref never folds");
         Ok(())
     }
 
@@ -186,8 +206,8 @@ impl PercpuRef {
     /// [`ReinitNotAllowed`](PercpuRefError::ReinitNotAllowed) without
     /// `ALLOW_REINIT`. Nothing changes.
     pub fn reinit(&self) -> Result<(), PercpuRefError> {
-        let mut ctl = crate::sync::lock(&self.ctl);
-        let mut cur = self.count.load(Relaxed);
+        let mut ctl = crate::sync::lock(&self.shared.ctl);
+        let mut cur = self.shared.count.load(Relaxed);
         if cur & VALUE != 0 {
             return Err(PercpuRefError::NotZero);
         }
@@ -202,36 +222,51 @@ impl PercpuRef {
                 return Err(PercpuRefError::NotZero);
             }
             // AcqRel / Relaxed: see "Synchronization" (count CAS).
-            match self.count.compare_exchange_weak(cur, 1, AcqRel, Relaxed) {
+            match self
+                .shared
+                .count
+                .compare_exchange_weak(cur, 1, AcqRel, Relaxed)
+            {
                 Ok(_) => break,
                 Err(actual) => cur = actual,
             }
         }
         let fold = self.apply_mode(&mut ctl);
-        debug_assert_eq!(fold, Fold::Live, "a live ref never folds");
+        debug_assert_eq!(fold, Ok(Fold::Live), "a live ref never folds");
         Ok(())
     }
 
     /// Bring the mode in line with `force_atomic` and `DEAD`. Holds `ctl`.
-    fn apply_mode(&self, ctl: &mut Ctl) -> Fold {
+    /// Only a switch to atomic mode can fail (`Membarrier`), and then
+    /// nothing changed.
+    fn apply_mode(&self, ctl: &mut Ctl) -> Result<Fold, PercpuRefError> {
         // Relaxed: `DEAD` changes only under `ctl`, which we hold.
-        let dead = self.count.load(Relaxed) & DEAD != 0;
+        let dead = self.shared.count.load(Relaxed) & DEAD != 0;
         let mut fold = Fold::Live;
         if ctl.force_atomic || dead {
             if ctl.percpu {
-                fold = self.fold_to_atomic(ctl);
+                fold = self.fold_to_atomic(ctl)?;
             }
         } else if !ctl.percpu {
             self.unfold_to_percpu(ctl);
         }
-        // Relaxed: a snapshot for `is_percpu` (see "Synchronization").
-        self.percpu_hint.store(ctl.percpu, Relaxed);
-        fold
+        Ok(fold)
     }
 
-    /// Freeze every slot and move its count into `count`. Holds `ctl`, in
-    /// percpu mode.
-    fn fold_to_atomic(&self, ctl: &mut Ctl) -> Fold {
+    /// Stop the fast paths, freeze every slot and move its count into
+    /// `count`. Holds `ctl`, in percpu mode.
+    fn fold_to_atomic(&self, ctl: &mut Ctl) -> Result<Fold, PercpuRefError> {
+        // Relaxed: the restartable sections learn of it through the
+        // quiescence below (a membarrier, or the simulated CPUs' locks).
+        let limit = self.shared.section_limit.swap(0, Relaxed);
+        if let Err(e) = self.quiesce_sections() {
+            // Relaxed: as above; the slots were not touched, so sections may
+            // simply carry on.
+            self.shared.section_limit.store(limit, Relaxed);
+            return Err(e);
+        }
+        // Relaxed: a snapshot for `is_percpu`.
+        self.shared.percpu_hint.store(false, Relaxed);
         let mut sum: i64 = 0;
         for c in 0..self.slots.nr() {
             // AcqRel: see "Synchronization" (the freeze).
@@ -244,7 +279,7 @@ impl PercpuRef {
         // ±2^62 (VALUE_LIMIT), so sign-extending from 63 bits recovers it.
         let sum = sum.wrapping_shl(1) >> 1;
         ctl.percpu = false;
-        let mut cur = self.count.load(Relaxed);
+        let mut cur = self.shared.count.load(Relaxed);
         loop {
             let v = i128::from(cur & VALUE) - i128::from(BIAS) + i128::from(sum);
             let (value, fold) = if v < 0 {
@@ -257,11 +292,13 @@ impl PercpuRef {
                 (v as u64, Fold::Live)
             };
             // AcqRel / Relaxed: see "Synchronization" (count CAS).
-            match self
-                .count
-                .compare_exchange_weak(cur, (cur & DEAD) | value, AcqRel, Relaxed)
-            {
-                Ok(_) => return fold,
+            match self.shared.count.compare_exchange_weak(
+                cur,
+                (cur & DEAD) | value,
+                AcqRel,
+                Relaxed,
+            ) {
+                Ok(_) => return Ok(fold),
                 Err(actual) => cur = actual,
             }
         }
@@ -271,7 +308,7 @@ impl PercpuRef {
     /// dying. Stays atomic if the count is zero: a released ref must not
     /// accept gets again until `reinit`.
     fn unfold_to_percpu(&self, ctl: &mut Ctl) {
-        let mut cur = self.count.load(Relaxed);
+        let mut cur = self.shared.count.load(Relaxed);
         loop {
             if cur & VALUE == 0 {
                 return;
@@ -280,6 +317,7 @@ impl PercpuRef {
             // precede the resets: from the first reset on, a reference may be
             // counted on a slot and later put on `count`.
             match self
+                .shared
                 .count
                 .compare_exchange_weak(cur, cur + BIAS, AcqRel, Relaxed)
             {
@@ -292,5 +330,12 @@ impl PercpuRef {
             self.slots.slot(c).swap(0, Release);
         }
         ctl.percpu = true;
+        // Relaxed: a snapshot for `is_percpu`.
+        self.shared.percpu_hint.store(true, Relaxed);
+        if self.fast != FastPath::Locked {
+            // Release: a section that passes the check (an acquire load)
+            // must find the slots reset and `BIAS` in `count`.
+            self.shared.section_limit.store(self.slots.nr(), Release);
+        }
     }
 }
