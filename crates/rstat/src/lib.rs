@@ -17,9 +17,14 @@
 //! - **[`engine::policy`]**: who flushes and when (seed 004): `Threshold`
 //!   (v6.8, default), `Always`, `UnifiedRoot`, `Coalesced`, plus a periodic
 //!   root flusher; each with a documented staleness bound.
-//! - **[`percpu`]**: CPU identity from glibc's rseq area, and a per-CPU
-//!   arena like the kernel's percpu allocator (one offset valid in every
-//!   CPU's unit: dense, no false sharing, no per-group padding).
+//! - **[`percpu`]**: CPU identity from glibc's rseq area, restartable
+//!   per-CPU sections (the userspace "preemption disabled": an unlocked add
+//!   the kernel restarts if the thread moves, and `membarrier` to stop them
+//!   all), and a per-CPU arena like the kernel's percpu allocator (one
+//!   offset valid in every CPU's unit: dense, no false sharing, no
+//!   per-group padding).
+//! - **[`percpu_ref`]**: the kernel's percpu_ref (seed 001), on restartable
+//!   sections where available, or on locked per-CPU adds.
 //! - **[`group`]**: the hierarchy. Group lifetime is a [`percpu_ref`]
 //!   (seed 001): handles are per-CPU references; removal kills the ref; the
 //!   last put flushes the group into its parent and frees it, so a removed

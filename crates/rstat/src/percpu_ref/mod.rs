@@ -3,9 +3,10 @@
 //!
 //! A [`PercpuRef`] counts references to something that is pinned far more
 //! often than it dies (in rstat, a group). While it is live the count is
-//! spread over per-CPU *slots*: a `get` or `put` is one uncontended atomic add
-//! on this CPU's slot; no shared cache line is written, and nobody can tell
-//! whether the total is zero. [`kill`](PercpuRef::kill) marks it dying,
+//! spread over per-CPU *slots*: a `get` or `put` is one add on this CPU's
+//! slot (unlocked, in a restartable sequence, where the machine allows; see
+//! [Two fast paths](#two-fast-paths)); no shared cache line is written, and
+//! nobody can tell whether the total is zero. [`kill`](PercpuRef::kill) marks it dying,
 //! *folds* the slots into one shared atomic count and drops the initial
 //! reference. From then on it is an ordinary atomic refcount, and the put that
 //! takes it to zero runs the release callback, once.
@@ -55,12 +56,13 @@
 //! The kernel switches asynchronously: it marks the ref atomic, waits an RCU
 //! grace period so that every CPU that read "percpu mode" is done with its
 //! slot, sums the slots and then calls the confirmation callback. Userspace
-//! has no grace period that covers a preempted thread, so here the slots
-//! carry the mode themselves (see [Synchronization](#synchronization)): a
-//! slot is *frozen* by one atomic read-modify-write that also reads its final
-//! value, and an operation that lands on a frozen slot moves to the shared
-//! count. The switch is therefore complete the moment the last slot is
-//! frozen. [`switch_to_atomic`](PercpuRef::switch_to_atomic) and
+//! has no RCU, so the switch here is synchronous, by one of two means (see
+//! [Two fast paths](#two-fast-paths)): on the `Rseq` path a `membarrier`
+//! stands for the grace period; on the `Locked` path the slots carry the
+//! mode themselves (see [Synchronization](#synchronization)): a slot is
+//! *frozen* by one atomic read-modify-write that also reads its final value,
+//! and an operation that lands on a frozen slot moves to the shared count.
+//! Either way the switch is complete the moment the last slot is frozen. [`switch_to_atomic`](PercpuRef::switch_to_atomic) and
 //! [`kill_and_confirm`](PercpuRef::kill_and_confirm) fold synchronously and
 //! run `confirm` on the calling thread before they return, without the ref's
 //! lock held (so `confirm` may use the ref). When `confirm` runs:
@@ -71,19 +73,76 @@
 //!   `confirm`: its slot add preceded that slot's freeze, or its count update
 //!   preceded the dying bit.
 //!
+//! # Two fast paths
+//!
+//! The kernel's `this_cpu_inc` is an *unlocked* add, safe because preemption
+//! is off between finding the slot and writing it. Userspace has two ways to
+//! the same guarantee, and a ref uses one of them for life
+//! ([`fast_path`](PercpuRef::fast_path)):
+//!
+//! - [`FastPath::Rseq`] (the default where available: x86-64 Linux, glibc's
+//!   rseq area, `membarrier`'s rseq commands, Linux 5.10): each get or put
+//!   is a *restartable sequence* (see [`crate::percpu`]'s rseq module): read
+//!   this CPU's id from the rseq area, compare it with the ref's
+//!   `section_limit` (the slot count in percpu mode, 0 otherwise: one compare
+//!   is both the range and the mode check), add to the slot. The kernel
+//!   restarts the sequence if the thread is preempted, migrated or signalled
+//!   inside it, so the add needs no lock prefix and nothing waits for a store
+//!   buffer to drain. A switch to atomic mode stores 0 to `section_limit` and
+//!   calls `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)`: on return,
+//!   every sequence that read the old limit has committed (and is visible)
+//!   or was aborted (and will read 0 and go to `count`). That is the
+//!   kernel's RCU grace period, synchronous. Only then are the slots frozen
+//!   and folded, as below. The price: a `kill` makes a system call that
+//!   interrupts every CPU running a thread of this process.
+//! - [`FastPath::Locked`] (elsewhere, with [`InitFlags::LOCKED_SLOTS`], for
+//!   arena slots, or with `RSTAT_PERCPU_REF=locked`): each get or put is a
+//!   locked add on the slot whose old value carries the mode (the `FROZEN`
+//!   bit; see [Synchronization](#synchronization)). A switch disturbs no
+//!   other CPU. rstat's groups use it: they are killed at the rate requests
+//!   end, and a `membarrier` per removal would interrupt every busy CPU.
+//!
+//! On one thread (`rstat bench percpu-ref`, a get, a short copy and a put),
+//! the `Rseq` path is within a few percent of a shared atomic counter and
+//! the `Locked` one about a fifth slower (two locked adds plus the address
+//! arithmetic after each); with two or more CPUs both are many times faster
+//! than the atomic. loom checks the `Rseq` protocol through
+//! [`FastPath::Simulated`], which runs the same code with each CPU's
+//! sections serialised by a lock and the `membarrier` simulated by taking
+//! every CPU's lock (Miri runs it too).
+//!
 //! # Costs
 //!
 //! | operation | percpu mode | atomic mode |
 //! |---|---|---|
-//! | `get`, `put`, `tryget`, `tryget_live` | read the CPU id, one uncontended atomic add on this CPU's slot; no lock, no allocation, no shared line written | the same add (it finds the slot frozen), then a CAS loop on the shared count |
-//! | `kill`, `switch_to_atomic` | the ref's lock + one RMW per CPU + one CAS | the lock |
+//! | `get`, `put`, `tryget`, `tryget_live` | `Rseq`: arm the section, read the CPU id, one compare, one unlocked add. `Locked`: read the CPU id, one uncontended locked add. No lock, no allocation, no shared line written | `Rseq`: the section refuses at the compare; `Locked`: the add finds the slot frozen. Then a CAS loop on the shared count |
+//! | `kill`, `switch_to_atomic` | the ref's lock + (`Rseq`) one `membarrier` system call + one RMW per CPU + one CAS | the lock |
 //! | `switch_to_percpu`, `resurrect`, `reinit` | the lock | the lock + one RMW per CPU |
 //!
 //! Memory: the slots are padded to 128 bytes each (`nr_cpus × 128` bytes), or
 //! 16 bytes per CPU in the caller's per-CPU arena
-//! ([`with_arena_slots`](PercpuRef::with_arena_slots)).
+//! ([`with_arena_slots`](PercpuRef::with_arena_slots)); plus one allocation of
+//! about 200 bytes for the shared count (on its own cache line), the lock
+//! and the release callback.
 //!
 //! # Synchronization
+//!
+//! This section is the `Locked` protocol, and the part of the `Rseq` one
+//! that runs once the sections are stopped. For `Rseq`, the fast path's
+//! correctness rests on two facts, one per side: a section either commits
+//! its add on the CPU whose id it read, with `section_limit` above that id
+//! when it read it, or has no effect and restarts (the kernel's rseq
+//! guarantee); and after `store(section_limit, 0)` + `membarrier`, no
+//! section can commit without reading 0 (the membarrier guarantee), and
+//! every committed add happens before the switcher's next step (membarrier
+//! is a full barrier on every CPU it interrupts, and the scheduler one on
+//! the others). From then on the slots have no writer but the lock holder,
+//! which freezes and folds them exactly as below; a fast path that reads 0
+//! goes to `count`, exactly like one that finds its slot frozen. Returning
+//! to percpu mode resets the slots and then stores the slot count to
+//! `section_limit` with Release, which the section's acquire load (a plain
+//! x86 load) pairs with. A section cannot target another CPU's slot, so
+//! the test-only `*_on(cpu)` calls count on `count` on this path.
 //!
 //! Shared state:
 //!
@@ -100,6 +159,7 @@
 //!   and `Debug`. Relaxed, a snapshot; the fast paths do not read it (the
 //!   slot's own `FROZEN` bit is their mode check, one load fewer on the hot
 //!   path).
+//! - `section_limit` (`Rseq` only): described above.
 //! - `ctl`: a mutex serialising kill, the switches, resurrect and reinit. Only
 //!   its holder freezes or resets slots, adds or removes `BIAS`, or changes
 //!   `DEAD`.
@@ -364,7 +424,9 @@ struct Shared {
 impl PercpuRef {
     /// A live ref in percpu mode with one (initial) reference and a slot per
     /// possible CPU. `release` runs when the count reaches zero after a
-    /// [`kill`](Self::kill). Cost: one allocation of `nr_cpus × 128` bytes.
+    /// [`kill`](Self::kill). The first ref of a process detects the fast
+    /// path (and registers the process with `membarrier`). Cost: one
+    /// allocation of `nr_cpus × 128` bytes and one of the shared count.
     pub fn new(release: impl Fn() + Send + Sync + 'static) -> Self {
         Self::with_flags(InitFlags::PERCPU, release)
     }
@@ -376,7 +438,7 @@ impl PercpuRef {
 
     /// As [`with_flags`](Self::with_flags) with `nr_cpus` slots (clamped to
     /// `1..=MAX_SLOTS`; CPU ids beyond are folded in). Cost: one allocation
-    /// of `nr_cpus × 128` bytes.
+    /// of `nr_cpus × 128` bytes and one of the shared count.
     pub fn with_nr_cpus(
         nr_cpus: usize,
         flags: InitFlags,
@@ -388,7 +450,10 @@ impl PercpuRef {
     /// As [`with_nr_cpus`](Self::with_nr_cpus), with the slots in the
     /// caller's per-CPU arena rather than a private padded array: allocate
     /// them with `arena.alloc::<PercpuRefSlot>(1, |_, _| PercpuRefSlot::new())`
-    /// and free them after this ref is dropped. Cost: no allocation.
+    /// and free them after this ref is dropped. Always on the
+    /// [`Locked`](FastPath::Locked) fast path (sections address padded slots
+    /// with a constant stride). Cost: one small allocation (the shared
+    /// count), none for the slots.
     ///
     /// # Safety
     /// `slots` must have `len() >= 1`, come from an arena with at least
@@ -469,9 +534,11 @@ impl PercpuRef {
     /// Take a reference; the caller must already hold one (use
     /// [`tryget`](Self::tryget) otherwise).
     ///
-    /// Cost: percpu mode, one uncontended atomic add on this CPU's slot (no
-    /// lock, no allocation, no shared line written); atomic mode, that add
-    /// (which finds the slot frozen) and a CAS loop on the shared count.
+    /// Cost: percpu mode, one add on this CPU's slot (unlocked in a
+    /// restartable section on the `Rseq` fast path, an uncontended locked
+    /// add on the `Locked` one; no lock, no allocation, no shared line
+    /// written); atomic mode, the refused section or the add that finds the
+    /// slot frozen, then a CAS loop on the shared count.
     ///
     /// # Errors
     /// [`Released`](PercpuRefError::Released) if the count already reached
@@ -503,15 +570,17 @@ impl PercpuRef {
     /// Take a reference unless the ref is dying or released: the lookup
     /// primitive. Fails for every call that starts after a kill's
     /// confirmation (see the [module docs](self#confirmation-without-rcu)).
-    /// Cost: as [`get`](Self::get); on a dying ref, the slot add and one
-    /// load of the shared count.
+    /// Cost: as [`get`](Self::get); on a dying ref, the refused section or
+    /// slot add, and one load of the shared count.
     #[inline]
     pub fn tryget_live(&self) -> bool {
         self.tryget_live_with(Cpu::Current)
     }
 
     /// [`get`](Self::get) counted on `cpu`'s slot (folded into range), for
-    /// loom models and tests that pick the CPU.
+    /// loom models and tests that pick the CPU. On the `Rseq` fast path,
+    /// which can only add on the CPU it runs on, this counts on the shared
+    /// count instead (exact in either mode).
     #[doc(hidden)]
     #[inline]
     pub fn get_on(&self, cpu: usize) -> Result<(), PercpuRefError> {
@@ -709,10 +778,7 @@ impl PercpuRef {
     /// the put that takes the count to zero runs the release callback, on
     /// this thread, before returning.
     ///
-    /// Cost: percpu mode, one uncontended atomic add on this CPU's slot (no
-    /// lock, no allocation, no shared line written); atomic mode, that add
-    /// and a CAS loop on the shared count, plus the callback for the last
-    /// put.
+    /// Cost: as [`get`](Self::get), plus the callback for the last put.
     ///
     /// # Errors
     /// [`Underflow`](PercpuRefError::Underflow) in atomic mode if the count

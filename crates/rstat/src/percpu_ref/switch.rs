@@ -13,8 +13,10 @@ impl PercpuRef {
     /// reference (which may run release, on this thread). Equivalent to
     /// `kill_and_confirm(|| {})`.
     ///
-    /// Cost: the ref's lock, one atomic RMW per CPU slot and a CAS on the
-    /// shared count.
+    /// Cost: the ref's lock, on the `Rseq` fast path one `membarrier`
+    /// system call (it interrupts every CPU running a thread of this
+    /// process; a few microseconds), one atomic RMW per CPU slot and a CAS on
+    /// the shared count.
     ///
     /// # Errors
     /// As [`kill_and_confirm`](Self::kill_and_confirm).
@@ -79,8 +81,9 @@ impl PercpuRef {
     /// other is held, the folded count is zero and release runs here, after
     /// `confirm` (as in the kernel).
     ///
-    /// Cost: the ref's lock, one atomic RMW per CPU slot and a CAS on the
-    /// shared count (percpu mode), plus `confirm`.
+    /// Cost: the ref's lock, then in percpu mode one `membarrier` system
+    /// call (`Rseq` fast path), one atomic RMW per CPU slot and a CAS on the
+    /// shared count; plus `confirm`.
     ///
     /// # Errors
     /// [`Underflow`](PercpuRefError::Underflow) if the slots held more puts
