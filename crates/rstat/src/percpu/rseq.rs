@@ -72,9 +72,9 @@ fn detect() -> Option<isize> {
 /// [`available`] returned `Some`.
 ///
 /// # Errors
-/// The system call's error number; it cannot fail once registration
-/// succeeded unless something (a seccomp filter installed later) now
-/// forbids it.
+/// The system call's error number: a seccomp filter installed after
+/// detection, `ENOMEM` (the kernel allocates a CPU mask per call on some
+/// configurations), or a process restored without its registration.
 pub(crate) fn membarrier() -> Result<(), i32> {
     imp::membarrier()
 }

@@ -10,6 +10,7 @@ use super::{MAX_MANY, VALUE_LIMIT};
 /// variant says otherwise ([`Underflow`](Self::Underflow) found while folding
 /// per-CPU counts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PercpuRefError {
     /// `kill` on a ref that is already dying.
     AlreadyDead,

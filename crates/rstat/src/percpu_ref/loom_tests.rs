@@ -292,6 +292,27 @@ fn concurrent_kills(kind: InitFlags) {
     });
 }
 
+/// A CPU with no slot of its own (id 2 of 2: the sections send it to
+/// `count` in percpu mode; the locked path folds it onto slot 0) races a
+/// kill while another reference moves between the slots: the count stays
+/// exact across the fold, and release runs once, after the last put.
+fn cpu_without_a_slot_vs_kill(kind: InitFlags) {
+    model(move || {
+        let w = world(InitFlags::PERCPU | kind);
+        w.get(2);
+        w.get(0);
+        let w2 = Arc::clone(&w);
+        let t = thread::spawn(move || {
+            w2.put_touching(2);
+            w2.put(1);
+        });
+        w.kill();
+        t.join().unwrap();
+        assert_eq!(w.releases(), 1);
+        assert!(w.r.is_zero());
+    });
+}
+
 /// Every model runs on both fast paths: `locked` (the frozen-slot protocol)
 /// and `sections` (the restartable-section protocol, simulated: each CPU's
 /// sections serialised by a lock, the membarrier by taking every CPU's
@@ -315,4 +336,5 @@ on_both_fast_paths!(
     tryget_never_succeeds_after_release,
     resurrect_vs_last_put,
     concurrent_kills,
+    cpu_without_a_slot_vs_kill,
 );

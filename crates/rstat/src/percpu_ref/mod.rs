@@ -80,8 +80,10 @@
 //! the same guarantee, and a ref uses one of them for life
 //! ([`fast_path`](PercpuRef::fast_path)):
 //!
-//! - [`FastPath::Rseq`] (the default where available: x86-64 Linux, glibc's
-//!   rseq area, `membarrier`'s rseq commands, Linux 5.10): each get or put
+//! - [`FastPath::Rseq`] (the default where available: x86-64 Linux, glibc
+//!   2.35 or later with its rseq area registered and used as the CPU-id
+//!   source, `membarrier`'s rseq commands (Linux 5.10), owned slots): each
+//!   get or put
 //!   is a *restartable sequence* (see [`crate::percpu`]'s rseq module): read
 //!   this CPU's id from the rseq area, compare it with the ref's
 //!   `section_limit` (the slot count in percpu mode, 0 otherwise: one compare
@@ -94,22 +96,34 @@
 //!   or was aborted (and will read 0 and go to `count`). That is the
 //!   kernel's RCU grace period, synchronous. Only then are the slots frozen
 //!   and folded, as below. The price: a `kill` makes a system call that
-//!   interrupts every CPU running a thread of this process.
+//!   interrupts every CPU running a thread of this process (and recent
+//!   kernels serialise these system calls machine-wide), and it can fail
+//!   (a seccomp filter, or `ENOMEM` in the kernel): the kill then returns
+//!   [`PercpuRefError::Membarrier`] having changed nothing. A CPU whose id
+//!   is at or beyond the slot count has no slot on this path (a section
+//!   cannot share another CPU's slot); its gets and puts go to the shared
+//!   count: exact, but contended.
 //! - [`FastPath::Locked`] (elsewhere, with [`InitFlags::LOCKED_SLOTS`], for
 //!   arena slots, or with `RSTAT_PERCPU_REF=locked`): each get or put is a
 //!   locked add on the slot whose old value carries the mode (the `FROZEN`
 //!   bit; see [Synchronization](#synchronization)). A switch disturbs no
-//!   other CPU. rstat's groups use it: they are killed at the rate requests
-//!   end, and a `membarrier` per removal would interrupt every busy CPU.
+//!   other CPU and cannot fail. rstat's groups are on it (their slots live
+//!   in the per-CPU arena, and they say `LOCKED_SLOTS` as well): they are
+//!   killed at the rate requests end, and a `membarrier` per removal would
+//!   interrupt every busy CPU.
 //!
 //! On one thread (`rstat bench percpu-ref`, a get, a short copy and a put),
 //! the `Rseq` path is within a few percent of a shared atomic counter and
 //! the `Locked` one about a fifth slower (two locked adds plus the address
 //! arithmetic after each); with two or more CPUs both are many times faster
 //! than the atomic. loom checks the `Rseq` protocol through
-//! [`FastPath::Simulated`], which runs the same code with each CPU's
-//! sections serialised by a lock and the `membarrier` simulated by taking
-//! every CPU's lock (Miri runs it too).
+//! [`FastPath::Simulated`]: the same switch code, with a section modelled
+//! as a per-CPU lock held across "check the limit, add to the slot" and the
+//! `membarrier` as taking every CPU's lock in turn (Miri runs it too). Not
+//! modelled: the instructions of the real section (tested directly, with
+//! concurrent `membarrier`s, in `percpu::rseq`), the system call's
+//! failure, and the test-only `*_on(cpu)` calls, which the model sends to
+//! the named CPU's slot where the real path sends them to `count`.
 //!
 //! # Costs
 //!
@@ -122,8 +136,8 @@
 //! Memory: the slots are padded to 128 bytes each (`nr_cpus × 128` bytes), or
 //! 16 bytes per CPU in the caller's per-CPU arena
 //! ([`with_arena_slots`](PercpuRef::with_arena_slots)); plus one allocation of
-//! about 200 bytes for the shared count (on its own cache line), the lock
-//! and the release callback.
+//! 256 bytes for the shared count (on its own cache line), the lock and the
+//! release callback.
 //!
 //! # Synchronization
 //!
@@ -156,9 +170,9 @@
 //!   counted here rather than on a slot; in atomic mode it is the count.
 //!   Every write to it after construction is a read-modify-write.
 //! - `percpu_hint`: a copy of the mode for [`is_percpu`](PercpuRef::is_percpu)
-//!   and `Debug`. Relaxed, a snapshot; the fast paths do not read it (the
-//!   slot's own `FROZEN` bit is their mode check, one load fewer on the hot
-//!   path).
+//!   and `Debug`. Relaxed, a snapshot; the fast paths do not read it (on the
+//!   `Locked` path the slot's own `FROZEN` bit is their mode check, one load
+//!   fewer on the hot path).
 //! - `section_limit` (`Rseq` only): described above.
 //! - `ctl`: a mutex serialising kill, the switches, resurrect and reinit. Only
 //!   its holder freezes or resets slots, adds or removes `BIAS`, or changes
@@ -299,8 +313,9 @@ impl InitFlags {
     /// Use the [locked](FastPath::Locked) fast path even where restartable
     /// sections are available: gets and puts cost a locked add (a few
     /// nanoseconds more on one thread), and in exchange a switch to atomic
-    /// mode never calls `membarrier`, so it disturbs no other CPU. For refs
-    /// killed at a high rate (rstat's groups use it).
+    /// mode never calls `membarrier`, so it disturbs no other CPU and cannot
+    /// fail for want of it. For refs killed at a high rate (rstat's groups
+    /// are on this path).
     pub const LOCKED_SLOTS: InitFlags = InitFlags(8);
 
     /// Whether every flag in `other` is set in `self`.
@@ -354,7 +369,8 @@ impl FastPath {
 enum Cpu {
     /// The CPU this thread runs on.
     Current,
-    /// A given CPU's slot (folded into range), for models and tests.
+    /// A given CPU's slot (folded into range on the `Locked` path; `count`
+    /// on `Rseq`), for models and tests.
     Given(usize),
 }
 
@@ -393,7 +409,7 @@ enum Fold {
 /// in an `Arc`.
 pub struct PercpuRef {
     // Everything here is immutable after construction (no `UnsafeCell`), so
-    // `&PercpuRef` is a read-only, unaliased pointer to the compiler: a loop
+    // `&PercpuRef` is a `noalias readonly` pointer to the compiler: a loop
     // of gets and puts keeps these fields in registers.
     fast: FastPath,
     /// `Rseq`: the thread-pointer offset of the rseq area's `cpu_id`.
@@ -405,7 +421,8 @@ pub struct PercpuRef {
 
 /// The parts of a [`PercpuRef`] that change after construction.
 struct Shared {
-    /// On its own cache line: contended only in atomic mode.
+    /// On its own cache line: contended in atomic mode, and on the `Rseq`
+    /// path by CPUs without a slot.
     count: Padded<AtomicU64>,
     /// `Rseq`, `Simulated`: the number of slots in percpu mode, 0 otherwise.
     /// A section adds to this CPU's slot only if the CPU id is below it: one
@@ -437,7 +454,8 @@ impl PercpuRef {
     }
 
     /// As [`with_flags`](Self::with_flags) with `nr_cpus` slots (clamped to
-    /// `1..=MAX_SLOTS`; CPU ids beyond are folded in). Cost: one allocation
+    /// `1..=MAX_SLOTS`; CPU ids beyond share slots on the `Locked` path and
+    /// use the shared count on the `Rseq` path). Cost: one allocation
     /// of `nr_cpus × 128` bytes and one of the shared count.
     pub fn with_nr_cpus(
         nr_cpus: usize,
@@ -725,9 +743,9 @@ impl PercpuRef {
         true
     }
 
-    /// Wait until no section can still be running with a percpu-mode check
-    /// made before `percpu_hint` was cleared, and every section that
-    /// committed is visible here. Holds `ctl`.
+    /// Wait until no section can still be running with a check made before
+    /// `section_limit` was set to 0, and every section that committed is
+    /// visible here. Holds `ctl`.
     fn quiesce_sections(&self) -> Result<(), PercpuRefError> {
         match self.fast {
             FastPath::Locked => Ok(()),
@@ -799,7 +817,8 @@ impl PercpuRef {
         self.put_with(Cpu::Current, many(n)?)
     }
 
-    /// [`put`](Self::put) on `cpu`'s slot (folded into range).
+    /// [`put`](Self::put) on `cpu`'s slot (folded into range; the shared
+    /// count on the `Rseq` path).
     #[doc(hidden)]
     #[inline]
     pub fn put_on(&self, cpu: usize) -> Result<(), PercpuRefError> {

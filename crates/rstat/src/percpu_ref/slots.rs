@@ -57,8 +57,9 @@ impl Default for PercpuRefSlot {
 }
 
 /// The most owned slots a ref allocates (Linux's largest `NR_CPUS` is
-/// 8192); CPU ids beyond the slot count are folded in, so a larger request
-/// only shares slots, it never breaks counting.
+/// 8192); CPU ids beyond the slot count share slots (`Locked` path) or use
+/// the shared count (`Rseq` path), so a larger request never breaks
+/// counting.
 pub const MAX_SLOTS: usize = 16_384;
 
 /// `nr` slots at `base + (cpu << shift)`.

@@ -504,7 +504,13 @@ fn the_fast_path_is_the_one_asked_for() {
 #[test]
 fn threads_on_their_own_cpus_while_switching() {
     let iters = if cfg!(miri) { 40 } else { 100_000 };
-    let (r, rel) = counted(InitFlags::ALLOW_REINIT);
+    // A slot per possible CPU (not `counted`'s 4), so that on a large
+    // machine the threads really use their CPUs' slots.
+    let rel = Arc::new(AtomicUsize::new(0));
+    let r2 = Arc::clone(&rel);
+    let r = PercpuRef::with_flags(InitFlags::ALLOW_REINIT | KIND, move || {
+        r2.fetch_add(1, Ordering::SeqCst);
+    });
     let running = AtomicUsize::new(4);
     let flips = AtomicUsize::new(0);
     std::thread::scope(|s| {

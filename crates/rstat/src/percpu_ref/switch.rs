@@ -47,12 +47,22 @@ impl PercpuRef {
             if self.shared.count.load(Relaxed) & DEAD != 0 {
                 return Err(PercpuRefError::AlreadyDead);
             }
+            // Stop the sections before anything is visible: the only step
+            // that can fail comes first, so a failed kill changed nothing (no
+            // lookup ever saw `DEAD`). An operation refused from now on goes
+            // to `count`, where it meets `DEAD` once it is set below, and one
+            // that lands on `count` before that is folded like any other.
+            if ctl.percpu {
+                self.stop_sections()?;
+            }
             // Relaxed: see "Synchronization" (published by the freezes).
             self.shared.count.fetch_or(DEAD, Relaxed);
             match self.apply_mode(&mut ctl) {
                 Ok(fold) => fold,
                 Err(e) => {
-                    // Relaxed: as above; the kill did not happen.
+                    // Unreachable in practice: the sections are already
+                    // stopped, so the fold cannot fail. Undo all the same.
+                    // Relaxed: as above.
                     self.shared.count.fetch_and(!DEAD, Relaxed);
                     return Err(e);
                 }
@@ -259,15 +269,7 @@ impl PercpuRef {
     /// Stop the fast paths, freeze every slot and move its count into
     /// `count`. Holds `ctl`, in percpu mode.
     fn fold_to_atomic(&self, ctl: &mut Ctl) -> Result<Fold, PercpuRefError> {
-        // Relaxed: the restartable sections learn of it through the
-        // quiescence below (a membarrier, or the simulated CPUs' locks).
-        let limit = self.shared.section_limit.swap(0, Relaxed);
-        if let Err(e) = self.quiesce_sections() {
-            // Relaxed: as above; the slots were not touched, so sections may
-            // simply carry on.
-            self.shared.section_limit.store(limit, Relaxed);
-            return Err(e);
-        }
+        self.stop_sections()?;
         // Relaxed: a snapshot for `is_percpu`.
         self.shared.percpu_hint.store(false, Relaxed);
         let mut sum: i64 = 0;
@@ -305,6 +307,28 @@ impl PercpuRef {
                 Err(actual) => cur = actual,
             }
         }
+    }
+
+    /// Stop the restartable sections (`Rseq`, `Simulated`; nothing to do on
+    /// the `Locked` path or when they are already stopped): store 0 to
+    /// `section_limit`, then wait until every section that read the old
+    /// limit has committed or been aborted. Holds `ctl`. On failure nothing
+    /// changed.
+    fn stop_sections(&self) -> Result<(), PercpuRefError> {
+        // Relaxed: the sections learn of it through the quiescence below (a
+        // membarrier, a full barrier on every CPU running this process; or
+        // the simulated CPUs' locks).
+        let limit = self.shared.section_limit.swap(0, Relaxed);
+        if limit == 0 {
+            return Ok(());
+        }
+        if let Err(e) = self.quiesce_sections() {
+            // Release: as the store that opened them (the slots were not
+            // touched, so sections simply carry on).
+            self.shared.section_limit.store(limit, Release);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Put `BIAS` back and reset the slots. Holds `ctl`, in atomic mode, not
