@@ -146,22 +146,59 @@ pub fn fold(id: usize, nr: usize) -> usize {
     }
 }
 
-/// The number of possible CPUs: `sysconf(_SC_NPROCESSORS_CONF)`, at least 1.
-/// Per-CPU state has this many slots, so CPUs coming online later still have
-/// their own.
+/// The number of CPU ids to provide slots for: the highest possible CPU id
+/// plus one, from `/sys/devices/system/cpu/possible` (ids can be sparse, so
+/// a count of CPUs is not enough), else `sysconf(_SC_NPROCESSORS_CONF)`; at
+/// least 1. Per-CPU state has this many slots, so CPUs coming online later
+/// still have their own. Cost: a file read the first time, then one load.
 pub fn possible_cpus() -> usize {
+    static CACHED: AtomicUsize = AtomicUsize::new(0);
+    // Relaxed: idempotent; every thread computes the same answer.
+    match CACHED.load(Ordering::Relaxed) {
+        0 => {
+            let n = detect_possible_cpus();
+            CACHED.store(n, Ordering::Relaxed);
+            n
+        }
+        n => n,
+    }
+}
+
+#[cold]
+fn detect_possible_cpus() -> usize {
     #[cfg(miri)]
     return 2;
     #[cfg(not(miri))]
     {
+        let from_sysfs = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+            .ok()
+            .and_then(|list| max_cpu_id(&list))
+            .and_then(|max| max.checked_add(1));
         // SAFETY: sysconf has no preconditions.
-        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-        if n < 1 {
-            1
-        } else {
-            n as usize
-        }
+        let conf = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+        let conf = usize::try_from(conf).unwrap_or(0);
+        from_sysfs.unwrap_or(conf).max(1)
     }
+}
+
+/// The largest id in a kernel CPU list (`0-3,8,10-11`), or `None` if it
+/// does not parse.
+pub(crate) fn max_cpu_id(list: &str) -> Option<usize> {
+    let mut max = None;
+    for part in list.trim().split(',') {
+        let last = match part.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (lo.parse::<usize>().ok()?, hi.parse::<usize>().ok()?);
+                if lo > hi {
+                    return None;
+                }
+                hi
+            }
+            None => part.parse::<usize>().ok()?,
+        };
+        max = max.max(Some(last));
+    }
+    max
 }
 
 /// `sched_getcpu()`, or `None` where it fails.
@@ -284,6 +321,17 @@ mod rseq {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_parse_to_their_largest_id() {
+        assert_eq!(max_cpu_id("0-1\n"), Some(1));
+        assert_eq!(max_cpu_id("0"), Some(0));
+        assert_eq!(max_cpu_id("0-3,8,10-11"), Some(11));
+        assert_eq!(max_cpu_id("4-7,0-1"), Some(7));
+        assert_eq!(max_cpu_id(""), None);
+        assert_eq!(max_cpu_id("3-1"), None);
+        assert_eq!(max_cpu_id("0-x"), None);
+    }
 
     #[test]
     fn fold_keeps_in_range_ids_and_wraps_the_rest() {
