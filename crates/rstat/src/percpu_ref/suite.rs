@@ -6,9 +6,14 @@ use std::sync::Arc;
 
 /// A ref on 4 slots whose release bumps the returned counter.
 fn counted(flags: InitFlags) -> (PercpuRef, Arc<AtomicUsize>) {
+    counted_on(4, flags)
+}
+
+/// As [`counted`], with `nr_cpus` slots.
+fn counted_on(nr_cpus: usize, flags: InitFlags) -> (PercpuRef, Arc<AtomicUsize>) {
     let released = Arc::new(AtomicUsize::new(0));
     let r2 = Arc::clone(&released);
-    let r = PercpuRef::with_nr_cpus(4, flags | KIND, move || {
+    let r = PercpuRef::with_nr_cpus(nr_cpus, flags | KIND, move || {
         r2.fetch_add(1, Ordering::SeqCst);
     });
     (r, released)
@@ -506,11 +511,7 @@ fn threads_on_their_own_cpus_while_switching() {
     let iters = if cfg!(miri) { 40 } else { 100_000 };
     // A slot per possible CPU (not `counted`'s 4), so that on a large
     // machine the threads really use their CPUs' slots.
-    let rel = Arc::new(AtomicUsize::new(0));
-    let r2 = Arc::clone(&rel);
-    let r = PercpuRef::with_flags(InitFlags::ALLOW_REINIT | KIND, move || {
-        r2.fetch_add(1, Ordering::SeqCst);
-    });
+    let (r, rel) = counted_on(crate::percpu::cpu::possible_cpus(), InitFlags::ALLOW_REINIT);
     let running = AtomicUsize::new(4);
     let flips = AtomicUsize::new(0);
     std::thread::scope(|s| {
