@@ -208,3 +208,18 @@ fn group_handles_vs_removal() {
         assert_eq!(c.read_exact(rs.root()).unwrap().hierarchical()[0], 1);
     });
 }
+
+/// Under loom the CPU id is the model thread's number: the same in every
+/// replay of an interleaving (a machine CPU id would change when the OS
+/// migrates the thread running the model, and steer replays to other slots),
+/// and different between threads, so `Group` clones and drops in these
+/// models really cross slots.
+#[test]
+fn model_threads_have_stable_distinct_cpu_ids() {
+    loom::model(|| {
+        let main = rstat::percpu::cpu::current();
+        assert_eq!(rstat::percpu::cpu::current(), main);
+        let other = thread::spawn(rstat::percpu::cpu::current).join().unwrap();
+        assert_ne!(other, main);
+    });
+}

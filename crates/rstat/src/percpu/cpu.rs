@@ -106,6 +106,33 @@ pub(crate) fn rseq_cpu_id_offset() -> Option<isize> {
 /// the thread pointer (about a nanosecond).
 #[inline(always)]
 pub fn current() -> usize {
+    // loom replays each interleaving by re-running the model, and assumes
+    // every run makes the same choices: a CPU id read from the machine
+    // (which changes when the OS migrates the thread running the model)
+    // would steer a replay to other slots and make its exploration
+    // meaningless. Under loom the "CPU" is the model thread's number:
+    // deterministic, and different threads still use different slots.
+    #[cfg(rstat_loom)]
+    return loom_thread_number();
+    #[cfg(not(rstat_loom))]
+    current_on_machine()
+}
+
+/// The model thread's number, from loom's thread id, whose `Debug` form is
+/// `ThreadId(n)`; callers fold it into their slot count.
+#[cfg(rstat_loom)]
+fn loom_thread_number() -> usize {
+    let id = format!("{:?}", loom::thread::current().id());
+    id.chars()
+        .filter(char::is_ascii_digit)
+        .collect::<String>()
+        .parse::<usize>()
+        .unwrap_or(0)
+}
+
+#[cfg_attr(rstat_loom, allow(dead_code))]
+#[inline(always)]
+fn current_on_machine() -> usize {
     let word = FAST.load(Ordering::Relaxed);
     if word > USE_HASH {
         // SAFETY: only `detect` stores a value above the sentinels, and only
@@ -318,7 +345,9 @@ mod rseq {
     }
 }
 
-#[cfg(test)]
+// Tests of the machine's CPU ids: under loom `current` answers with the
+// model thread's number, and only inside a model.
+#[cfg(all(test, not(rstat_loom)))]
 mod tests {
     use super::*;
 
