@@ -21,6 +21,8 @@ fn update(c: &mut Criterion) {
     grp.bench_function("rstat StatHandle::add", |b| {
         b.iter(|| h.add(0, black_box(1)))
     });
+    let item = h.item(0).expect("item");
+    grp.bench_function("rstat StatItem::add", |b| b.iter(|| item.add(black_box(1))));
     grp.bench_function("rstat ControllerHandle::add", |b| {
         b.iter(|| ctl.add(&g, 0, black_box(1)))
     });

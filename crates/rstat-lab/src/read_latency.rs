@@ -183,7 +183,7 @@ fn run_policy(cfg: &Config, policy: FlushPolicy) -> PolicyRow {
                 let handles: Vec<_> = tree
                     .leaves
                     .iter()
-                    .map(|&l| must(ctl.stat_handle(&tree.groups[l])))
+                    .map(|&l| must(ctl.stat_handle(&tree.groups[l]).and_then(|h| h.item(0))))
                     .collect();
                 let mut x = 0x9e3779b97f4a7c15u64 ^ (w as u64 + 1);
                 let mut n = 0u64;
@@ -193,7 +193,7 @@ fn run_policy(cfg: &Config, policy: FlushPolicy) -> PolicyRow {
                     x ^= x >> 7;
                     x ^= x << 17;
                     let i = (x % handles.len() as u64) as usize;
-                    handles[i].add(0, 1);
+                    handles[i].add(1);
                     // After the update completed: the shadow never counts
                     // an update rstat could not have seen yet.
                     for &a in &tree.chains[tree.leaves[i]] {

@@ -92,7 +92,8 @@ fn measure(unified: bool, reads: usize) -> (f64, u64, usize) {
                 let mut round = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     for (h, c) in hs.iter().zip(&children) {
-                        h.add_many(&items);
+                        let applied = h.add_many(&items);
+                        assert_eq!(applied, items.len(), "every heavy item is in range");
                         if round.is_multiple_of(64) {
                             let _ = rs.account_cputime(c, 1, 1);
                         }

@@ -67,6 +67,15 @@ pub enum Error {
         /// Number of items the controller has.
         len: usize,
     },
+    /// A stat item name the controller does not declare.
+    UnknownStatName {
+        /// Controller name.
+        controller: String,
+        /// The name given.
+        name: String,
+        /// The controller's items, in index order.
+        items: Vec<String>,
+    },
     /// A group handle from a different `Rstat` instance.
     ForeignGroup,
     /// A flush policy name that does not exist.
@@ -129,6 +138,24 @@ impl fmt::Display for Error {
                 f,
                 "controller {controller:?} has {len} stat items, so index {index} is out of range; use the index of a registered item"
             ),
+            Error::UnknownStatName {
+                controller,
+                name,
+                items,
+            } => {
+                write!(
+                    f,
+                    "controller {controller:?} has no stat item named {name:?}; its items are: "
+                )?;
+                const SHOWN: usize = 16;
+                for (i, it) in items.iter().take(SHOWN).enumerate() {
+                    write!(f, "{}{it}", if i > 0 { ", " } else { "" })?;
+                }
+                if items.len() > SHOWN {
+                    write!(f, ", ... ({} in all)", items.len())?;
+                }
+                write!(f, " (names are case-sensitive)")
+            }
             Error::ForeignGroup => write!(
                 f,
                 "this group belongs to a different Rstat instance; use handles from the instance the controller was registered on"

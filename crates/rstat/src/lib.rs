@@ -36,7 +36,7 @@
 //!
 //! | call | cost |
 //! |---|---|
-//! | [`StatHandle::add`] | one uncontended atomic add + one load, no lock, no allocation |
+//! | [`StatItem::add`], [`StatHandle::add`] | one uncontended atomic add + one load, no lock, no allocation |
 //! | [`ControllerHandle::read_exact`] | the controller's lock; per CPU, drain + fold the changed groups under the target |
 //! | [`ControllerHandle::read`] | by policy; `Threshold`: a lock-free copy unless more than 64 × nr_cpus units are pending |
 //! | [`Group`] clone / drop | one per-CPU reference get / put |
@@ -49,8 +49,10 @@
 //! let tenant = rs.root().create_child("tenant-a")?;
 //! let req = tenant.create_child("req-1")?;
 //! let io = rs.register_counters("io", &["rbytes", "wbytes"])?;
-//! let h = io.stat_handle(&req)?; // resolve once, then update at per-CPU cost
-//! h.add(0, 4096);
+//! // Resolve once (a typo'd name is an error here), then update at per-CPU
+//! // cost; a StatItem's add cannot fail.
+//! let rbytes = io.stat_handle(&req)?.item_named("rbytes")?;
+//! rbytes.add(4096);
 //! req.remove()?; // its history folds into tenant-a
 //! assert_eq!(io.read_exact(&tenant)?.get("rbytes"), Some(4096));
 //! # Ok::<(), rstat::Error>(())
@@ -80,7 +82,7 @@ pub mod percpu;
 pub mod percpu_ref;
 
 pub use controller::counters::{
-    ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle,
+    ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle, StatItem,
 };
 pub use controller::{Controller, FlushCtx, Totals};
 pub use engine::policy::FlushPolicy;

@@ -483,11 +483,16 @@ impl Rstat {
         };
         let h = cpu.stat_handle(group)?;
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        h.add_many(&[
+        let applied = h.add_many(&[
             (0, clamp(user_usec.saturating_add(system_usec))),
             (1, clamp(user_usec)),
             (2, clamp(system_usec)),
         ]);
+        debug_assert_eq!(
+            applied,
+            CPU_STAT_NAMES.len(),
+            "the cpu controller has three items"
+        );
         Ok(())
     }
 
