@@ -22,10 +22,23 @@ pub enum Error {
         /// The duplicate name.
         name: String,
     },
+    /// A path with a component that is not a valid group name.
+    InvalidPath {
+        /// The path given (cut to 4096 bytes).
+        path: String,
+        /// The first offending component (cut to 64 characters).
+        component: String,
+        /// Which naming rule it broke.
+        reason: &'static str,
+    },
     /// No live group at this path.
     NotFound {
-        /// The path looked up.
+        /// The path looked up, as given (cut to 4096 bytes).
         path: String,
+        /// The deepest live group on the way, absolute (`/` for the root).
+        parent: String,
+        /// The name `parent` has no live child by.
+        component: String,
     },
     /// The group still has live children.
     HasChildren {
@@ -108,9 +121,21 @@ impl fmt::Display for Error {
                 f,
                 "group {parent:?} already has a child named {name:?}; pick another name or look the existing one up"
             ),
-            Error::NotFound { path } => write!(
+            Error::InvalidPath {
+                path,
+                component,
+                reason,
+            } => write!(
                 f,
-                "no live group at path {path:?}; check the spelling, or create it first (removed groups cannot be looked up)"
+                "invalid group path {path:?}: component {component:?} is not a group name ({reason}); write paths as \"a/b/c\" or, from the root, \"/a/b/c\""
+            ),
+            Error::NotFound {
+                path,
+                parent,
+                component,
+            } => write!(
+                f,
+                "no live group at path {path:?}: {parent:?} has no live child named {component:?}; check the spelling, or create it first (removed groups cannot be looked up)"
             ),
             Error::HasChildren { path, children } => write!(
                 f,
@@ -118,7 +143,7 @@ impl fmt::Display for Error {
             ),
             Error::Removed { path } => write!(
                 f,
-                "group {path:?} has been removed; its handle can still be read but it cannot gain children or be removed again"
+                "group {path:?} has been removed; its handle can still be read and updated, but it cannot gain children, be looked up from, or be removed again"
             ),
             Error::RootNotRemovable => {
                 write!(f, "the root group cannot be removed; drop the Rstat instance instead")

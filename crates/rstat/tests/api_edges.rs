@@ -68,3 +68,112 @@ fn unknown_stat_name_lists_at_most_sixteen_items() {
     assert!(msg.contains("s15, ... (20 in all)"), "{msg}");
     assert!(!msg.contains("s16"), "{msg}");
 }
+
+#[test]
+fn a_leading_slash_is_the_root() {
+    let rs = engine(1);
+    let a = rs.root().create_child("a").unwrap();
+    let b = a.create_child("b").unwrap();
+    assert_eq!(rs.lookup("/").unwrap(), *rs.root());
+    assert_eq!(rs.lookup("").unwrap(), *rs.root());
+    assert_eq!(rs.lookup("/a").unwrap(), a);
+    assert_eq!(rs.lookup("/a/b").unwrap(), b);
+    assert_eq!(rs.lookup("a/b").unwrap(), b);
+    // From a group: relative without the slash, absolute with it.
+    assert_eq!(a.lookup("b").unwrap(), b);
+    assert_eq!(b.lookup("/a").unwrap(), a);
+    assert_eq!(b.lookup("").unwrap(), b);
+}
+
+#[test]
+fn invalid_paths_name_the_offending_component() {
+    let rs = engine(1);
+    rs.root().create_child("a").unwrap();
+    let cases: [(&str, &str, &str); 5] = [
+        ("a//b", "", "it is empty (a doubled or trailing '/')"),
+        ("a/", "", "it is empty (a doubled or trailing '/')"),
+        ("//a", "", "it is empty (a doubled or trailing '/')"),
+        ("/a/../b", "..", "'.' and '..' are reserved"),
+        ("a/x\0y", "x\0y", "it contains a NUL byte"),
+    ];
+    for (path, component, reason) in cases {
+        assert_eq!(
+            rs.lookup(path).unwrap_err(),
+            Error::InvalidPath {
+                path: path.into(),
+                component: component.into(),
+                reason,
+            },
+            "{path:?}"
+        );
+    }
+    // Checked before walking: a bad component after a missing group is
+    // still reported as the malformed path it is.
+    assert!(matches!(rs.lookup("zz/."), Err(Error::InvalidPath { .. })));
+    let msg = rs.lookup("/a//b").unwrap_err().to_string();
+    assert!(
+        msg.contains("\"/a//b\"") && msg.contains("component \"\"") && msg.contains("empty"),
+        "{msg}"
+    );
+    let long = "y".repeat(256);
+    assert!(matches!(
+        rs.lookup(&format!("a/{long}")),
+        Err(Error::InvalidPath {
+            reason: "it is longer than 255 bytes",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn not_found_names_the_missing_component_and_the_root_prints_as_slash() {
+    let rs = engine(1);
+    let a = rs.root().create_child("a").unwrap();
+    a.create_child("b").unwrap();
+    assert_eq!(
+        rs.lookup("/a/zz/c").unwrap_err(),
+        Error::NotFound {
+            path: "/a/zz/c".into(),
+            parent: "/a".into(),
+            component: "zz".into(),
+        }
+    );
+    let e = rs.lookup("nope").unwrap_err();
+    assert_eq!(
+        e,
+        Error::NotFound {
+            path: "nope".into(),
+            parent: "/".into(),
+            component: "nope".into(),
+        }
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("\"/\" has no live child named \"nope\""),
+        "{msg}"
+    );
+    // Errors about the root print "/", never "".
+    let msg = rs.root().create_child("a").unwrap_err().to_string();
+    assert!(msg.contains("group \"/\" already has"), "{msg}");
+    assert_eq!(
+        a.remove().unwrap_err(),
+        Error::HasChildren {
+            path: "/a".into(),
+            children: 1
+        }
+    );
+}
+
+#[test]
+fn lookups_from_a_removed_group_say_it_was_removed() {
+    let rs = engine(1);
+    let a = rs.root().create_child("a").unwrap();
+    a.remove().unwrap();
+    assert_eq!(
+        a.lookup("").unwrap_err(),
+        Error::Removed { path: "/a".into() }
+    );
+    assert!(matches!(a.lookup("x"), Err(Error::Removed { .. })));
+    // An absolute path from a removed group starts at the (live) root.
+    assert_eq!(a.lookup("/").unwrap(), *rs.root());
+}

@@ -153,7 +153,7 @@ fn names_paths_and_lookups() {
         Err(Error::NameExists { .. })
     ));
     assert!(matches!(rs.lookup("a/zz"), Err(Error::NotFound { .. })));
-    assert!(matches!(rs.lookup("a//b"), Err(Error::InvalidName { .. })));
+    assert!(matches!(rs.lookup("a//b"), Err(Error::InvalidPath { .. })));
     assert!(matches!(
         a.remove(),
         Err(Error::HasChildren { children: 1, .. })

@@ -350,7 +350,10 @@ impl Rstat {
         cpu::source()
     }
 
-    /// The live group at `path` (`"a/b/c"`; `""` is the root).
+    /// The live group at `path`: `"a/b/c"`, or `"/a/b/c"` (a leading `/`
+    /// is the root, so `""` and `"/"` are the root). See
+    /// [`Group::lookup`] for the cost and the errors, which name the
+    /// offending or missing component.
     pub fn lookup(&self, path: &str) -> Result<Group> {
         self.root.lookup(path)
     }

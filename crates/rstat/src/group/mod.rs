@@ -34,24 +34,55 @@ pub const MAX_NAME_LEN: usize = 255;
 
 /// Check a group name: 1..=255 bytes, no `/`, no NUL, not `.` or `..`.
 pub fn validate_name(name: &str) -> Result<()> {
-    let reason = if name.is_empty() {
-        "it is empty"
-    } else if name.len() > MAX_NAME_LEN {
-        "it is longer than 255 bytes"
-    } else if name.contains('/') {
+    let reason = if name.contains('/') {
         "it contains '/' (use create on the parent group to nest)"
-    } else if name.contains('\0') {
-        "it contains a NUL byte"
-    } else if name == "." || name == ".." {
-        "'.' and '..' are reserved"
     } else {
-        return Ok(());
+        match name_problem(name) {
+            Some(r) => r,
+            None => return Ok(()),
+        }
     };
-    let shown: String = name.chars().take(64).collect();
     Err(Error::InvalidName {
-        name: shown,
+        name: shown(name),
         reason,
     })
+}
+
+/// What is wrong with `name` as a group name, `/` aside (a path component
+/// cannot contain one).
+fn name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("it is empty")
+    } else if name.len() > MAX_NAME_LEN {
+        Some("it is longer than 255 bytes")
+    } else if name.contains('\0') {
+        Some("it contains a NUL byte")
+    } else if name == "." || name == ".." {
+        Some("'.' and '..' are reserved")
+    } else {
+        None
+    }
+}
+
+/// A user-given path, cut to 4096 bytes (the kernel's PATH_MAX) for an
+/// error message.
+fn shown_path(path: &str) -> String {
+    let mut end = path.len().min(4096);
+    while !path.is_char_boundary(end) {
+        end -= 1;
+    }
+    path[..end].to_owned()
+}
+
+/// A user-given name, cut to 64 characters for an error message.
+fn shown(name: &str) -> String {
+    name.chars().take(64).collect()
+}
+
+/// How errors print a path: absolute, so the root is `/` (what
+/// [`Rstat::lookup`](crate::Rstat::lookup) accepts back).
+pub(crate) fn display_path(relative: &str) -> String {
+    format!("/{relative}")
 }
 
 pub(crate) struct GroupInner {
@@ -138,6 +169,11 @@ impl GroupInner {
         }
         parts.reverse();
         parts.join("/")
+    }
+
+    /// The path as errors print it: `/a/b`, and `/` for the root.
+    pub(crate) fn display_path(&self) -> String {
+        display_path(&self.path())
     }
 
     /// Final release, part one: nothing references this group any more (no
@@ -263,7 +299,7 @@ impl Drop for Group {
 impl fmt::Debug for Group {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Group")
-            .field("path", &self.path())
+            .field("path", &self.inner().display_path())
             .field("online", &self.is_online())
             .finish()
     }
@@ -353,8 +389,10 @@ impl Group {
         &self.inner().name
     }
 
-    /// Path from the root, `/`-separated ("" for the root). Cost: walks the
-    /// ancestors and allocates.
+    /// Path from the root, `/`-separated, without a leading `/` (`"a/b"`;
+    /// `""` for the root): the form [`lookup`](Self::lookup) takes. Errors
+    /// print paths absolute (`/a/b`, and `/` for the root), which `lookup`
+    /// takes too. Cost: walks the ancestors and allocates.
     pub fn path(&self) -> String {
         self.inner().path()
     }
@@ -382,12 +420,14 @@ impl Group {
         let engine = &self.inner().engine;
         let topo = sync::lock(&engine.topo);
         if !self.is_online() {
-            return Err(Error::Removed { path: self.path() });
+            return Err(Error::Removed {
+                path: self.inner().display_path(),
+            });
         }
         let mut children = sync::lock(&self.inner().children);
         if children.contains_key(name) {
             return Err(Error::NameExists {
-                parent: self.path(),
+                parent: self.inner().display_path(),
                 name: name.to_owned(),
             });
         }
@@ -412,23 +452,66 @@ impl Group {
         children.get(name).copied().and_then(Group::from_map)
     }
 
-    /// The live descendant at relative `path` (`"a/b/c"`; `""` is `self`).
+    /// The live descendant at `path`: relative to `self` (`"a/b/c"`; `""`
+    /// is `self`), or, with a leading `/`, absolute: resolved from the root
+    /// of this group's engine (`"/"` is the root). Names are separated by
+    /// exactly one `/`; there is no `.` or `..`.
+    ///
+    /// Cost: one child-map lookup per component, under each group's
+    /// children lock, and one reference taken per step (an absolute path
+    /// also walks up to the root first).
+    ///
+    /// Errors: [`Error::InvalidPath`] names the first component that is not
+    /// a valid group name (e.g. the empty one in `"a//b"`);
+    /// [`Error::NotFound`] names the deepest live group reached and the
+    /// child it lacks; [`Error::Removed`] if the starting group is offline.
     pub fn lookup(&self, path: &str) -> Result<Group> {
-        let mut g = self.clone();
-        if path.is_empty() {
-            return if g.is_online() {
-                Ok(g)
-            } else {
-                Err(Error::NotFound {
-                    path: path.to_owned(),
-                })
-            };
+        let (mut g, rest) = match path.strip_prefix('/') {
+            Some(rest) => {
+                let mut root = self.clone();
+                while let Some(p) = root.parent() {
+                    root = p;
+                }
+                (root, rest)
+            }
+            None => (self.clone(), path),
+        };
+        // Check the whole path before walking, so a malformed path is
+        // reported as such whatever exists.
+        if !rest.is_empty() {
+            for part in rest.split('/') {
+                if let Some(reason) = name_problem(part) {
+                    return Err(Error::InvalidPath {
+                        path: shown_path(path),
+                        component: shown(part),
+                        reason: if part.is_empty() {
+                            "it is empty (a doubled or trailing '/')"
+                        } else {
+                            reason
+                        },
+                    });
+                }
+            }
         }
-        for part in path.split('/') {
-            validate_name(part)?;
-            g = g.child(part).ok_or_else(|| Error::NotFound {
-                path: path.to_owned(),
-            })?;
+        if !g.is_online() {
+            return Err(Error::Removed {
+                path: g.inner().display_path(),
+            });
+        }
+        if rest.is_empty() {
+            return Ok(g);
+        }
+        for part in rest.split('/') {
+            g = match g.child(part) {
+                Some(c) => c,
+                None => {
+                    return Err(Error::NotFound {
+                        path: shown_path(path),
+                        parent: g.inner().display_path(),
+                        component: part.to_owned(),
+                    })
+                }
+            };
         }
         Ok(g)
     }
@@ -460,12 +543,14 @@ impl Group {
         };
         let topo = sync::lock(&self.inner().engine.topo);
         if !self.is_online() {
-            return Err(Error::Removed { path: self.path() });
+            return Err(Error::Removed {
+                path: self.inner().display_path(),
+            });
         }
         let live = sync::lock(&self.inner().children).len();
         if live > 0 {
             return Err(Error::HasChildren {
-                path: self.path(),
+                path: self.inner().display_path(),
                 children: live,
             });
         }
