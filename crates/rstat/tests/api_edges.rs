@@ -4,7 +4,10 @@
 //! Small on purpose (a few groups, a few updates): CI runs this file under
 //! Miri.
 
-use rstat::{Error, FlushPolicy, Rstat};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use rstat::{Controller, Error, FlushCtx, FlushPolicy, Rstat, ROOT_GROUP_ID};
 
 /// An engine whose reads are all exact, with no background flusher.
 fn engine(nr_cpus: usize) -> Rstat {
@@ -176,4 +179,79 @@ fn lookups_from_a_removed_group_say_it_was_removed() {
     assert!(matches!(a.lookup("x"), Err(Error::Removed { .. })));
     // An absolute path from a removed group starts at the (live) root.
     assert_eq!(a.lookup("/").unwrap(), *rs.root());
+}
+
+#[test]
+fn group_ids_are_unique_for_the_engines_lifetime() {
+    let rs = engine(1);
+    assert_eq!(rs.root().id(), ROOT_GROUP_ID);
+    let a = rs.root().create_child("a").unwrap();
+    let b = a.create_child("b").unwrap();
+    assert!(ROOT_GROUP_ID < a.id() && a.id() < b.id(), "creation order");
+    assert_eq!(
+        rs.lookup("a/b").unwrap().id(),
+        b.id(),
+        "an id is the group's"
+    );
+    let old = b.id();
+    b.remove().unwrap();
+    drop(b); // freed
+    let b2 = a.create_child("b").unwrap();
+    assert_ne!(b2.id(), old, "a new group under an old name gets a new id");
+    assert!(b2.id() > old, "ids are never reused");
+}
+
+/// What [`PeakPerGroup`] learned, per group id: the path the flush was
+/// given and the largest single-CPU delta of item 0.
+type Peaks = Arc<Mutex<BTreeMap<u64, (String, i64)>>>;
+
+/// A controller that keeps per-group state keyed by group id, as a BPF
+/// rstat program keys its maps by cgroup id.
+struct PeakPerGroup {
+    names: Vec<String>,
+    seen: Peaks,
+}
+
+impl Controller for PeakPerGroup {
+    fn name(&self) -> &str {
+        "peak"
+    }
+    fn stat_names(&self) -> &[String] {
+        &self.names
+    }
+    fn flush(&self, ctx: &mut FlushCtx<'_>) {
+        let (id, path, d) = (ctx.group_id(), ctx.group_path(), ctx.deltas()[0]);
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let e = seen.entry(id).or_insert((path.clone(), 0));
+        assert_eq!(e.0, path, "one id, one group");
+        e.1 = e.1.max(d);
+        drop(seen);
+        ctx.fold();
+    }
+}
+
+#[test]
+fn a_flush_knows_which_group_it_is_folding() {
+    let rs = engine(2);
+    let seen = Peaks::default();
+    let c = rs
+        .register(PeakPerGroup {
+            names: vec!["n".into()],
+            seen: seen.clone(),
+        })
+        .unwrap();
+    let a = rs.root().create_child("a").unwrap();
+    let b = a.create_child("b").unwrap();
+    let x = rs.root().create_child("x").unwrap();
+    c.add_on_cpu(&b, 0, 0, 7).unwrap();
+    c.add_on_cpu(&b, 1, 0, 3).unwrap();
+    c.add_on_cpu(&x, 1, 0, 5).unwrap();
+    assert_eq!(c.read(rs.root()).unwrap().hierarchical(), &[15]);
+    let want = BTreeMap::from([
+        (ROOT_GROUP_ID, (String::new(), 0)),
+        (a.id(), ("a".to_owned(), 0)),
+        (b.id(), ("a/b".to_owned(), 7)),
+        (x.id(), ("x".to_owned(), 5)),
+    ]);
+    assert_eq!(*seen.lock().unwrap(), want);
 }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use crate::engine::backlog::{self, BacklogHead, PcpuLinks};
 use crate::engine::tree::{Domain, TreeNode};
+use crate::group::GroupInner;
 use crate::percpu::arena::PcpuPtr;
 use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 
@@ -48,10 +49,11 @@ pub trait Controller: Send + Sync + 'static {
     }
 }
 
-/// What a [`Controller::flush`] call sees: one (group, CPU)'s per-item
-/// deltas since the last flush, this group's totals, and the parent's pending
-/// array.
+/// What a [`Controller::flush`] call sees: which group and CPU, that (group,
+/// CPU)'s per-item deltas since the last flush, this group's totals, and the
+/// parent's pending array.
 pub struct FlushCtx<'a> {
+    group: &'a GroupInner,
     cpu: usize,
     deltas: &'a [i64],
     totals: &'a mut Totals,
@@ -59,6 +61,21 @@ pub struct FlushCtx<'a> {
 }
 
 impl FlushCtx<'_> {
+    /// The id of the group being flushed: [`Group::id`](crate::Group::id),
+    /// unique for the engine's lifetime, so a controller can key per-group
+    /// state by it. Cost: one load.
+    pub fn group_id(&self) -> u64 {
+        self.group.id
+    }
+
+    /// The path of the group being flushed, as
+    /// [`Group::path`](crate::Group::path) gives it (`"a/b"`, `""` for the
+    /// root). Computed on each call: walks the ancestors and allocates, so
+    /// prefer [`group_id`](Self::group_id) in a flush that runs often.
+    pub fn group_path(&self) -> String {
+        self.group.path()
+    }
+
     /// The CPU whose counters these deltas come from.
     pub fn cpu(&self) -> usize {
         self.cpu
@@ -345,7 +362,7 @@ pub(crate) unsafe fn fold_node(
     deltas: &mut Vec<i64>,
 ) {
     // SAFETY: a node's group is live while the node is.
-    let tables = unsafe { &*node.group };
+    let (tables, group) = unsafe { (&*node.group, &*node.owner) };
     for slot in tables.css.iter() {
         let css = slot.load(Ordering::Acquire);
         if css.is_null() {
@@ -374,6 +391,7 @@ pub(crate) unsafe fn fold_node(
             // SAFETY: as above: a child's css keeps its parent's alive.
             match unsafe { css.parent.as_ref() } {
                 None => css.ctl.imp.flush(&mut FlushCtx {
+                    group,
                     cpu,
                     deltas,
                     totals,
@@ -383,6 +401,7 @@ pub(crate) unsafe fn fold_node(
                     // SAFETY: lock held; distinct cell from `t`.
                     let pp = unsafe { &mut (*pt).pending };
                     css.ctl.imp.flush(&mut FlushCtx {
+                        group,
                         cpu,
                         deltas,
                         totals,

@@ -33,13 +33,18 @@ use crate::group::ext::{ErasedExt, Ext, GroupExt, MAX_EXTS};
 use crate::group::{validate_name, Group, GroupInner};
 use crate::percpu::arena::{Arena, ArenaStats};
 use crate::percpu::cpu::{self, CpuIdSource};
-use crate::sync::{self, AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Mutex, Ordering};
+use crate::sync::{
+    self, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering,
+};
 
 pub(crate) mod backlog;
 #[cfg(not(rstat_loom))]
 mod periodic;
 pub mod policy;
 pub(crate) mod tree;
+
+/// The root group's [id](Group::id) (the kernel's root cgroup id too).
+pub const ROOT_GROUP_ID: u64 = 1;
 
 /// Most controllers one engine can hold.
 pub const MAX_CONTROLLERS: usize = if cfg!(rstat_loom) { 4 } else { 16 };
@@ -64,6 +69,8 @@ pub(crate) struct EngineInner {
     pub(crate) topo: Mutex<Topology>,
     /// Removed groups whose last reference has not been dropped yet.
     pub(crate) zombies: AtomicUsize,
+    /// The next group id ([`Group::id`]); ids are never reused.
+    pub(crate) next_group_id: AtomicU64,
 }
 
 impl EngineInner {
@@ -146,6 +153,7 @@ impl EngineInner {
                 (*raw).write(TreeNode {
                     parent,
                     group: g.tables_ptr(),
+                    owner: g,
                     domain: &**domain,
                     links,
                 })
@@ -255,6 +263,7 @@ impl Builder {
             unified: self.unified,
             default_policy: self.policy,
             zombies: AtomicUsize::new(0),
+            next_group_id: AtomicU64::new(ROOT_GROUP_ID),
             arena: Mutex::new(Arena::new(nr_cpus)),
             topo: Mutex::new(Topology {
                 controllers: Vec::new(),

@@ -20,7 +20,7 @@ use core::ptr;
 use crate::controller::fold_node;
 use crate::engine::backlog::{self, BacklogHead, PcpuLinks};
 use crate::engine::policy::Coalescer;
-use crate::group::GroupTables;
+use crate::group::{GroupInner, GroupTables};
 use crate::percpu::arena::PcpuPtr;
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
 
@@ -30,6 +30,11 @@ pub(crate) struct TreeNode {
     pub(crate) parent: *const TreeNode,
     /// The tables of the group this node belongs to.
     pub(crate) group: *const GroupTables,
+    /// The group itself (its id and name, for [`FlushCtx`]). A group
+    /// outlives its nodes: they are freed by its release, before it.
+    ///
+    /// [`FlushCtx`]: crate::FlushCtx
+    pub(crate) owner: *const GroupInner,
     /// The domain.
     pub(crate) domain: *const Domain,
     /// Per-CPU links.

@@ -90,6 +90,8 @@ pub(crate) struct GroupInner {
     /// A reference on the parent, dropped at this group's release.
     pub(crate) parent: Option<Group>,
     pub(crate) name: Box<str>,
+    /// Unique among the engine's groups for the engine's lifetime.
+    pub(crate) id: u64,
     pub(crate) depth: usize,
     pub(crate) online: AtomicBool,
     /// Live children, without references of their own: a child is in its
@@ -334,6 +336,9 @@ impl Group {
             engine: Arc::clone(engine),
             parent,
             name: name.into(),
+            // Relaxed: only uniqueness matters, which the RMW gives; the id
+            // is published with the group itself.
+            id: engine.next_group_id.fetch_add(1, Ordering::Relaxed),
             depth,
             online: AtomicBool::new(true),
             children: Mutex::new(BTreeMap::new()),
@@ -395,6 +400,17 @@ impl Group {
     /// takes too. Cost: walks the ancestors and allocates.
     pub fn path(&self) -> String {
         self.inner().path()
+    }
+
+    /// The group's id: unique among this engine's groups for the engine's
+    /// whole lifetime (never reused, even after the group is freed),
+    /// increasing in creation order; the root's is
+    /// [`ROOT_GROUP_ID`](crate::engine::ROOT_GROUP_ID). The same number
+    /// [`FlushCtx::group_id`](crate::FlushCtx::group_id) gives a controller,
+    /// so per-group state a controller keeps can be keyed by it (as BPF
+    /// rstat programs key their maps by cgroup id). Cost: one load.
+    pub fn id(&self) -> u64 {
+        self.inner().id
     }
 
     /// Depth below the root (root = 0).
