@@ -89,6 +89,14 @@ pub enum Error {
         /// The controller's items, in index order.
         items: Vec<String>,
     },
+    /// CPU time too large to account: `user + system` microseconds do not
+    /// fit an `i64`.
+    CpuTimeOutOfRange {
+        /// The user time given, in microseconds.
+        user_usec: u64,
+        /// The system time given, in microseconds.
+        system_usec: u64,
+    },
     /// A group handle from a different `Rstat` instance.
     ForeignGroup,
     /// A flush policy name that does not exist.
@@ -181,6 +189,14 @@ impl fmt::Display for Error {
                 }
                 write!(f, " (names are case-sensitive)")
             }
+            Error::CpuTimeOutOfRange {
+                user_usec,
+                system_usec,
+            } => write!(
+                f,
+                "cannot account {user_usec} us user + {system_usec} us system CPU time: the sum must be at most {} us (i64::MAX); a value this large is usually a negative duration cast to u64, so check the subtraction that produced it",
+                i64::MAX
+            ),
             Error::ForeignGroup => write!(
                 f,
                 "this group belongs to a different Rstat instance; use handles from the instance the controller was registered on"

@@ -255,3 +255,167 @@ fn a_flush_knows_which_group_it_is_folding() {
     ]);
     assert_eq!(*seen.lock().unwrap(), want);
 }
+
+#[test]
+fn totals_saturate_and_count_each_clamp_in_the_group_it_hit() {
+    let rs = engine(2);
+    let c = rs.register_counters("c", &["up", "down"]).unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    let quiet = rs.root().create_child("quiet").unwrap();
+    c.add_on_cpu(&g, 0, 0, i64::MAX).unwrap();
+    c.add_on_cpu(&g, 1, 0, 1).unwrap();
+    c.add_on_cpu(&g, 0, 1, i64::MIN).unwrap();
+    c.add_on_cpu(&g, 1, 1, -1).unwrap();
+    c.add_on_cpu(&quiet, 1, 0, 5).unwrap();
+    // One flush of the whole tree. g, CPU 1: local and hierarchical of both
+    // items clamp (4); the root, CPU 1: its hierarchical clamps for both
+    // items (2). A wrapping fold would have shown MIN and MAX here.
+    let root = c.read(rs.root()).unwrap();
+    let gs = c.read(&g).unwrap();
+    assert_eq!(gs.local(), &[i64::MAX, i64::MIN]);
+    assert_eq!(gs.hierarchical(), &[i64::MAX, i64::MIN]);
+    assert_eq!((gs.overflows(), gs.overflowed()), (4, true));
+    assert_eq!(root.hierarchical(), &[i64::MAX, i64::MIN]);
+    assert_eq!(root.overflows(), 2);
+    let q = c.read(&quiet).unwrap();
+    assert_eq!(
+        (q.local(), q.overflows(), q.overflowed()),
+        (&[5, 0][..], 0, false)
+    );
+    // A clamped total moves from the bound; the count stays.
+    c.add_on_cpu(&g, 0, 0, -10).unwrap();
+    let gs = c.read(&g).unwrap();
+    assert_eq!(gs.local()[0], i64::MAX - 10);
+    assert_eq!(gs.overflows(), 4, "nothing new clamped; never reset");
+}
+
+#[test]
+fn a_clamp_of_the_parents_pending_counts_against_the_parent() {
+    let rs = engine(1);
+    let c = rs.register_counters("c", &["n"]).unwrap();
+    let p = rs.root().create_child("p").unwrap();
+    let a = p.create_child("a").unwrap();
+    let b = p.create_child("b").unwrap();
+    c.add(&a, 0, i64::MAX).unwrap();
+    c.add(&b, 0, i64::MAX).unwrap();
+    let ps = c.read(&p).unwrap();
+    assert_eq!(ps.hierarchical(), &[i64::MAX]);
+    assert_eq!(
+        ps.overflows(),
+        1,
+        "the second child's hand-up clamped p's pending"
+    );
+    assert_eq!(
+        c.read(&a).unwrap().overflows(),
+        0,
+        "a's own totals are exact"
+    );
+    assert_eq!(
+        c.read(&b).unwrap().overflows(),
+        0,
+        "b's own totals are exact"
+    );
+}
+
+#[test]
+fn lock_free_reads_see_the_overflow_count_too() {
+    let rs = Rstat::builder()
+        .nr_cpus(2)
+        .flush_policy(FlushPolicy::Threshold)
+        .periodic_flush(None)
+        .build()
+        .unwrap();
+    let c = rs.register_counters("c", &["n"]).unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    c.add_on_cpu(&g, 0, 0, i64::MAX).unwrap();
+    c.add_on_cpu(&g, 1, 0, 1).unwrap();
+    assert_eq!(c.read_exact(&g).unwrap().overflows(), 2);
+    assert_eq!(c.pending_updates(&g).unwrap(), 0, "the next read copies");
+    assert_eq!(c.read(&g).unwrap().overflows(), 2);
+}
+
+#[test]
+fn a_wrapping_slot_loses_nothing_while_each_change_fits() {
+    // Charges on CPU 0, uncharges on CPU 1, a flush after each: CPU 0's
+    // slot passes i64::MAX and wraps, yet every total stays exact.
+    let rs = engine(2);
+    let c = rs.register_counters("c", &["n"]).unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    for _ in 0..3 {
+        c.add_on_cpu(&g, 0, 0, i64::MAX).unwrap();
+        assert_eq!(c.read(&g).unwrap().local(), &[i64::MAX]);
+        c.add_on_cpu(&g, 1, 0, -i64::MAX).unwrap();
+        let s = c.read(&g).unwrap();
+        assert_eq!((s.local(), s.overflows()), (&[0][..], 0));
+    }
+}
+
+#[test]
+fn cputime_that_does_not_fit_is_refused_not_clamped() {
+    let rs = engine(1);
+    let g = rs.root().create_child("g").unwrap();
+    let cpu = rs.cpu().unwrap();
+    let half = i64::MAX as u64 / 2 + 1;
+    for (user, system) in [(u64::MAX, 0), (0, u64::MAX), (half, half)] {
+        assert_eq!(
+            rs.account_cputime(&g, user, system).unwrap_err(),
+            Error::CpuTimeOutOfRange {
+                user_usec: user,
+                system_usec: system
+            }
+        );
+    }
+    assert_eq!(
+        cpu.read(&g).unwrap().local(),
+        &[0, 0, 0],
+        "a refused charge changes nothing"
+    );
+    let msg = rs.account_cputime(&g, u64::MAX, 0).unwrap_err().to_string();
+    assert!(msg.contains("negative duration"), "{msg}");
+    rs.account_cputime(&g, i64::MAX as u64 - 1, 1).unwrap();
+    let s = cpu.read(&g).unwrap();
+    assert_eq!(s.local(), &[i64::MAX, i64::MAX - 1, 1]);
+    assert!(!s.overflowed());
+}
+
+/// Folds by hand: adds only positive deltas to local, clamping, and reports
+/// clamps of its own and (pretending) of the parent's pending.
+struct HandFold(Vec<String>);
+
+impl Controller for HandFold {
+    fn name(&self) -> &str {
+        "hand"
+    }
+    fn stat_names(&self) -> &[String] {
+        &self.0
+    }
+    fn flush(&self, ctx: &mut FlushCtx<'_>) {
+        let d = ctx.deltas()[0];
+        let t = ctx.totals_mut();
+        match t.local[0].checked_add(d) {
+            Some(v) => t.local[0] = v,
+            None => {
+                t.local[0] = t.local[0].saturating_add(d);
+                ctx.note_overflow();
+                ctx.note_parent_overflow();
+            }
+        }
+    }
+}
+
+#[test]
+fn hand_folds_report_their_clamps() {
+    let rs = engine(1);
+    let c = rs.register(HandFold(vec!["n".into()])).unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    c.add(&g, 0, i64::MAX).unwrap();
+    assert_eq!(c.read(&g).unwrap().overflows(), 0);
+    c.add(&g, 0, 1).unwrap();
+    let s = c.read(&g).unwrap();
+    assert_eq!((s.local(), s.overflows()), (&[i64::MAX][..], 1));
+    assert_eq!(
+        c.read(rs.root()).unwrap().overflows(),
+        1,
+        "the parent's note"
+    );
+}

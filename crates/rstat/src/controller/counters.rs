@@ -482,6 +482,7 @@ impl std::fmt::Debug for GroupStats {
             .field("controller", &self.ctl.name)
             .field("local", &self.totals.local)
             .field("hierarchical", &self.totals.hierarchical)
+            .field("overflows", &self.totals.overflows)
             .finish()
     }
 }
@@ -504,13 +505,30 @@ impl GroupStats {
         self.names()
             .iter()
             .position(|n| n == name)
-            .map(|i| self.totals.hierarchical[i])
+            .and_then(|i| self.totals.hierarchical.get(i).copied())
     }
     /// Local total of the item called `name`.
     pub fn get_local(&self, name: &str) -> Option<i64> {
         self.names()
             .iter()
             .position(|n| n == name)
-            .map(|i| self.totals.local[i])
+            .and_then(|i| self.totals.local.get(i).copied())
+    }
+    /// How many additions into this group's totals (local, hierarchical,
+    /// or the pending deltas its children handed up) were clamped at
+    /// `i64::MIN`/`i64::MAX` instead of wrapping, as of this read. Totals
+    /// saturate rather than wrap (see [`controller`](crate::controller)'s
+    /// `# Overflow`); once this is non-zero, some total of this group is
+    /// stuck at or was moved from a bound and is not exact. Never reset.
+    /// Only this group's clamps: an ancestor's hierarchical totals can stay
+    /// exact when a descendant's local ones clamp.
+    pub fn overflows(&self) -> u64 {
+        self.totals.overflows
+    }
+    /// Whether any total of this group was ever clamped
+    /// ([`overflows`](Self::overflows) `> 0`): if so, its totals are not
+    /// exact.
+    pub fn overflowed(&self) -> bool {
+        self.totals.overflows > 0
     }
 }

@@ -15,6 +15,31 @@
 //! ([`Rstat::register_counters`](crate::Rstat::register_counters)). Each
 //! controller has its own updated trees and flush lock unless the engine is
 //! built in unified mode.
+//!
+//! # Overflow
+//!
+//! Totals are `i64` and never wrap. The standard fold ([`FlushCtx::fold`])
+//! adds with saturation: a sum past `i64::MAX` (or below `i64::MIN`) is
+//! clamped to the bound, and the clamp is counted in the group's
+//! [`overflows`](crate::GroupStats::overflows) (a clamp of the parent's
+//! pending array is counted in the parent's). A clamped total is no longer
+//! exact, and stays inexact: later updates move it from the bound, not from
+//! the true value. So a non-zero count means "this group's totals for this
+//! controller cannot be trusted", and it is never reset. A controller
+//! folding by hand reports its own clamps with
+//! [`FlushCtx::note_overflow`] / [`FlushCtx::note_parent_overflow`].
+//!
+//! The per-CPU slots are different: they are modular by design. An update
+//! is one atomic add that wraps at `i64::MAX`, and the fold takes each slot's
+//! delta as `cur - prev` modulo 2^64, which is exact whenever the true net
+//! change of one item on one CPU between two folds of the group lies within
+//! `i64` (±9.2 · 10^18). Long-lived slots that wrap (charges on one CPU,
+//! uncharges on another) therefore lose nothing. The one case nothing
+//! detects: one CPU changing one item by more than that between two folds
+//! (e.g. two adds of `i64::MAX` with no flush in between); the fold then sees
+//! the change modulo 2^64. Keep single deltas well below 2^62, or flush
+//! between huge ones. [`Rstat::account_cputime`](crate::Rstat::account_cputime)
+//! refuses values that do not fit `i64` instead of clamping them.
 
 use std::sync::Arc;
 
@@ -57,7 +82,26 @@ pub struct FlushCtx<'a> {
     cpu: usize,
     deltas: &'a [i64],
     totals: &'a mut Totals,
-    parent_pending: Option<&'a mut [i64]>,
+    /// `None` at the root.
+    parent: Option<ParentSide<'a>>,
+}
+
+/// What a flush may touch of the parent's totals.
+struct ParentSide<'a> {
+    pending: &'a mut [i64],
+    overflows: &'a mut u64,
+}
+
+/// `a + b`, clamped to `i64`'s range; a clamp adds one to `clamps`.
+#[inline(always)]
+fn add_clamped(a: i64, b: i64, clamps: &mut u64) -> i64 {
+    match a.checked_add(b) {
+        Some(v) => v,
+        None => {
+            *clamps = clamps.saturating_add(1);
+            a.saturating_add(b)
+        }
+    }
 }
 
 impl FlushCtx<'_> {
@@ -89,7 +133,7 @@ impl FlushCtx<'_> {
 
     /// Whether this group has no parent (the root).
     pub fn is_root(&self) -> bool {
-        self.parent_pending.is_none()
+        self.parent.is_none()
     }
 
     /// This group's totals, to fold into by hand.
@@ -100,20 +144,55 @@ impl FlushCtx<'_> {
     /// The parent's pending array (what the parent will add to its
     /// hierarchical totals when it is flushed); `None` at the root.
     pub fn parent_pending_mut(&mut self) -> Option<&mut [i64]> {
-        self.parent_pending.as_deref_mut()
+        self.parent.as_mut().map(|p| &mut *p.pending)
+    }
+
+    /// Record that a total of this group was clamped (or is otherwise
+    /// inexact): one more in its [`GroupStats::overflows`]. For controllers
+    /// that fold by hand; [`fold`](Self::fold) counts its own clamps. Cost:
+    /// one add.
+    ///
+    /// [`GroupStats::overflows`]: crate::GroupStats::overflows
+    pub fn note_overflow(&mut self) {
+        self.totals.overflows = self.totals.overflows.saturating_add(1);
+    }
+
+    /// As [`note_overflow`](Self::note_overflow), for a clamp of the
+    /// parent's pending array (which makes the parent's totals inexact).
+    /// Does nothing at the root.
+    pub fn note_parent_overflow(&mut self) {
+        if let Some(p) = self.parent.as_mut() {
+            *p.overflows = p.overflows.saturating_add(1);
+        }
     }
 
     /// The standard fold: local += delta; the delta plus what children left
-    /// pending goes into hierarchical and up to the parent's pending.
+    /// pending goes into hierarchical and up to the parent's pending. Every
+    /// addition saturates at `i64::MIN`/`i64::MAX` and each clamp is counted
+    /// (see the module's `# Overflow`): in this group's count, or in the
+    /// parent's for its pending array. Cost: a few adds per item.
     pub fn fold(&mut self) {
         let t = &mut *self.totals;
-        for (i, &d) in self.deltas.iter().enumerate() {
-            t.local[i] = t.local[i].wrapping_add(d);
-            let up = d.wrapping_add(core::mem::take(&mut t.pending[i]));
-            t.hierarchical[i] = t.hierarchical[i].wrapping_add(up);
-            if let Some(pp) = self.parent_pending.as_deref_mut() {
-                pp[i] = pp[i].wrapping_add(up);
+        let mut clamps = 0;
+        let mut parent_clamps = 0;
+        // Zipped rather than indexed: a controller that resized its totals
+        // by hand gets a partial fold, not a panic.
+        let mine = self
+            .deltas
+            .iter()
+            .zip(t.local.iter_mut())
+            .zip(t.hierarchical.iter_mut().zip(t.pending.iter_mut()));
+        for (i, ((&d, local), (hier, pending))) in mine.enumerate() {
+            *local = add_clamped(*local, d, &mut clamps);
+            let up = add_clamped(d, core::mem::take(pending), &mut clamps);
+            *hier = add_clamped(*hier, up, &mut clamps);
+            if let Some(pp) = self.parent.as_mut().and_then(|p| p.pending.get_mut(i)) {
+                *pp = add_clamped(*pp, up, &mut parent_clamps);
             }
+        }
+        t.overflows = t.overflows.saturating_add(clamps);
+        if let Some(p) = self.parent.as_mut() {
+            *p.overflows = p.overflows.saturating_add(parent_clamps);
         }
     }
 }
@@ -127,6 +206,9 @@ pub struct Totals {
     pub hierarchical: Box<[i64]>,
     /// Deltas handed up by flushed children, not yet in `hierarchical`.
     pub pending: Box<[i64]>,
+    /// Additions into these totals (or into `pending`) that were clamped at
+    /// `i64::MIN`/`i64::MAX`; see the module's `# Overflow`. Never reset.
+    pub overflows: u64,
 }
 
 impl Totals {
@@ -135,6 +217,7 @@ impl Totals {
             local: vec![0; n].into(),
             hierarchical: vec![0; n].into(),
             pending: vec![0; n].into(),
+            overflows: 0,
         }
     }
 }
@@ -199,6 +282,9 @@ pub(crate) struct Css {
     /// local (`Acquire`) first, then hierarchical, so a lock-free reader
     /// never sees `local > hierarchical` where counts only grow.
     pub(crate) published: Box<[AtomicI64]>,
+    /// The last folded `Totals::overflows`, published with `published`
+    /// (stored before `local`, loaded after it).
+    pub(crate) published_overflows: AtomicU64,
     /// Pending-update counter (the `Threshold` policy, kernel v6.8): units
     /// folded up from this group's and its descendants' per-CPU slots (64
     /// per batch boundary crossed) since this group was last flushed. Reset
@@ -236,6 +322,7 @@ impl Css {
             backlog,
             totals: UnsafeCell::new(Totals::zeroed(n)),
             published: (0..2 * n).map(|_| AtomicI64::new(0)).collect(),
+            published_overflows: AtomicU64::new(0),
             updates: AtomicU64::new(0),
             flush_threshold: UPDATE_BATCH * nr_cpus as u64,
         }
@@ -321,6 +408,7 @@ impl Css {
             local,
             hierarchical,
             pending: vec![0; n].into(),
+            overflows: self.published_overflows.load(Ordering::Relaxed),
         }
     }
 
@@ -395,17 +483,20 @@ pub(crate) unsafe fn fold_node(
                     cpu,
                     deltas,
                     totals,
-                    parent_pending: None,
+                    parent: None,
                 }),
                 Some(p) => p.totals.with_mut(|pt| {
                     // SAFETY: lock held; distinct cell from `t`.
-                    let pp = unsafe { &mut (*pt).pending };
+                    let pt = unsafe { &mut *pt };
                     css.ctl.imp.flush(&mut FlushCtx {
                         group,
                         cpu,
                         deltas,
                         totals,
-                        parent_pending: Some(pp),
+                        parent: Some(ParentSide {
+                            pending: &mut pt.pending,
+                            overflows: &mut pt.overflows,
+                        }),
                     })
                 }),
             }
@@ -419,6 +510,8 @@ pub(crate) unsafe fn fold_node(
             for (a, v) in css.published[n..].iter().zip(t.hierarchical.iter()) {
                 a.store(*v, Ordering::Relaxed);
             }
+            css.published_overflows
+                .store(t.overflows, Ordering::Relaxed);
             for (a, v) in css.published[..n].iter().zip(t.local.iter()) {
                 a.store(*v, Ordering::Release);
             }

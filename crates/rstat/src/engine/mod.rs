@@ -486,7 +486,20 @@ impl Rstat {
     /// Charge CPU time to `group`: `usage_usec += user + system`,
     /// `user_usec += user`, `system_usec += system`. Same cost as three
     /// counter updates sharing one on-list check.
+    ///
+    /// Errors: [`Error::CpuTimeOutOfRange`], changing nothing, if `user +
+    /// system` does not fit an `i64` (~292,000 years of microseconds): such
+    /// a value is almost always a negative duration cast to `u64`, and
+    /// clamping it would hide the bug and corrupt the totals.
     pub fn account_cputime(&self, group: &Group, user_usec: u64, system_usec: u64) -> Result<()> {
+        let out_of_range = || Error::CpuTimeOutOfRange {
+            user_usec,
+            system_usec,
+        };
+        let (Ok(user), Ok(system)) = (i64::try_from(user_usec), i64::try_from(system_usec)) else {
+            return Err(out_of_range());
+        };
+        let usage = user.checked_add(system).ok_or_else(out_of_range)?;
         let Some(cpu) = self.cpu.as_ref() else {
             return Err(Error::InvalidController {
                 name: "cpu".into(),
@@ -494,12 +507,7 @@ impl Rstat {
             });
         };
         let h = cpu.stat_handle(group)?;
-        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        let applied = h.add_many(&[
-            (0, clamp(user_usec.saturating_add(system_usec))),
-            (1, clamp(user_usec)),
-            (2, clamp(system_usec)),
-        ]);
+        let applied = h.add_many(&[(0, usage), (1, user), (2, system)]);
         debug_assert_eq!(
             applied,
             CPU_STAT_NAMES.len(),
