@@ -148,6 +148,17 @@ impl ControllerHandle {
         (s.flushes, s.folds)
     }
 
+    /// How many times this controller's [`flush`](Controller::flush)
+    /// panicked. Each panic was contained: that (group, CPU)'s fold was
+    /// undone and left for the next flush (see
+    /// [`controller`](crate::controller)'s `# A flush that panics`), so a
+    /// non-zero count means reads may have been stale, not wrong, and a
+    /// count that keeps growing means some group's totals are not
+    /// advancing. Always 0 for counter sets. Cost: one load, no lock.
+    pub fn flush_panics(&self) -> u64 {
+        self.ctl.flush_panics.load(Ordering::Relaxed)
+    }
+
     /// A pre-resolved (group, controller) handle for the hot path.
     pub fn stat_handle(&self, group: &Group) -> Result<StatHandle> {
         let css = self.css_of(group.inner())?;

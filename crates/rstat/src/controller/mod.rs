@@ -40,6 +40,46 @@
 //! the change modulo 2^64. Keep single deltas well below 2^62, or flush
 //! between huge ones. [`Rstat::account_cputime`](crate::Rstat::account_cputime)
 //! refuses values that do not fit `i64` instead of clamping them.
+//!
+//! # A flush that panics
+//!
+//! A user [`Controller::flush`] runs under the controller's flush lock, in
+//! the middle of a flush someone else asked for. If it panics, the engine
+//! contains the panic ([`catch_unwind`](std::panic::catch_unwind)) and
+//! undoes that one (group, CPU) fold so nothing is lost or counted twice:
+//!
+//! 1. before the call, the group's totals and the parent's pending array
+//!    are copied to the flush's scratch space (no allocation once warm);
+//! 2. on a panic they are copied back, so the totals are as before the
+//!    call, whatever the controller had written;
+//! 3. the group's `prev` values for that CPU are moved back by the deltas,
+//!    so the next flush computes the same deltas again (plus any newer
+//!    updates), and the group is put back on that CPU's backlog so the next
+//!    flush visits it;
+//! 4. the panic is counted
+//!    ([`ControllerHandle::flush_panics`](crate::ControllerHandle::flush_panics))
+//!    and the flush goes on with the next group. The lock is released
+//!    normally: nothing is poisoned.
+//!
+//! The read that ran the flush returns totals without that (group, CPU)'s
+//! deltas (it is as if they had not been flushed yet); a later read has
+//! them, exactly once, as soon as the controller's flush stops panicking.
+//! (Under the `Threshold` policy the flush still resets the group's
+//! pending-update count, so a plain [`read`](crate::ControllerHandle::read)
+//! may keep returning the older totals until the threshold is crossed again
+//! or the periodic flusher runs; [`read_exact`](crate::ControllerHandle::read_exact)
+//! retries at once.)
+//! The one exception is a group's final flush at its release, which has no
+//! later flush: there the deltas are folded with the standard sum fold
+//! ([`FlushCtx::fold`]) instead of being retried, so they still reach the
+//! ancestors. State the controller keeps outside the [`FlushCtx`] is its
+//! own to keep consistent: the same deltas will be offered again.
+//!
+//! The cost, paid by user controllers only (the built-in counter sets run
+//! the standard fold, which cannot panic, without any of this): copying
+//! 4 × items + 2 numbers per (group, CPU) fold. The panic message still goes
+//! to the panic hook (stderr by default), and a build with `panic = "abort"`
+//! aborts as usual.
 
 use std::sync::Arc;
 
@@ -67,8 +107,11 @@ pub trait Controller: Send + Sync + 'static {
     fn stat_names(&self) -> &[String];
 
     /// Fold one (group, CPU)'s deltas. Called under this controller's flush
-    /// lock, children before parents; must not panic or block. The default
-    /// is the kernel's sum fold, [`FlushCtx::fold`].
+    /// lock, children before parents; must not block. It should not panic
+    /// either; if it does, the engine undoes this call's effect on the
+    /// totals, counts the panic and offers the same deltas again at the next
+    /// flush (see the module's `# A flush that panics`). The default is the
+    /// kernel's sum fold, [`FlushCtx::fold`].
     fn flush(&self, ctx: &mut FlushCtx<'_>) {
         ctx.fold();
     }
@@ -90,6 +133,15 @@ pub struct FlushCtx<'a> {
 struct ParentSide<'a> {
     pending: &'a mut [i64],
     overflows: &'a mut u64,
+}
+
+/// Where [`FlushCtx::save`] put things, for [`FlushCtx::restore`]: the
+/// array lengths (a controller may replace its totals' arrays), and the
+/// overflow counts.
+struct Saved {
+    lens: [usize; 4],
+    overflows: u64,
+    parent_overflows: u64,
 }
 
 /// `a + b`, clamped to `i64`'s range; a clamp adds one to `clamps`.
@@ -166,6 +218,57 @@ impl FlushCtx<'_> {
         }
     }
 
+    /// Copy what a flush may change (this group's totals, the parent's
+    /// pending array and both overflow counts) to `saved`.
+    /// `saved` is exactly as long as all four arrays together.
+    fn save(&self, saved: &mut [i64]) -> Saved {
+        let t = &*self.totals;
+        let pp: &[i64] = self.parent.as_ref().map_or(&[], |p| &*p.pending);
+        let mut at = 0;
+        for src in [&*t.local, &*t.hierarchical, &*t.pending, pp] {
+            saved[at..at + src.len()].copy_from_slice(src);
+            at += src.len();
+        }
+        Saved {
+            lens: [
+                t.local.len(),
+                t.hierarchical.len(),
+                t.pending.len(),
+                pp.len(),
+            ],
+            overflows: t.overflows,
+            parent_overflows: self.parent.as_ref().map_or(0, |p| *p.overflows),
+        }
+    }
+
+    /// Put back what [`save`](Self::save) copied. Cold: runs after a panic.
+    #[cold]
+    fn restore(&mut self, saved: &[i64], s: &Saved) {
+        fn put(dst: &mut Box<[i64]>, src: &[i64]) {
+            if dst.len() == src.len() {
+                dst.copy_from_slice(src);
+            } else {
+                *dst = src.into();
+            }
+        }
+        let [a, b, c, d] = s.lens;
+        let (local, rest) = saved.split_at(a);
+        let (hier, rest) = rest.split_at(b);
+        let (pending, pp) = rest.split_at(c);
+        let t = &mut *self.totals;
+        put(&mut t.local, local);
+        put(&mut t.hierarchical, hier);
+        put(&mut t.pending, pending);
+        t.overflows = s.overflows;
+        if let Some(p) = self.parent.as_mut() {
+            // The flush only had a slice of the parent's array: its length
+            // cannot have changed.
+            debug_assert_eq!(p.pending.len(), d);
+            p.pending.copy_from_slice(&pp[..d]);
+            *p.overflows = s.parent_overflows;
+        }
+    }
+
     /// The standard fold: local += delta; the delta plus what children left
     /// pending goes into hierarchical and up to the parent's pending. Every
     /// addition saturates at `i64::MIN`/`i64::MAX` and each clamp is counted
@@ -234,6 +337,13 @@ pub(crate) struct CtlEntry {
     pub(crate) domain: *const Domain,
     /// The flush policy (`FlushPolicy` as u32).
     pub(crate) policy: AtomicU32,
+    /// Whether `imp.flush` is user code, run with its panics contained
+    /// (see the module's `# A flush that panics`). False only for the
+    /// built-in counter sets, whose flush is the standard fold: it cannot
+    /// panic, so it is called directly, with no copy.
+    pub(crate) contain_panics: bool,
+    /// How many calls of `imp.flush` panicked.
+    pub(crate) flush_panics: AtomicU64,
 }
 
 // SAFETY: `domain` points into the engine, which outlives every entry's use.
@@ -471,36 +581,9 @@ pub(crate) unsafe fn fold_node(
                 .with_mut(|p| unsafe { core::mem::replace(&mut *p, cur) });
             deltas.push(cur.wrapping_sub(prev));
         }
-        let deltas: &[i64] = deltas;
-        css.totals.with_mut(|t| {
-            // SAFETY: lock held; the parent css (another cell) is live
-            // because a child keeps its parent group alive.
-            let totals = unsafe { &mut *t };
-            // SAFETY: as above: a child's css keeps its parent's alive.
-            match unsafe { css.parent.as_ref() } {
-                None => css.ctl.imp.flush(&mut FlushCtx {
-                    group,
-                    cpu,
-                    deltas,
-                    totals,
-                    parent: None,
-                }),
-                Some(p) => p.totals.with_mut(|pt| {
-                    // SAFETY: lock held; distinct cell from `t`.
-                    let pt = unsafe { &mut *pt };
-                    css.ctl.imp.flush(&mut FlushCtx {
-                        group,
-                        cpu,
-                        deltas,
-                        totals,
-                        parent: Some(ParentSide {
-                            pending: &mut pt.pending,
-                            overflows: &mut pt.overflows,
-                        }),
-                    })
-                }),
-            }
-        });
+        // SAFETY: lock held; `css` is live and of this domain; `node` is
+        // its group's node.
+        unsafe { flush_contained(css, node, group, cpu, deltas) };
         // Publish for lock-free readers, and reset the pending-update
         // counters of the group just flushed (this CPU's and the shared one).
         css.totals.with(|t| {
@@ -521,5 +604,117 @@ pub(crate) unsafe fn fold_node(
         // model of this race found executions where the reset was ordered
         // before such folds; the flush path is not hot, so we take the RMW.)
         css.updates.swap(0, Ordering::Relaxed);
+    }
+}
+
+/// Call the controller's flush for one (group, CPU) whose deltas are in
+/// `scratch` (all of it), containing a panic as the module's `# A flush that
+/// panics` describes. `scratch` is the flush's reusable buffer: the saved
+/// totals go after the deltas during the call, and it is cut back to the
+/// deltas before returning.
+///
+/// # Safety
+/// The domain lock is held; `css` is live, of the locked domain, and
+/// `node` is its group's node there; `cpu < nr_cpus`.
+unsafe fn flush_contained(
+    css: &Css,
+    node: &TreeNode,
+    group: &GroupInner,
+    cpu: usize,
+    scratch: &mut Vec<i64>,
+) {
+    let ctl = &*css.ctl;
+    let n = scratch.len();
+    // Whether the call panicked and must be retried by a later flush, and
+    // the panic's payload, dropped last (see below).
+    let (retry, payload) = css.totals.with_mut(|t| {
+        // SAFETY: lock held; the parent css (another cell) is live because
+        // a child keeps its parent group alive.
+        let totals = unsafe { &mut *t };
+        let mut run = |parent: Option<ParentSide<'_>>, scratch: &mut Vec<i64>| {
+            if !ctl.contain_panics {
+                ctl.imp.flush(&mut FlushCtx {
+                    group,
+                    cpu,
+                    deltas: scratch,
+                    totals,
+                    parent,
+                });
+                return (false, None);
+            }
+            // Room for the copy after the deltas (allocates only while the
+            // buffer is still growing).
+            let need = totals.local.len()
+                + totals.hierarchical.len()
+                + totals.pending.len()
+                + parent.as_ref().map_or(0, |p| p.pending.len());
+            scratch.resize(n + need, 0);
+            let (deltas, saved) = scratch.split_at_mut(n);
+            let mut ctx = FlushCtx {
+                group,
+                cpu,
+                deltas,
+                totals,
+                parent,
+            };
+            let s = ctx.save(saved);
+            let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                ctl.imp.flush(&mut ctx);
+            }));
+            let Err(payload) = call else {
+                return (false, None);
+            };
+            ctl.flush_panics.fetch_add(1, Ordering::Relaxed);
+            ctx.restore(saved, &s);
+            // SAFETY: lock held.
+            if node.releasing.with(|r| unsafe { *r }) {
+                // No later flush will visit this group: fold the deltas the
+                // standard way, so they still reach the ancestors.
+                ctx.fold();
+                return (false, Some(payload));
+            }
+            (true, Some(payload))
+        };
+        // SAFETY: as above: a child's css keeps its parent's alive.
+        match unsafe { css.parent.as_ref() } {
+            None => run(None, scratch),
+            Some(p) => p.totals.with_mut(|pt| {
+                // SAFETY: lock held; distinct cell from `t`.
+                let pt = unsafe { &mut *pt };
+                run(
+                    Some(ParentSide {
+                        pending: &mut pt.pending,
+                        overflows: &mut pt.overflows,
+                    }),
+                    scratch,
+                )
+            }),
+        }
+    });
+    scratch.truncate(n);
+    if retry {
+        // Move `prev` back by the deltas, so the next flush sees them again
+        // (a modular subtraction undoes the fold's modular one exactly).
+        // SAFETY: live css, `cpu` in range, lock held for `prev`.
+        let slots = unsafe { css.stats.slot(cpu) };
+        for (s, &d) in slots.iter().zip(scratch.iter()) {
+            // SAFETY: `prev` is only touched under the domain lock, held.
+            s.prev.with_mut(|p| unsafe { *p = (*p).wrapping_sub(d) });
+        }
+        // And make sure the next flush visits this (group, CPU): the cut
+        // took it off this CPU's updated tree. A push onto the backlog is
+        // lock-free, so it is allowed under the lock; the next flush drains
+        // it. (Not at a final release: see `releasing` above.)
+        // SAFETY: live css, `cpu` in range.
+        unsafe { css.mark(cpu) };
+    }
+    // A payload's destructor is user code too, and may panic: drop it once
+    // the state is whole again, and contain that as well (leaking the
+    // second payload rather than unwinding through the flush, which would
+    // leave the rest of this CPU's cut tree unfolded).
+    if let Some(p) = payload {
+        if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(p))) {
+            core::mem::forget(again);
+        }
     }
 }

@@ -34,7 +34,7 @@ use crate::group::{validate_name, Group, GroupInner};
 use crate::percpu::arena::{Arena, ArenaStats};
 use crate::percpu::cpu::{self, CpuIdSource};
 use crate::sync::{
-    self, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering,
+    self, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
 };
 
 pub(crate) mod backlog;
@@ -154,6 +154,7 @@ impl EngineInner {
                     parent,
                     group: g.tables_ptr(),
                     owner: g,
+                    releasing: UnsafeCell::new(false),
                     domain: &**domain,
                     links,
                 })
@@ -430,6 +431,11 @@ impl Rstat {
             imp: Box::new(imp),
             domain,
             policy: AtomicU32::new(u32::from(self.inner.default_policy.to_u8())),
+            // The built-in counter set's flush is the standard fold, which
+            // cannot panic; anything else is user code.
+            contain_panics: core::any::TypeId::of::<C>()
+                != core::any::TypeId::of::<CounterSetController>(),
+            flush_panics: AtomicU64::new(0),
         });
         // Top-down, so every parent is attached before its children.
         let mut queue = std::collections::VecDeque::from([self.root.clone()]);

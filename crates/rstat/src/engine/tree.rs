@@ -22,7 +22,7 @@ use crate::engine::backlog::{self, BacklogHead, PcpuLinks};
 use crate::engine::policy::Coalescer;
 use crate::group::{GroupInner, GroupTables};
 use crate::percpu::arena::PcpuPtr;
-use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
+use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering, UnsafeCell};
 
 /// A group's membership in one domain.
 pub(crate) struct TreeNode {
@@ -39,9 +39,15 @@ pub(crate) struct TreeNode {
     pub(crate) domain: *const Domain,
     /// Per-CPU links.
     pub(crate) links: PcpuPtr<PcpuLinks>,
+    /// Domain lock. Set by the group's final release just before its last
+    /// flush in this domain: a controller flush that panics on this node
+    /// cannot be retried later (see `controller`'s `# A flush that
+    /// panics`).
+    pub(crate) releasing: UnsafeCell<bool>,
 }
 
-// SAFETY: all fields are immutable after construction; the pointees are kept
+// SAFETY: the other fields are immutable after construction, and
+// `releasing` is only accessed under the domain lock; the pointees are kept
 // alive by the group hierarchy (a child holds its parent, a group holds its
 // engine, which holds the domains).
 unsafe impl Send for TreeNode {}

@@ -132,8 +132,10 @@ pub(crate) struct GroupTables {
 impl GroupTables {
     /// Flush the group's subtree in every domain it has a node in (its
     /// deltas move into its parent's pending). Takes each domain's lock in
-    /// turn.
-    fn flush_nodes(&self) {
+    /// turn. `final_release`: this is the group's last flush (it has no
+    /// children and no references), so a controller flush that panics must
+    /// not leave it for a later one.
+    fn flush_nodes(&self, final_release: bool) {
         for slot in self.nodes.iter() {
             let node = slot.load(Ordering::Acquire);
             if node.is_null() {
@@ -143,6 +145,10 @@ impl GroupTables {
             // them (after this); a node's domain outlives the engine's groups.
             let (node, domain) = unsafe { (&*node, &*(*node).domain) };
             let mut scratch = lock_domain(domain);
+            if final_release {
+                // SAFETY: lock held.
+                node.releasing.with_mut(|r| unsafe { *r = true });
+            }
             // SAFETY: lock held; `node` is live and in `domain`.
             unsafe { domain.flush_locked(&mut scratch, node) };
         }
@@ -190,7 +196,7 @@ impl GroupInner {
         // The flush drains every backlog first, so after it no list holds
         // these nodes, and it cuts them from every CPU's tree (they have no
         // children: those would hold this group).
-        tables.flush_nodes();
+        tables.flush_nodes(true);
         let mut arena = sync::lock(&self.engine.arena);
         for slot in tables.css.iter() {
             let css = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
@@ -586,7 +592,7 @@ impl Group {
     /// Flush this group's subtree in every domain (its deltas move into the
     /// parent's pending).
     fn flush_into_parent(&self) {
-        self.inner().tables().flush_nodes();
+        self.inner().tables().flush_nodes(false);
     }
 
     /// Take the whole tree under (and including) this root offline: used
