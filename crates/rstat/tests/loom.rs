@@ -223,3 +223,63 @@ fn model_threads_have_stable_distinct_cpu_ids() {
         assert_ne!(other, main);
     });
 }
+
+/// A controller whose first flush call panics (after folding), then folds.
+struct PanicsOnce {
+    names: Vec<String>,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl rstat::Controller for PanicsOnce {
+    fn name(&self) -> &str {
+        "panics-once"
+    }
+    fn stat_names(&self) -> &[String] {
+        &self.names
+    }
+    fn flush(&self, ctx: &mut rstat::FlushCtx<'_>) {
+        ctx.fold();
+        if self.armed.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            std::panic::panic_any(DeliberatePanic);
+        }
+    }
+}
+
+/// The payload of [`PanicsOnce`]'s panic, which the hook below keeps quiet
+/// about (the model replays it in every interleaving).
+struct DeliberatePanic;
+
+/// A contained flush panic puts the group back on the backlog, under
+/// the lock, while an updater may be pushing the same node: the node is
+/// queued once, the read that panicked saw either nothing or only what it
+/// had before, and afterwards every update is in the totals exactly once.
+#[test]
+fn a_panicking_flush_requeues_its_group_while_an_updater_pushes() {
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !info.payload().is::<DeliberatePanic>() {
+            prev(info);
+        }
+    }));
+    loom::model(|| {
+        let rs = engine(1);
+        let c = rs
+            .register(PanicsOnce {
+                names: vec!["n".into()],
+                armed: true.into(),
+            })
+            .unwrap();
+        let g = rs.root().create_child("g").unwrap();
+        c.add_on_cpu(&g, 0, 0, 1).unwrap();
+        let updater = {
+            let (c, g) = (c.clone(), g.clone());
+            thread::spawn(move || c.add_on_cpu(&g, 0, 0, 10).unwrap())
+        };
+        let seen = c.read_exact(&g).unwrap().local()[0];
+        assert_eq!(seen, 0, "the panicking fold was undone");
+        assert_eq!(c.flush_panics(), 1);
+        updater.join().unwrap();
+        assert_eq!(c.read_exact(&g).unwrap().local()[0], 11);
+        assert_eq!(c.read_exact(rs.root()).unwrap().hierarchical()[0], 11);
+    });
+}
