@@ -42,6 +42,28 @@
 //! | [`Group`] clone / drop | one per-CPU reference get / put |
 //! | [`Group::create_child`], [`Group::remove`] | the topology lock, arena allocations / one subtree flush per controller |
 //!
+//! # At the edges
+//!
+//! - **Misuse is visible.** [`StatHandle::item`] / [`StatHandle::item_named`]
+//!   check an item once and return a [`StatItem`] whose `add` cannot fail;
+//!   [`StatHandle::add`] (which can) is `#[must_use]`.
+//! - **No silent wrap.** Totals saturate at the `i64` bounds and each clamp
+//!   is counted per group ([`GroupStats::overflows`]);
+//!   [`Rstat::account_cputime`] refuses values that do not fit. The one
+//!   limit, a single CPU changing one item by more than `i64::MAX` between
+//!   two flushes, is in [`controller`]'s `# Overflow`.
+//! - **Errors say where.** Paths may start with `/` (the root); a bad or
+//!   missing component is named ([`Error::InvalidPath`],
+//!   [`Error::NotFound`]), and errors print the root as `/`.
+//! - **Flushes know their group.** [`FlushCtx::group_id`] (the same as
+//!   [`Group::id`], unique for the engine's lifetime, one load) and
+//!   [`FlushCtx::group_path`] (computed on demand) let a controller keep
+//!   per-group state.
+//! - **A panicking controller loses nothing.** A panic in a user
+//!   [`Controller::flush`] is contained, that fold undone and retried at the
+//!   next flush, and counted ([`ControllerHandle::flush_panics`]); see
+//!   [`controller`]'s `# A flush that panics`.
+//!
 //! # Example
 //!
 //! ```
