@@ -150,10 +150,16 @@ fn add_clamped(a: i64, b: i64, clamps: &mut u64) -> i64 {
     match a.checked_add(b) {
         Some(v) => v,
         None => {
-            *clamps = clamps.saturating_add(1);
-            a.saturating_add(b)
+            *clamps += 1;
+            clamp(a, b)
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn clamp(a: i64, b: i64) -> i64 {
+    a.saturating_add(b)
 }
 
 impl FlushCtx<'_> {
@@ -276,26 +282,45 @@ impl FlushCtx<'_> {
     /// parent's for its pending array. Cost: a few adds per item.
     pub fn fold(&mut self) {
         let t = &mut *self.totals;
-        let mut clamps = 0;
-        let mut parent_clamps = 0;
-        // Zipped rather than indexed: a controller that resized its totals
-        // by hand gets a partial fold, not a panic.
-        let mine = self
+        let mut n = self
             .deltas
-            .iter()
-            .zip(t.local.iter_mut())
-            .zip(t.hierarchical.iter_mut().zip(t.pending.iter_mut()));
-        for (i, ((&d, local), (hier, pending))) in mine.enumerate() {
-            *local = add_clamped(*local, d, &mut clamps);
-            let up = add_clamped(d, core::mem::take(pending), &mut clamps);
-            *hier = add_clamped(*hier, up, &mut clamps);
-            if let Some(pp) = self.parent.as_mut().and_then(|p| p.pending.get_mut(i)) {
-                *pp = add_clamped(*pp, up, &mut parent_clamps);
+            .len()
+            .min(t.local.len())
+            .min(t.hierarchical.len())
+            .min(t.pending.len());
+        if let Some(p) = self.parent.as_ref() {
+            n = n.min(p.pending.len());
+        }
+        let deltas = &self.deltas[..n];
+        let (local, hier) = (&mut t.local[..n], &mut t.hierarchical[..n]);
+        let pending = &mut t.pending[..n];
+        let mut clamps = 0u64;
+        match self.parent.as_mut() {
+            None => {
+                for i in 0..n {
+                    let d = deltas[i];
+                    local[i] = add_clamped(local[i], d, &mut clamps);
+                    let up = add_clamped(d, core::mem::take(&mut pending[i]), &mut clamps);
+                    hier[i] = add_clamped(hier[i], up, &mut clamps);
+                }
+            }
+            Some(p) => {
+                let pp = &mut p.pending[..n];
+                let mut parent_clamps = 0u64;
+                for i in 0..n {
+                    let d = deltas[i];
+                    local[i] = add_clamped(local[i], d, &mut clamps);
+                    let up = add_clamped(d, core::mem::take(&mut pending[i]), &mut clamps);
+                    hier[i] = add_clamped(hier[i], up, &mut clamps);
+                    pp[i] = add_clamped(pp[i], up, &mut parent_clamps);
+                }
+                if parent_clamps != 0 {
+                    *p.overflows = p.overflows.saturating_add(parent_clamps);
+                }
             }
         }
-        t.overflows = t.overflows.saturating_add(clamps);
-        if let Some(p) = self.parent.as_mut() {
-            *p.overflows = p.overflows.saturating_add(parent_clamps);
+        if clamps != 0 {
+            t.overflows = t.overflows.saturating_add(clamps);
         }
     }
 }
@@ -608,15 +633,82 @@ pub(crate) unsafe fn fold_node(
 }
 
 /// Call the controller's flush for one (group, CPU) whose deltas are in
-/// `scratch` (all of it), containing a panic as the module's `# A flush that
-/// panics` describes. `scratch` is the flush's reusable buffer: the saved
-/// totals go after the deltas during the call, and it is cut back to the
-/// deltas before returning.
+/// `scratch` (all of it): directly for the built-in counter sets, with the
+/// panic containment of the module's `# A flush that panics` for user
+/// controllers.
 ///
 /// # Safety
 /// The domain lock is held; `css` is live, of the locked domain, and
 /// `node` is its group's node there; `cpu < nr_cpus`.
+#[inline(always)]
 unsafe fn flush_contained(
+    css: &Css,
+    node: &TreeNode,
+    group: &GroupInner,
+    cpu: usize,
+    scratch: &mut Vec<i64>,
+) {
+    if css.ctl.contain_panics {
+        // SAFETY: caller's guarantees.
+        unsafe { flush_user(css, node, group, cpu, scratch) };
+    } else {
+        // SAFETY: caller's guarantees.
+        unsafe { with_flush_ctx(css, group, cpu, scratch, |ctx| css.ctl.imp.flush(ctx)) };
+    }
+}
+
+/// Run `f` on the [`FlushCtx`] of `css` for `cpu` with `deltas`.
+///
+/// # Safety
+/// The domain lock is held; `css` is live and of the locked domain.
+#[inline(always)]
+unsafe fn with_flush_ctx<R>(
+    css: &Css,
+    group: &GroupInner,
+    cpu: usize,
+    deltas: &[i64],
+    f: impl FnOnce(&mut FlushCtx<'_>) -> R,
+) -> R {
+    css.totals.with_mut(|t| {
+        // SAFETY: lock held; the parent css (another cell) is live because
+        // a child keeps its parent group alive.
+        let totals = unsafe { &mut *t };
+        // SAFETY: as above: a child's css keeps its parent's alive.
+        match unsafe { css.parent.as_ref() } {
+            None => f(&mut FlushCtx {
+                group,
+                cpu,
+                deltas,
+                totals,
+                parent: None,
+            }),
+            Some(p) => p.totals.with_mut(|pt| {
+                // SAFETY: lock held; distinct cell from `t`.
+                let pt = unsafe { &mut *pt };
+                f(&mut FlushCtx {
+                    group,
+                    cpu,
+                    deltas,
+                    totals,
+                    parent: Some(ParentSide {
+                        pending: &mut pt.pending,
+                        overflows: &mut pt.overflows,
+                    }),
+                })
+            }),
+        }
+    })
+}
+
+/// A user controller's flush, with its panics contained. `scratch` is the
+/// flush's reusable buffer: the saved totals go after the deltas during the
+/// call (allocating only while the buffer still grows), and it is cut back
+/// to the deltas before returning.
+///
+/// # Safety
+/// As [`flush_contained`].
+#[inline(never)]
+unsafe fn flush_user(
     css: &Css,
     node: &TreeNode,
     group: &GroupInner,
@@ -625,72 +717,42 @@ unsafe fn flush_contained(
 ) {
     let ctl = &*css.ctl;
     let n = scratch.len();
-    // Whether the call panicked and must be retried by a later flush, and
-    // the panic's payload, dropped last (see below).
-    let (retry, payload) = css.totals.with_mut(|t| {
-        // SAFETY: lock held; the parent css (another cell) is live because
-        // a child keeps its parent group alive.
-        let totals = unsafe { &mut *t };
-        let mut run = |parent: Option<ParentSide<'_>>, scratch: &mut Vec<i64>| {
-            if !ctl.contain_panics {
-                ctl.imp.flush(&mut FlushCtx {
-                    group,
-                    cpu,
-                    deltas: scratch,
-                    totals,
-                    parent,
-                });
-                return (false, None);
-            }
-            // Room for the copy after the deltas (allocates only while the
-            // buffer is still growing).
-            let need = totals.local.len()
-                + totals.hierarchical.len()
-                + totals.pending.len()
-                + parent.as_ref().map_or(0, |p| p.pending.len());
-            scratch.resize(n + need, 0);
-            let (deltas, saved) = scratch.split_at_mut(n);
-            let mut ctx = FlushCtx {
-                group,
-                cpu,
-                deltas,
-                totals,
-                parent,
-            };
-            let s = ctx.save(saved);
-            let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                ctl.imp.flush(&mut ctx);
-            }));
-            let Err(payload) = call else {
-                return (false, None);
-            };
-            ctl.flush_panics.fetch_add(1, Ordering::Relaxed);
-            ctx.restore(saved, &s);
-            // SAFETY: lock held.
-            if node.releasing.with(|r| unsafe { *r }) {
-                // No later flush will visit this group: fold the deltas the
-                // standard way, so they still reach the ancestors.
-                ctx.fold();
-                return (false, Some(payload));
-            }
-            (true, Some(payload))
-        };
-        // SAFETY: as above: a child's css keeps its parent's alive.
-        match unsafe { css.parent.as_ref() } {
-            None => run(None, scratch),
-            Some(p) => p.totals.with_mut(|pt| {
-                // SAFETY: lock held; distinct cell from `t`.
-                let pt = unsafe { &mut *pt };
-                run(
-                    Some(ParentSide {
-                        pending: &mut pt.pending,
-                        overflows: &mut pt.overflows,
-                    }),
-                    scratch,
-                )
-            }),
-        }
+    let need = css.totals.with(|t| {
+        // SAFETY: lock held.
+        let t = unsafe { &*t };
+        t.local.len() + t.hierarchical.len() + t.pending.len()
     });
+    // SAFETY: a child's css keeps its parent's alive.
+    let need = need
+        + unsafe { css.parent.as_ref() }.map_or(0, |p| {
+            // SAFETY: lock held.
+            p.totals.with(|t| unsafe { (&*t).pending.len() })
+        });
+    scratch.resize(n + need, 0);
+    let (deltas, saved) = scratch.split_at_mut(n);
+    // Returns whether the call panicked and must be retried by a later
+    // flush, and the panic's payload, dropped last (see below).
+    let call = |ctx: &mut FlushCtx<'_>| {
+        let s = ctx.save(saved);
+        let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctl.imp.flush(ctx);
+        }));
+        let Err(payload) = call else {
+            return (false, None);
+        };
+        ctl.flush_panics.fetch_add(1, Ordering::Relaxed);
+        ctx.restore(saved, &s);
+        // SAFETY: lock held.
+        if node.releasing.with(|r| unsafe { *r }) {
+            // No later flush will visit this group: fold the deltas the
+            // standard way, so they still reach the ancestors.
+            ctx.fold();
+            return (false, Some(payload));
+        }
+        (true, Some(payload))
+    };
+    // SAFETY: caller's guarantees.
+    let (retry, payload) = unsafe { with_flush_ctx(css, group, cpu, deltas, call) };
     scratch.truncate(n);
     if retry {
         // Move `prev` back by the deltas, so the next flush sees them again
