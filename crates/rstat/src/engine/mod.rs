@@ -82,8 +82,7 @@ impl EngineInner {
     }
 
     fn new_domain(&self) -> Result<Box<Domain>> {
-        let backlog = sync::lock(&self.arena)
-            .alloc::<BacklogHead>(1, |_, _| AtomicPtr::new(core::ptr::null_mut()))?;
+        let backlog = sync::lock(&self.arena).alloc::<BacklogHead>(1, |_, _| BacklogHead::new())?;
         Ok(Box::new(Domain {
             nr_cpus: self.nr_cpus,
             lock: Mutex::new(FlushScratch::default()),
