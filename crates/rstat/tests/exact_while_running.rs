@@ -11,7 +11,8 @@
 //! for every read, under every sharing of CPU slots users hit: two threads on
 //! one slot (`nr_cpus(1)`), more threads than CPUs on the default slots
 //! (preemption shares rseq slots), and group churn (children created,
-//! updated, removed and released while the parent is read).
+//! updated, removed and released while the parent is read). The `Threshold`
+//! staleness bound is checked the same way with deltas up to 10^6.
 //!
 //! Each configuration runs for `RSTAT_STRESS_SECS` seconds (default 2; the
 //! loop script `scripts/stress-loop.sh` shortens it); under Miri a few
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rstat::{Group, Rstat};
+use rstat::{FlushPolicy, Group, Rstat};
 
 fn run_for() -> Duration {
     let secs: f64 = std::env::var("RSTAT_STRESS_SECS")
@@ -179,4 +180,93 @@ fn six_threads_on_default_slots() {
 fn more_threads_than_slots_with_group_churn() {
     exact_reads_while_updating(Some(1), 4, true);
     exact_reads_while_updating(None, 5, true);
+}
+
+/// The `Threshold` policy's documented bound, checked while threads run:
+/// every `read` that does not flush is at most
+/// `FlushPolicy::Threshold.staleness_bound(..)` below what completed before
+/// it began, and never above what started before it ended. Deltas range from
+/// 1 to 10^6, so one update can cross thousands of batch boundaries while a
+/// flush is reading the same slots.
+#[test]
+fn threshold_bound_holds_with_large_deltas_while_flushes_race() {
+    let rs = Rstat::builder()
+        .nr_cpus(2)
+        .flush_policy(FlushPolicy::Threshold)
+        .periodic_flush(None)
+        .build()
+        .unwrap();
+    let ctl = rs.register_counters("c", &["n"]).unwrap();
+    let p = rs.root().create_child("p").unwrap();
+    let kids: Vec<Group> = (0..3)
+        .map(|i| p.create_child(&format!("k{i}")).unwrap())
+        .collect();
+    // Subtree of `p`: itself and 3 children, one item, 2 slots.
+    let bound = FlushPolicy::Threshold.staleness_bound(2, 4, 1).unwrap() as i64;
+    let ledger = Arc::new(Ledger::default());
+    let failure: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let mut hs = Vec::new();
+    for t in 0..3usize {
+        let (ctl, kids, ledger) = (ctl.clone(), kids.clone(), ledger.clone());
+        hs.push(thread::spawn(move || {
+            let mut budget = Budget::new();
+            let mut x = 0x2545f4914f6cdd1du64 ^ (t as u64 + 1);
+            while budget.more() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Mostly small deltas, sometimes up to 10^6.
+                let delta = if x & 15 == 0 {
+                    1 + (x >> 20) as i64 % 1_000_000
+                } else {
+                    1 + (x >> 20) as i64 % 100
+                };
+                ledger.add(&ctl, &kids[(x >> 8) as usize % kids.len()], delta);
+            }
+        }));
+    }
+    // A thread that flushes children exactly (the race in question: a flush
+    // of a child reads its slots while another CPU folds a large delta).
+    {
+        let (ctl, kids) = (ctl.clone(), kids.clone());
+        hs.push(thread::spawn(move || {
+            let mut budget = Budget::new();
+            let mut i = 0;
+            while budget.more() {
+                ctl.flush(&kids[i % kids.len()]).unwrap();
+                i += 1;
+            }
+        }));
+    }
+    {
+        let (ctl, p, ledger, failure) = (ctl.clone(), p.clone(), ledger.clone(), failure.clone());
+        hs.push(thread::spawn(move || {
+            let mut budget = Budget::new();
+            while budget.more() {
+                let lo = ledger.done.load(Ordering::SeqCst);
+                let v = ctl.read(&p).unwrap().hierarchical()[0];
+                let hi = ledger.started.load(Ordering::SeqCst);
+                if v < lo - bound || v > hi {
+                    failure.lock().unwrap().get_or_insert(format!(
+                        "a threshold read saw {v}: {lo} completed before it (bound {bound}), {hi} started"
+                    ));
+                    return;
+                }
+            }
+        }));
+    }
+    for h in hs {
+        h.join().unwrap();
+    }
+    if let Some(e) = failure.lock().unwrap().take() {
+        panic!("{e}");
+    }
+    // Quiescent: the bound holds for a read with nothing running.
+    let want = ledger.done.load(Ordering::SeqCst);
+    let v = ctl.read(&p).unwrap().hierarchical()[0];
+    assert!(
+        v <= want && v >= want - bound,
+        "quiescent read {v}, want {want} (bound {bound})"
+    );
+    assert_eq!(ctl.read_exact(&p).unwrap().hierarchical()[0], want);
 }

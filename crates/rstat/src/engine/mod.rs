@@ -166,7 +166,8 @@ impl EngineInner {
                     .load(Ordering::Relaxed)
                     .cast_const()
             });
-            let stats = arena.alloc::<StatSlot>(ctl.nr_stats, |_, _| StatSlot::default())?;
+            // One slot per item, plus the pending-update `counted` slot.
+            let stats = arena.alloc::<StatSlot>(ctl.nr_stats + 1, |_, _| StatSlot::default())?;
             // SAFETY: the node was installed above and lives with `g`.
             let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
             g.tables().css[ctl.id].store(Box::into_raw(css), Ordering::Release);
