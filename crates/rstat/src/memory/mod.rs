@@ -116,7 +116,7 @@ pub use reclaim::{OomContext, OomHandler, Reclaimer, ReclaimerId};
 pub use stock::NR_STOCK;
 
 use events::Events;
-use reclaim::ReclaimerList;
+use reclaim::{ReclaimCursor, ReclaimerList};
 use stock::Stocks;
 
 /// The kernel's `MEMCG_CHARGE_BATCH`: the default [`MemoryConfig::batch`].
@@ -176,6 +176,9 @@ pub(crate) struct MemCg {
     pub(crate) over: AtomicBool,
     pub(crate) events: Events,
     pub(crate) reclaimers: Mutex<ReclaimerList>,
+    /// Where the last reclaim under this group stopped: the next one
+    /// resumes there (see [`reclaim`], "Where to start").
+    pub(crate) reclaim_cursor: Mutex<ReclaimCursor>,
     pub(crate) oom_handler: Mutex<Option<Arc<dyn OomHandler>>>,
 }
 
@@ -188,6 +191,7 @@ impl MemCg {
             over: AtomicBool::new(false),
             events: Events::new(),
             reclaimers: Mutex::new(ReclaimerList::default()),
+            reclaim_cursor: Mutex::new(ReclaimCursor::default()),
             oom_handler: Mutex::new(None),
         }
     }

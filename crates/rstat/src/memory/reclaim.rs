@@ -25,6 +25,39 @@
 //! proportion to their sizes. A pass that frees something but not enough
 //! is repeated (a few times, like the kernel's priority loop).
 //!
+//! # Where to start: the walk resumes
+//!
+//! Sharing each request in proportion is not enough when requests are
+//! small: a charge of one page over `memory.max` asks for one unit, every
+//! group's share of it rounds up to that one unit, and the first group in
+//! tree order would give it every time (300 and 100 reclaimable units,
+//! reclaimed one unit at a time, would end at 200/100 instead of 225/75).
+//! The kernel resumes its walk of the target's subtree where the previous
+//! reclaim stopped (`mem_cgroup_iter` with a per-target position). We do
+//! the same, deficit round robin style:
+//!
+//! - each reclaim target (the group whose limit was hit, or the group
+//!   passed to [`Memory::reclaim`]) keeps a **cursor**: the group last
+//!   visited and the *credit* it has left in the current round;
+//! - a visit continues the cursor's group while it has credit; otherwise it
+//!   moves to the next candidate in tree order (wrapping around) and grants
+//!   it a quantum: `round × scan / total_scan` rounded up, where `scan` is
+//!   the group's scaled size, `total_scan` the sum over the candidates, and
+//!   a round is the larger of the request and 1/64 of `total_scan`. One
+//!   large request is thus shared in proportion within one round, as
+//!   before; small requests take turns through rounds whose slices are in
+//!   proportion, so that over many requests each group gives in proportion
+//!   to its scaled size;
+//! - a group that frees less than it was asked (it reached its protection,
+//!   or its reclaimers had less) ends its turn;
+//! - a pass ends when the request is met or every candidate had a fresh
+//!   quantum; concurrent reclaims of one target share its cursor (it is
+//!   locked for the bookkeeping of each visit only), so they spread over
+//!   the groups instead of all starting at the first.
+//!
+//! The cursor holds its group weakly; if that group is removed the walk
+//! starts again at the top.
+//!
 //! A reclaimer must uncharge what it frees (drop its [`Charge`]s, or call
 //! [`Memory::uncharge_raw`]) and must not free more than asked: the
 //! protections are only as good as that. While it runs, its thread's
@@ -35,7 +68,8 @@
 //! [`Charge`]: super::Charge
 //! [`PageCounter::calculate_protection`]: crate::page_counter::PageCounter::calculate_protection
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
 
 use super::{MemCg, Memory, MemoryError, MemoryEvent, STAT_RECLAIMED};
 use crate::group::Group;
@@ -163,6 +197,25 @@ fn reclaiming<R>(f: impl FnOnce() -> R) -> R {
 /// Reclaim passes per reclaim call (the kernel's priority loop, shortened).
 const RECLAIM_PASSES: usize = 4;
 
+/// A round of the walk hands out at least 1/`ROUND_DIVISOR` of the
+/// candidates' scaled sizes (module docs, "Where to start"): small enough
+/// that a round stays a small slice of what is reclaimable, large enough
+/// that rounding each group's quantum up to a whole unit skews little.
+const ROUND_DIVISOR: u128 = 64;
+
+/// Where the last reclaim under a target stopped (the kernel's per-target
+/// reclaim iterator position), kept in the target's state.
+#[derive(Default)]
+pub(crate) struct ReclaimCursor {
+    /// The group the walk last granted a quantum to. Weak: the cursor does
+    /// not keep a removed group's state alive, and while it is held the
+    /// address cannot be reused by another group's state, so comparing
+    /// addresses is exact.
+    at: Option<Weak<MemCg>>,
+    /// What that group may still be asked for in the current round.
+    credit: u64,
+}
+
 /// One group of the subtree being reclaimed.
 struct Node {
     group: Group,
@@ -178,6 +231,15 @@ struct Candidate {
     scan: u64,
     protection: u64,
     breaches_low: bool,
+}
+
+/// A claim on the cursor: ask candidate `cand` for `amount` units.
+struct Claim {
+    cand: usize,
+    amount: u64,
+    /// Whether this claim granted the candidate a fresh quantum (as opposed
+    /// to continuing one granted earlier, by this reclaim or another).
+    fresh: bool,
 }
 
 impl Memory {
@@ -301,12 +363,18 @@ impl Memory {
         if nr == 0 || !any {
             return (0, any);
         }
+        let index: HashMap<*const MemCg, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (Arc::as_ptr(&n.memcg), i))
+            .collect();
         let mut total = 0u64;
         let mut low_reclaim = false;
         let mut passes = 0;
         while passes < RECLAIM_PASSES && total < nr {
             passes += 1;
-            let (freed, low_skipped) = self.shrink_pass(&nodes, tm, nr - total, low_reclaim);
+            let (freed, low_skipped) =
+                self.shrink_pass(&nodes, &index, tm, nr - total, low_reclaim);
             total = total.saturating_add(freed);
             if freed == 0 {
                 // The kernel breaches `low` only when nothing at all was
@@ -347,90 +415,184 @@ impl Memory {
     }
 
     /// One pass over the subtree: choose the groups to reclaim from and how
-    /// much (module docs), and call their reclaimers. Returns (freed,
-    /// whether a group was skipped for its `low`).
-    fn shrink_pass(&self, nodes: &[Node], tm: &MemCg, want: u64, low_reclaim: bool) -> (u64, bool) {
-        let mut low_skipped = false;
-        // Each group's own usage: its usage minus its children's.
-        let usage: Vec<u64> = nodes.iter().map(|n| n.memcg.counter.usage()).collect();
-        let mut own = usage.clone();
-        for (i, n) in nodes.iter().enumerate() {
-            if let Some(p) = n.parent {
-                own[p] = own[p].saturating_sub(usage[i]);
-            }
-        }
-        let mut cands = Vec::new();
-        for (i, n) in nodes.iter().enumerate() {
-            let c = &n.memcg.counter;
-            // Top-down: each group's parent was computed just before it.
-            c.calculate_protection(&tm.counter);
-            if usage[i] == 0 {
-                continue;
-            }
-            let (emin, elow) = if i == 0 { (0, 0) } else { (c.emin(), c.elow()) };
-            if usage[i] <= emin {
-                continue;
-            }
-            let breaches_low = usage[i] <= elow;
-            if breaches_low && !low_reclaim {
-                low_skipped = true;
-                continue;
-            }
-            let reclaimers: Vec<(Arc<dyn Reclaimer>, u64)> = sync::lock(&n.memcg.reclaimers)
-                .0
-                .iter()
-                .map(|(_, r)| {
-                    let size = r.reclaimable().unwrap_or(own[i]);
-                    (Arc::clone(r), size)
-                })
-                .collect();
-            let size = reclaimers
-                .iter()
-                .fold(0u64, |a, (_, s)| a.saturating_add(*s));
-            if size == 0 {
-                continue;
-            }
-            let protection = if !low_reclaim && elow > emin {
-                elow
-            } else {
-                emin
-            };
-            let scan = scaled_size(size, usage[i], protection);
-            if scan > 0 {
-                cands.push(Candidate {
-                    node: i,
-                    reclaimers,
-                    size,
-                    scan,
-                    protection,
-                    breaches_low,
-                });
-            }
+    /// much (module docs), and call their reclaimers, resuming at the
+    /// target's cursor. Returns (freed, whether a group was skipped for its
+    /// `low`).
+    fn shrink_pass(
+        &self,
+        nodes: &[Node],
+        index: &HashMap<*const MemCg, usize>,
+        tm: &MemCg,
+        want: u64,
+        low_reclaim: bool,
+    ) -> (u64, bool) {
+        let (cands, low_skipped) = candidates(nodes, tm, low_reclaim);
+        if cands.is_empty() {
+            return (0, low_skipped);
         }
         let total_scan: u128 = cands.iter().map(|c| u128::from(c.scan)).sum();
+        // What one round hands out: the whole request when it is large, so
+        // a single request is shared in proportion within one round; else a
+        // fixed slice of what is reclaimable, so that small requests take
+        // turns at it.
+        let round = u128::from(want).max(total_scan.div_ceil(ROUND_DIVISOR));
         let mut freed = 0u64;
-        for c in &cands {
-            if freed >= want {
-                break;
-            }
+        let mut fresh = 0usize;
+        // Bound the visits even if concurrent reclaims keep moving the
+        // cursor: each candidate once per round, twice over.
+        let mut visits = 2 * cands.len() + 2;
+        while freed < want && fresh < cands.len() && visits > 0 {
+            visits -= 1;
+            let claim = claim(tm, nodes, index, &cands, round, total_scan, want - freed);
+            fresh += usize::from(claim.fresh);
+            let c = &cands[claim.cand];
             let n = &nodes[c.node];
-            let share = div_ceil(u128::from(want) * u128::from(c.scan), total_scan);
             // Re-read usage: earlier groups' reclaim may have lowered it.
             let room = n.memcg.counter.usage().saturating_sub(c.protection);
-            let ask = share.min(c.scan).min(want - freed).min(room);
-            if ask == 0 {
-                continue;
+            let ask = claim.amount.min(room);
+            let mut got = 0;
+            if ask > 0 {
+                if c.breaches_low {
+                    n.memcg.raise(MemoryEvent::Low);
+                }
+                got = call_reclaimers(&c.reclaimers, c.size, ask);
+                if got > 0 {
+                    self.count(&n.group, STAT_RECLAIMED, got);
+                }
+                freed = freed.saturating_add(got);
             }
-            if c.breaches_low {
-                n.memcg.raise(MemoryEvent::Low);
+            if got < claim.amount {
+                // It had less than its claim above its protection, or its
+                // reclaimers freed less: its turn is over.
+                end_turn(tm, &n.memcg);
             }
-            let got = call_reclaimers(&c.reclaimers, c.size, ask);
-            if got > 0 {
-                self.count(&n.group, STAT_RECLAIMED, got);
-            }
-            freed = freed.saturating_add(got);
         }
         (freed, low_skipped)
+    }
+}
+
+/// The groups a pass may reclaim from, in tree order, and whether a group
+/// was skipped for its `low` (module docs).
+fn candidates(nodes: &[Node], tm: &MemCg, low_reclaim: bool) -> (Vec<Candidate>, bool) {
+    let mut low_skipped = false;
+    // Each group's own usage: its usage minus its children's.
+    let usage: Vec<u64> = nodes.iter().map(|n| n.memcg.counter.usage()).collect();
+    let mut own = usage.clone();
+    for (i, n) in nodes.iter().enumerate() {
+        if let Some(p) = n.parent {
+            own[p] = own[p].saturating_sub(usage[i]);
+        }
+    }
+    let mut cands = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let c = &n.memcg.counter;
+        // Top-down: each group's parent was computed just before it.
+        c.calculate_protection(&tm.counter);
+        if usage[i] == 0 {
+            continue;
+        }
+        let (emin, elow) = if i == 0 { (0, 0) } else { (c.emin(), c.elow()) };
+        if usage[i] <= emin {
+            continue;
+        }
+        let breaches_low = usage[i] <= elow;
+        if breaches_low && !low_reclaim {
+            low_skipped = true;
+            continue;
+        }
+        let reclaimers: Vec<(Arc<dyn Reclaimer>, u64)> = sync::lock(&n.memcg.reclaimers)
+            .0
+            .iter()
+            .map(|(_, r)| {
+                let size = r.reclaimable().unwrap_or(own[i]);
+                (Arc::clone(r), size)
+            })
+            .collect();
+        let size = reclaimers
+            .iter()
+            .fold(0u64, |a, (_, s)| a.saturating_add(*s));
+        if size == 0 {
+            continue;
+        }
+        let protection = if !low_reclaim && elow > emin {
+            elow
+        } else {
+            emin
+        };
+        let scan = scaled_size(size, usage[i], protection);
+        if scan > 0 {
+            cands.push(Candidate {
+                node: i,
+                reclaimers,
+                size,
+                scan,
+                protection,
+                breaches_low,
+            });
+        }
+    }
+    (cands, low_skipped)
+}
+
+/// Take the next claim from `tm`'s cursor, under its lock (held for the
+/// bookkeeping only): continue the group the cursor is at while it has
+/// credit and is a candidate of this pass; otherwise move to the next
+/// candidate after it in tree order (wrapping, or the first if the cursor's
+/// group is gone) and grant it its quantum, `round × scan / total_scan`
+/// rounded up, at most its `scan`. The claim is at most `want`.
+fn claim(
+    tm: &MemCg,
+    nodes: &[Node],
+    index: &HashMap<*const MemCg, usize>,
+    cands: &[Candidate],
+    round: u128,
+    total_scan: u128,
+    want: u64,
+) -> Claim {
+    let mut cur = sync::lock(&tm.reclaim_cursor);
+    let at = cur
+        .at
+        .as_ref()
+        .and_then(|w| index.get(&w.as_ptr()).copied());
+    if let Some(node) = at {
+        if cur.credit > 0 {
+            if let Ok(cand) = cands.binary_search_by_key(&node, |c| c.node) {
+                let amount = cur.credit.min(want);
+                cur.credit -= amount;
+                return Claim {
+                    cand,
+                    amount,
+                    fresh: false,
+                };
+            }
+        }
+    }
+    // Candidates are in tree order: the first one after the cursor's node.
+    let cand = at.map_or(0, |node| {
+        cands.partition_point(|c| c.node <= node) % cands.len()
+    });
+    let c = &cands[cand];
+    let quantum = div_ceil(round * u128::from(c.scan), total_scan).min(c.scan);
+    let amount = quantum.min(want);
+    cur.at = Some(Arc::downgrade(&nodes[c.node].memcg));
+    cur.credit = quantum - amount;
+    Claim {
+        cand,
+        amount,
+        fresh: true,
+    }
+}
+
+/// End `m`'s turn if `tm`'s cursor is still at it: it freed less than it
+/// was asked, so the next claim moves on.
+fn end_turn(tm: &MemCg, m: &Arc<MemCg>) {
+    let mut cur = sync::lock(&tm.reclaim_cursor);
+    if cur
+        .at
+        .as_ref()
+        .is_some_and(|w| core::ptr::eq(w.as_ptr(), Arc::as_ptr(m)))
+    {
+        cur.credit = 0;
     }
 }
 
