@@ -56,6 +56,13 @@ const PAGES: Units = Units {
     text: false,
 };
 
+/// Charging bytes: pages of 4096, limits written as text.
+const BYTES: Units = Units {
+    page: 4096,
+    mb: 1 << 20,
+    text: true,
+};
+
 impl Units {
     fn m(self, n: u64) -> u64 {
         n * self.mb
@@ -91,6 +98,10 @@ impl rstat::memory::Reclaimer for PageCacheReclaimer {
 
     fn reclaimable(&self) -> Option<u64> {
         self.0.upgrade().map(|c| c.size())
+    }
+
+    fn granularity(&self) -> u64 {
+        self.0.upgrade().map_or(1, |c| c.page)
     }
 }
 
@@ -140,14 +151,17 @@ fn alloc_anon(mem: &Memory, g: &Group, n: u64, page: u64) -> Result<Vec<Charge>,
     Ok(v)
 }
 
+/// An engine of 2 CPUs with the kernel's charge batch, 64 pages.
 fn setup(u: Units) -> (Rstat, Memory) {
+    setup_with_batch(64 * u.page)
+}
+
+fn setup_with_batch(batch: u64) -> (Rstat, Memory) {
     let rs = Rstat::builder()
         .nr_cpus(2)
         .periodic_flush(None)
         .build()
         .unwrap();
-    // The kernel's charge batch: 64 pages.
-    let batch = 64 * u.page;
     let mem = Memory::register_with(
         &rs,
         MemoryConfig {
@@ -292,6 +306,16 @@ fn selftest_memcg_low_in_pages() {
     test_memcg_protection(PAGES, false);
 }
 
+#[test]
+fn selftest_memcg_min_in_bytes() {
+    test_memcg_protection(BYTES, true);
+}
+
+#[test]
+fn selftest_memcg_low_in_bytes() {
+    test_memcg_protection(BYTES, false);
+}
+
 /// 300 and 100 reclaimable units, reclaimed one unit at a time: each small
 /// request must not go to the first group in tree order; together they
 /// must share the pressure as one request of 100 does (225/75).
@@ -312,4 +336,89 @@ fn small_requests_share_pressure_in_proportion() {
     println!("300/100 after 100 requests of 1: {left:?}");
     assert_eq!(left.0 + left.1, 300);
     assert!(left.0.abs_diff(225) <= 5, "{left:?}, want about (225, 75)");
+}
+
+/// Charges of 100 bytes over a limit, with a cache of 4 KiB pages to
+/// reclaim: every request is for less than a page, and a cache that never
+/// frees more than asked would free nothing. Its granularity makes each
+/// request a whole page, so the charges succeed, freeing no more pages
+/// than they need plus one.
+#[test]
+fn sub_page_requests_free_whole_pages() {
+    // No stock: every charge reaches the page counter, so the figures are
+    // exact.
+    let (rs, mem) = setup_with_batch(0);
+    let p = rs.root().create_child("p").unwrap();
+    let a = p.create_child("a").unwrap();
+    let b = p.create_child("b").unwrap();
+    mem.write_limit(&p, Limit::Max, "1M").unwrap();
+    let cache = PageCache::new(&mem, &a, 4096);
+    cache.fill(200 * 4096);
+    let mut objects = Vec::new();
+    for i in 0..4000 {
+        match mem.try_charge(&b, 100) {
+            Ok(c) => objects.push(c),
+            Err(e) => panic!("object {i}: {e} (cache: {} pages)", cache.size() / 4096),
+        }
+    }
+    assert!(mem.current(&p).unwrap() <= 1 << 20);
+    // 819,200 + 400,000 − 1,048,576 = 170,624 bytes had to go: 41.7 pages.
+    let freed = 200 - cache.size() / 4096;
+    println!("pages freed for 4000 objects of 100 bytes: {freed}");
+    assert!((42..=43).contains(&freed), "{freed} pages freed");
+}
+
+/// Rounding a request up to a reclaimer's granularity never reaches into
+/// the group's protection: with 2,000 bytes above `memory.min`, a page
+/// cannot be freed, and the charge that needs it fails.
+#[test]
+fn granularity_never_rounds_into_protection() {
+    let (rs, mem) = setup_with_batch(0);
+    let p = rs.root().create_child("p").unwrap();
+    let a = p.create_child("a").unwrap();
+    let b = p.create_child("b").unwrap();
+    let cache = PageCache::new(&mem, &a, 4096);
+    cache.fill(200 * 4096);
+    let min = 200 * 4096 - 2000;
+    mem.set_limit(&a, Limit::Min, min).unwrap();
+    mem.set_max(&p, 200 * 4096).unwrap();
+    let e = mem.try_charge(&b, 100).unwrap_err();
+    assert!(matches!(e, MemoryError::OverLimit(_)), "{e}");
+    assert_eq!(cache.size(), 200 * 4096);
+    assert!(mem.current(&a).unwrap() >= min);
+}
+
+/// A cache that frees at most one unit per call, however much it is asked.
+struct OneAtATime(Weak<PageCache>);
+
+impl rstat::memory::Reclaimer for OneAtATime {
+    fn reclaim(&self, target: u64) -> u64 {
+        self.0.upgrade().map_or(0, |c| c.shrink(target.min(1)))
+    }
+}
+
+/// A charge fails only when reclaim stops making progress, not after a
+/// fixed number of rounds: 200 units from a reclaimer that frees one per
+/// call take 200 calls, more than 16 rounds of 4 passes. So does a
+/// `memory.max` write.
+#[test]
+fn a_charge_retries_while_reclaim_makes_progress() {
+    let (rs, mem) = setup_with_batch(0);
+    let g = rs.root().create_child("g").unwrap();
+    let cache = Arc::new(PageCache {
+        mem: mem.clone(),
+        group: g.clone(),
+        page: 1,
+        pages: Mutex::new(Vec::new()),
+    });
+    mem.register_reclaimer(&g, OneAtATime(Arc::downgrade(&cache)))
+        .unwrap();
+    cache.fill(1000);
+    mem.set_max(&g, 1000).unwrap();
+    let c = mem.try_charge(&g, 200).expect("800 units are reclaimable");
+    assert_eq!(cache.size(), 800);
+    let w = mem.set_max(&g, 700).unwrap();
+    assert!(w.reached, "{w:?}");
+    assert_eq!(cache.size(), 500);
+    drop(c);
 }

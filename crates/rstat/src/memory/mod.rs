@@ -25,8 +25,10 @@
 //!    refuses, the batch is dropped to `n` and tried again.
 //! 3. **Over the limit** ([`reclaim`]): count a `max` event on the group
 //!    that refused, drain the stocks of its subtree, then reclaim from its
-//!    subtree with the registered [`Reclaimer`]s, retrying up to
-//!    [`MemoryConfig::max_reclaim_retries`] times; drain again; then
+//!    subtree with the registered [`Reclaimer`]s, retrying while reclaim
+//!    makes progress (up to [`MAX_RECLAIM_ROUNDS`] rounds) and up to
+//!    [`MemoryConfig::max_reclaim_retries`] rounds that free nothing; drain
+//!    again; then
 //!    declare OOM (`oom` event), give the group's [`OomHandler`] one
 //!    chance, and fail with [`MemoryError::OverLimit`], or with
 //!    [`OnOom::Force`] charge anyway and count it.
@@ -126,6 +128,12 @@ pub const MEMCG_CHARGE_BATCH: u64 = 64;
 /// [`MemoryConfig::max_reclaim_retries`].
 pub const MAX_RECLAIM_RETRIES: u32 = 16;
 
+/// The most reclaim rounds one charge over `memory.max` (or one
+/// `memory.max` / `memory.high` write) makes, counting those that freed
+/// something, when [`MemoryConfig::max_reclaim_retries`] is smaller: the
+/// bound on "retry while reclaim makes progress".
+pub const MAX_RECLAIM_ROUNDS: u32 = 256;
+
 /// The largest [`MemoryConfig::batch`] (2³²).
 pub const MAX_BATCH: u64 = 1 << 32;
 
@@ -149,9 +157,11 @@ pub struct MemoryConfig {
     /// disables the stock: every charge goes to the page counter. At most
     /// [`MAX_BATCH`]. Default [`MEMCG_CHARGE_BATCH`].
     pub batch: u64,
-    /// Reclaim rounds a charge over `memory.max` (or a `memory.max` /
-    /// `memory.high` write) makes before giving up. At most 1000. Default
-    /// [`MAX_RECLAIM_RETRIES`].
+    /// Reclaim rounds that free nothing a charge over `memory.max` (or a
+    /// `memory.max` / `memory.high` write) makes before giving up. Rounds
+    /// that free something do not count: it keeps reclaiming while reclaim
+    /// makes progress, up to [`MAX_RECLAIM_ROUNDS`] rounds in all (or this
+    /// many, if larger). At most 1000. Default [`MAX_RECLAIM_RETRIES`].
     pub max_reclaim_retries: u32,
 }
 

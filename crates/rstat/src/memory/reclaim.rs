@@ -58,6 +58,49 @@
 //! The cursor holds its group weakly; if that group is removed the walk
 //! starts again at the top.
 //!
+//! # Granularity
+//!
+//! A reclaimer may free in units larger than the charges' (a cache of
+//! 4 KiB pages charged in bytes): it declares them with
+//! [`Reclaimer::granularity`]. Each request to a group is rounded up to the
+//! largest granularity among its reclaimers (and each reclaimer's share up
+//! to its own), so a reclaimer that never frees more than asked is never
+//! asked for a fraction of what it can free; a request may thus free up to
+//! one granule more than it needed. Rounding never reaches into
+//! protection: if the rounded request does not fit above the group's
+//! protection it is rounded *down*, possibly to nothing. A group held back
+//! that way by its `low` counts as skipped for its `low`, so that when
+//! nothing else is left a low-reclaim pass takes a whole granule from it
+//! (counting a `low` event); one held back by its `min` gives nothing.
+//!
+//! # Progress
+//!
+//! A charge over `memory.max` reclaims in rounds (each up to four passes)
+//! and retries the charge after each. A round that frees something does
+//! not count against [`MemoryConfig::max_reclaim_retries`]; only rounds
+//! that free nothing do, and at most [`MAX_RECLAIM_ROUNDS`] rounds run in
+//! all (so charges racing for the room freed cannot hold one forever).
+//! `memory.max` and `memory.high` writes do the same. So a charge fails
+//! only when its rounds stop freeing anything: every candidate was asked,
+//! in a full round, for at least a granule it could give above its
+//! protection and freed nothing (unprotected reclaimable memory is
+//! exhausted, or the reclaimers refuse), or after [`MAX_RECLAIM_ROUNDS`]
+//! rounds.
+//!
+//! # Cost
+//!
+//! One reclaim round (a charge's, a limit write's, or [`Memory::reclaim`])
+//! walks the target's subtree once, cloning each group's handle and state
+//! and indexing them by address (a few allocations, O(groups)). Each pass
+//! then computes every group's effective protection and its reclaimable
+//! size (O(groups), a `reclaimable()` call per reclaimer), and makes at
+//! most 2 × candidates + 2 visits; a visit locks the target's cursor for
+//! its bookkeeping (twice at most) and calls the group's reclaimers with no
+//! lock held. A round makes at most four passes, eight when `low` is
+//! breached. Small requests thus cost a subtree walk each, as in the
+//! kernel; what the cursor adds is a few loads and an uncontended lock per
+//! visit.
+//!
 //! A reclaimer must uncharge what it frees (drop its [`Charge`]s, or call
 //! [`Memory::uncharge_raw`]) and must not free more than asked: the
 //! protections are only as good as that. While it runs, its thread's
@@ -66,12 +109,13 @@
 //! `PF_MEMALLOC`).
 //!
 //! [`Charge`]: super::Charge
+//! [`MemoryConfig::max_reclaim_retries`]: super::MemoryConfig::max_reclaim_retries
 //! [`PageCounter::calculate_protection`]: crate::page_counter::PageCounter::calculate_protection
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use super::{MemCg, Memory, MemoryError, MemoryEvent, STAT_RECLAIMED};
+use super::{MemCg, Memory, MemoryError, MemoryEvent, MAX_RECLAIM_ROUNDS, STAT_RECLAIMED};
 use crate::group::Group;
 use crate::page_counter::PAGE_COUNTER_MAX;
 use crate::sync;
@@ -98,6 +142,18 @@ pub trait Reclaimer: Send + Sync + 'static {
     /// the group's own usage" (its usage minus its children's).
     fn reclaimable(&self) -> Option<u64> {
         None
+    }
+
+    /// The unit this reclaimer frees in (a cache of 4 KiB pages charged in
+    /// bytes: 4096): every request to it is a whole multiple of this, so a
+    /// reclaimer that never frees more than asked is never asked for less
+    /// than it can free. A request is rounded **up** to a multiple, unless
+    /// that would take the group below its protection (`memory.min`, or
+    /// `memory.low` while it holds); then it is rounded down, possibly to
+    /// nothing (module docs, "Granularity"). The default, 1, is for
+    /// reclaimers that can free any amount; 0 is taken as 1.
+    fn granularity(&self) -> u64 {
+        1
     }
 }
 
@@ -194,6 +250,42 @@ fn reclaiming<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// How many reclaim rounds a charge or a limit write may still make: rounds
+/// that free nothing count against the configured retries, rounds that
+/// free something do not (the kernel retries a small charge while reclaim
+/// makes progress); no more than [`MAX_RECLAIM_ROUNDS`] (or the retries, if
+/// more) in all, so concurrent charges that keep taking the room freed
+/// cannot hold a charge forever.
+pub(crate) struct ReclaimBudget {
+    retries: u32,
+    rounds: u32,
+}
+
+impl ReclaimBudget {
+    pub(crate) fn new(retries: u32) -> Self {
+        ReclaimBudget {
+            retries,
+            rounds: MAX_RECLAIM_ROUNDS.max(retries),
+        }
+    }
+
+    /// Whether another round may run.
+    pub(crate) fn may_retry(&self) -> bool {
+        self.retries > 0 && self.rounds > 0
+    }
+
+    /// Count a round that freed `freed` units; `any_reclaimer` false (the
+    /// subtree has none) ends the budget: retrying cannot help.
+    pub(crate) fn record(&mut self, freed: u64, any_reclaimer: bool) {
+        self.rounds = self.rounds.saturating_sub(1);
+        if !any_reclaimer {
+            self.retries = 0;
+        } else if freed == 0 {
+            self.retries = self.retries.saturating_sub(1);
+        }
+    }
+}
+
 /// Reclaim passes per reclaim call (the kernel's priority loop, shortened).
 const RECLAIM_PASSES: usize = 4;
 
@@ -223,13 +315,27 @@ struct Node {
     parent: Option<usize>,
 }
 
+/// A reclaimer of a group chosen in a pass, with what it reported.
+struct Sized {
+    reclaimer: Arc<dyn Reclaimer>,
+    /// Its reclaimable size.
+    size: u64,
+    /// Its granularity, at least 1.
+    granularity: u64,
+}
+
 /// A group chosen in a pass.
 struct Candidate {
     node: usize,
-    reclaimers: Vec<(Arc<dyn Reclaimer>, u64)>,
+    reclaimers: Vec<Sized>,
     size: u64,
+    /// The largest of its reclaimers' granularities: what a request to the
+    /// group is rounded to.
+    granularity: u64,
     scan: u64,
     protection: u64,
+    /// Its protection in this pass is its `elow`, above its `emin`.
+    held_by_low: bool,
     breaches_low: bool,
 }
 
@@ -426,7 +532,7 @@ impl Memory {
         want: u64,
         low_reclaim: bool,
     ) -> (u64, bool) {
-        let (cands, low_skipped) = candidates(nodes, tm, low_reclaim);
+        let (cands, mut low_skipped) = candidates(nodes, tm, low_reclaim);
         if cands.is_empty() {
             return (0, low_skipped);
         }
@@ -449,7 +555,7 @@ impl Memory {
             let n = &nodes[c.node];
             // Re-read usage: earlier groups' reclaim may have lowered it.
             let room = n.memcg.counter.usage().saturating_sub(c.protection);
-            let ask = claim.amount.min(room);
+            let ask = fit(claim.amount, room, c.granularity);
             let mut got = 0;
             if ask > 0 {
                 if c.breaches_low {
@@ -466,6 +572,9 @@ impl Memory {
                 // reclaimers freed less: its turn is over.
                 end_turn(tm, &n.memcg);
             }
+            // Less than a granule left above its `low`: only a low-reclaim
+            // pass can free it (module docs, "Granularity").
+            low_skipped |= ask < claim.amount && c.held_by_low;
         }
         (freed, low_skipped)
     }
@@ -500,36 +609,46 @@ fn candidates(nodes: &[Node], tm: &MemCg, low_reclaim: bool) -> (Vec<Candidate>,
             low_skipped = true;
             continue;
         }
-        let reclaimers: Vec<(Arc<dyn Reclaimer>, u64)> = sync::lock(&n.memcg.reclaimers)
+        // Cloned out of the lock: reclaimers are called without it.
+        let reclaimers: Vec<Arc<dyn Reclaimer>> = sync::lock(&n.memcg.reclaimers)
             .0
             .iter()
-            .map(|(_, r)| {
-                let size = r.reclaimable().unwrap_or(own[i]);
-                (Arc::clone(r), size)
+            .map(|(_, r)| Arc::clone(r))
+            .collect();
+        let reclaimers: Vec<Sized> = reclaimers
+            .into_iter()
+            .map(|r| Sized {
+                size: r.reclaimable().unwrap_or(own[i]),
+                granularity: r.granularity().max(1),
+                reclaimer: r,
             })
             .collect();
         let size = reclaimers
             .iter()
-            .fold(0u64, |a, (_, s)| a.saturating_add(*s));
+            .fold(0u64, |a, r| a.saturating_add(r.size));
         if size == 0 {
             continue;
         }
-        let protection = if !low_reclaim && elow > emin {
-            elow
-        } else {
-            emin
-        };
+        let granularity = reclaimers.iter().map(|r| r.granularity).max().unwrap_or(1);
+        // Held back by `low` rather than `min`: what `low` keeps from
+        // this pass, a low-reclaim pass may take.
+        let held_by_low = !low_reclaim && elow > emin;
+        let protection = if held_by_low { elow } else { emin };
         let scan = scaled_size(size, usage[i], protection);
-        if scan > 0 {
-            cands.push(Candidate {
-                node: i,
-                reclaimers,
-                size,
-                scan,
-                protection,
-                breaches_low,
-            });
+        if scan == 0 {
+            low_skipped |= held_by_low;
+            continue;
         }
+        cands.push(Candidate {
+            node: i,
+            reclaimers,
+            size,
+            granularity,
+            scan,
+            protection,
+            held_by_low,
+            breaches_low,
+        });
     }
     (cands, low_skipped)
 }
@@ -539,7 +658,9 @@ fn candidates(nodes: &[Node], tm: &MemCg, low_reclaim: bool) -> (Vec<Candidate>,
 /// credit and is a candidate of this pass; otherwise move to the next
 /// candidate after it in tree order (wrapping, or the first if the cursor's
 /// group is gone) and grant it its quantum, `round × scan / total_scan`
-/// rounded up, at most its `scan`. The claim is at most `want`.
+/// rounded up, at most its `scan`. The claim is at most `want`, then
+/// rounded up to the group's granularity; the credit pays for the rounding
+/// as far as it goes.
 fn claim(
     tm: &MemCg,
     nodes: &[Node],
@@ -557,8 +678,8 @@ fn claim(
     if let Some(node) = at {
         if cur.credit > 0 {
             if let Ok(cand) = cands.binary_search_by_key(&node, |c| c.node) {
-                let amount = cur.credit.min(want);
-                cur.credit -= amount;
+                let amount = round_up(cur.credit.min(want), cands[cand].granularity);
+                cur.credit = cur.credit.saturating_sub(amount);
                 return Claim {
                     cand,
                     amount,
@@ -573,9 +694,9 @@ fn claim(
     });
     let c = &cands[cand];
     let quantum = div_ceil(round * u128::from(c.scan), total_scan).min(c.scan);
-    let amount = quantum.min(want);
+    let amount = round_up(quantum.min(want), c.granularity);
     cur.at = Some(Arc::downgrade(&nodes[c.node].memcg));
-    cur.credit = quantum - amount;
+    cur.credit = quantum.saturating_sub(amount);
     Claim {
         cand,
         amount,
@@ -610,25 +731,49 @@ fn scaled_size(size: u64, usage: u64, protection: u64) -> u64 {
     scan.min(usage.saturating_sub(protection))
 }
 
+/// `n` rounded up to a multiple of `g` (≥ 1), saturating at the largest
+/// multiple that fits.
+fn round_up(n: u64, g: u64) -> u64 {
+    n.checked_next_multiple_of(g)
+        .unwrap_or(u64::MAX - u64::MAX % g)
+}
+
+/// What to ask of a group for a claim of `amount` (a multiple of `g`) when
+/// `room` is all it has above its protection: the claim if it fits, else
+/// the largest multiple of `g` that does (possibly 0). Never more than
+/// `room`: rounding up to the granularity never reaches into protection.
+fn fit(amount: u64, room: u64, g: u64) -> u64 {
+    if amount <= room {
+        amount
+    } else {
+        room - room % g
+    }
+}
+
 /// ⌈a / b⌉ for b > 0, saturating into u64.
 fn div_ceil(a: u128, b: u128) -> u64 {
     u64::try_from(a.div_ceil(b)).unwrap_or(u64::MAX)
 }
 
 /// Ask a group's reclaimers for `ask` units in proportion to their sizes
-/// (which sum to `size`); returns what they reported freeing.
-fn call_reclaimers(rs: &[(Arc<dyn Reclaimer>, u64)], size: u64, ask: u64) -> u64 {
+/// (which sum to `size`), each share rounded up to the reclaimer's
+/// granularity but never past `ask` in all (so never into the group's
+/// protection: `ask` was fitted to its room). Returns what they reported
+/// freeing.
+fn call_reclaimers(rs: &[Sized], size: u64, ask: u64) -> u64 {
     reclaiming(|| {
         let mut got = 0u64;
-        for (r, s) in rs {
+        for r in rs {
             if got >= ask {
                 break;
             }
-            let share = div_ceil(u128::from(ask) * u128::from(*s), u128::from(size))
-                .min(*s)
-                .min(ask - got);
+            let left = ask - got;
+            let share = div_ceil(u128::from(ask) * u128::from(r.size), u128::from(size))
+                .min(r.size)
+                .min(left);
+            let share = fit(round_up(share, r.granularity), left, r.granularity);
             if share > 0 {
-                got = got.saturating_add(r.reclaim(share));
+                got = got.saturating_add(r.reclaimer.reclaim(share));
             }
         }
         got
@@ -651,6 +796,18 @@ mod unit {
             scaled_size(u64::MAX, PAGE_COUNTER_MAX, 1),
             PAGE_COUNTER_MAX - 1
         );
+    }
+
+    #[test]
+    fn requests_round_up_to_the_granularity_but_never_past_the_room() {
+        assert_eq!(round_up(0, 4096), 0);
+        assert_eq!(round_up(1, 4096), 4096);
+        assert_eq!(round_up(4096, 4096), 4096);
+        assert_eq!(round_up(7, 1), 7);
+        assert_eq!(round_up(u64::MAX, 4096), u64::MAX - u64::MAX % 4096);
+        assert_eq!(fit(4096, 10_000, 4096), 4096);
+        assert_eq!(fit(8192, 6000, 4096), 4096);
+        assert_eq!(fit(4096, 2000, 4096), 0);
     }
 
     #[test]
