@@ -422,3 +422,84 @@ fn a_charge_retries_while_reclaim_makes_progress() {
     assert_eq!(cache.size(), 500);
     drop(c);
 }
+
+/// Two reclaims of one target at once must not together take a group
+/// below its `memory.min`: each sees the same usage, 50 units above the
+/// protection, and without a reservation of what is in flight each would
+/// ask for those 50. The reclaimer holds the first call until a second
+/// call arrives or the other reclaim returns, so the two overlap whatever
+/// the scheduling.
+#[test]
+fn concurrent_reclaims_never_take_a_group_below_its_min() {
+    use std::sync::Condvar;
+    use std::time::Duration;
+
+    #[derive(Default)]
+    struct Meeting {
+        calls: u32,
+        finished: u32,
+    }
+
+    struct Held {
+        cache: Weak<PageCache>,
+        meeting: Arc<(Mutex<Meeting>, Condvar)>,
+    }
+
+    impl rstat::memory::Reclaimer for Held {
+        fn reclaim(&self, target: u64) -> u64 {
+            let (m, cv) = &*self.meeting;
+            let mut g = m.lock().unwrap();
+            g.calls += 1;
+            cv.notify_all();
+            // A bound so that a bug cannot hang the test; no figure depends
+            // on it.
+            let (g, _) = cv
+                .wait_timeout_while(g, Duration::from_secs(30), |g| {
+                    g.calls < 2 && g.finished == 0
+                })
+                .unwrap();
+            drop(g);
+            self.cache.upgrade().map_or(0, |c| c.shrink(target))
+        }
+    }
+
+    let rounds = if cfg!(miri) { 2 } else { 20 };
+    for _ in 0..rounds {
+        let (rs, mem) = setup_with_batch(0);
+        let p = rs.root().create_child("p").unwrap();
+        let a = p.create_child("a").unwrap();
+        let cache = Arc::new(PageCache {
+            mem: mem.clone(),
+            group: a.clone(),
+            page: 1,
+            pages: Mutex::new(Vec::new()),
+        });
+        let meeting = Arc::new((Mutex::new(Meeting::default()), Condvar::new()));
+        mem.register_reclaimer(
+            &a,
+            Held {
+                cache: Arc::downgrade(&cache),
+                meeting: Arc::clone(&meeting),
+            },
+        )
+        .unwrap();
+        cache.fill(150);
+        mem.set_limit(&a, Limit::Min, 100).unwrap();
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (mem, p, meeting) = (mem.clone(), p.clone(), Arc::clone(&meeting));
+                std::thread::spawn(move || {
+                    let got = mem.reclaim(&p, 50).unwrap();
+                    let (m, cv) = &*meeting;
+                    m.lock().unwrap().finished += 1;
+                    cv.notify_all();
+                    got
+                })
+            })
+            .collect();
+        let got: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        let left = mem.current(&a).unwrap();
+        assert!(left >= 100, "reclaimed {got}, left {left} below min 100");
+        assert_eq!((got, left), (50, 100));
+    }
+}

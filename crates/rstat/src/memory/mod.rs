@@ -64,7 +64,10 @@
 //! removal may act on the group just removed, whose charges its parent
 //! counts anyway; and `over` (see the stock's "Over the limit"), a `Relaxed`
 //! hint. Reclaimer lists and OOM handlers sit behind per-group mutexes,
-//! never held while a reclaimer or handler runs.
+//! never held while a reclaimer or handler runs; so do each group's reclaim
+//! cursor (where the next reclaim under it resumes) and its reclaim
+//! reservation (units being reclaimed from it, held off its protection),
+//! each locked for a few loads and stores (see [`reclaim`]).
 //!
 //! ```
 //! use rstat::memory::{Memory, MemoryEvent};
@@ -189,6 +192,9 @@ pub(crate) struct MemCg {
     /// Where the last reclaim under this group stopped: the next one
     /// resumes there (see [`reclaim`], "Where to start").
     pub(crate) reclaim_cursor: Mutex<ReclaimCursor>,
+    /// Units reclaimers are being asked to free from this group right now
+    /// (see [`reclaim`], "Concurrent reclaims").
+    pub(crate) reclaim_reserved: Mutex<u64>,
     pub(crate) oom_handler: Mutex<Option<Arc<dyn OomHandler>>>,
 }
 
@@ -202,6 +208,7 @@ impl MemCg {
             events: Events::new(),
             reclaimers: Mutex::new(ReclaimerList::default()),
             reclaim_cursor: Mutex::new(ReclaimCursor::default()),
+            reclaim_reserved: Mutex::new(0),
             oom_handler: Mutex::new(None),
         }
     }

@@ -73,6 +73,23 @@
 //! nothing else is left a low-reclaim pass takes a whole granule from it
 //! (counting a `low` event); one held back by its `min` gives nothing.
 //!
+//! # Concurrent reclaims
+//!
+//! Two reclaims (two charges over one limit, or a charge and a limit write)
+//! may visit one group at once. Each would see the same usage above the
+//! group's protection and ask for all of it, and together they would take
+//! the group below its protection. So a visit first **reserves** what it
+//! asks for: under the group's reservation lock it reads the group's usage,
+//! takes off its protection and what other visits have reserved, and
+//! reserves what fits (rounded down to the granularity); it releases the
+//! reservation after the reclaimers return. A reclaimer uncharges what it
+//! frees before returning, so a visit that reserves after another released
+//! reads a usage without what that one freed (the lock orders the release
+//! after the uncharge, and the usage read after the release). Reservations
+//! bound what reclaim takes; an uncharge by the group's own users racing a
+//! reclaim lowers usage under it, and the group may then end below its
+//! protection by at most what they uncharged, as in the kernel.
+//!
 //! # Progress
 //!
 //! A charge over `memory.max` reclaims in rounds (each up to four passes)
@@ -102,8 +119,8 @@
 //! visit.
 //!
 //! A reclaimer must uncharge what it frees (drop its [`Charge`]s, or call
-//! [`Memory::uncharge_raw`]) and must not free more than asked: the
-//! protections are only as good as that. While it runs, its thread's
+//! [`Memory::uncharge_raw`]) before it returns, and must not free more than
+//! asked: the protections are only as good as that. While it runs, its thread's
 //! uncharges bypass the stock (so the room shows at once) and its charges
 //! over a limit are forced rather than reclaimed for (the kernel's
 //! `PF_MEMALLOC`).
@@ -132,8 +149,9 @@ use crate::sync;
 ///
 /// [`Charge`]: super::Charge
 pub trait Reclaimer: Send + Sync + 'static {
-    /// Free up to `target` units (uncharging them); return how many were
-    /// freed. Must not free more than `target`. Called without any of the
+    /// Free up to `target` units (uncharging them before returning); return
+    /// how many were freed. Must not free more than `target`, a multiple of
+    /// [`granularity`](Self::granularity). Called without any of the
     /// controller's locks held, on the thread that needs the memory.
     fn reclaim(&self, target: u64) -> u64;
 
@@ -553,9 +571,9 @@ impl Memory {
             fresh += usize::from(claim.fresh);
             let c = &cands[claim.cand];
             let n = &nodes[c.node];
-            // Re-read usage: earlier groups' reclaim may have lowered it.
-            let room = n.memcg.counter.usage().saturating_sub(c.protection);
-            let ask = fit(claim.amount, room, c.granularity);
+            let reservation =
+                Reservation::take(&n.memcg, c.protection, claim.amount, c.granularity);
+            let ask = reservation.amount;
             let mut got = 0;
             if ask > 0 {
                 if c.breaches_low {
@@ -567,6 +585,7 @@ impl Memory {
                 }
                 freed = freed.saturating_add(got);
             }
+            drop(reservation);
             if got < claim.amount {
                 // It had less than its claim above its protection, or its
                 // reclaimers freed less: its turn is over.
@@ -651,6 +670,41 @@ fn candidates(nodes: &[Node], tm: &MemCg, low_reclaim: bool) -> (Vec<Candidate>,
         });
     }
     (cands, low_skipped)
+}
+
+/// Units reserved above a group's protection for one visit: what its
+/// reclaimers are asked for, not yet freed. Released on drop (also if a
+/// reclaimer panics).
+struct Reservation<'a> {
+    memcg: &'a MemCg,
+    amount: u64,
+}
+
+impl<'a> Reservation<'a> {
+    /// Reserve what `amount` (a multiple of `g`) fits, as [`fit`] does, in
+    /// the room `memcg` has above `protection` less what other visits have
+    /// reserved; possibly nothing. Usage is read under the lock, after the
+    /// reclaims that released their reservations uncharged what they freed
+    /// (module docs, "Concurrent reclaims").
+    fn take(memcg: &'a MemCg, protection: u64, amount: u64, g: u64) -> Self {
+        let mut reserved = sync::lock(&memcg.reclaim_reserved);
+        let room = memcg
+            .counter
+            .usage()
+            .saturating_sub(protection)
+            .saturating_sub(*reserved);
+        let amount = fit(amount, room, g);
+        *reserved += amount;
+        Reservation { memcg, amount }
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.amount > 0 {
+            *sync::lock(&self.memcg.reclaim_reserved) -= self.amount;
+        }
+    }
 }
 
 /// Take the next claim from `tm`'s cursor, under its lock (held for the
