@@ -47,7 +47,11 @@
 //!   large request is thus shared in proportion within one round, as
 //!   before; small requests take turns through rounds whose slices are in
 //!   proportion, so that over many requests each group gives in proportion
-//!   to its scaled size;
+//!   to its scaled size (300/100 reclaimed one unit at a time ends at about
+//!   228/72: quanta round up, which favours the smaller group a little);
+//! - a credit carried from an earlier request is worth at most the group's
+//!   quantum at the current sizes, so a group that shrank meanwhile does
+//!   not spend an old, larger credit;
 //! - a group that frees less than it was asked (it reached its protection,
 //!   or its reclaimers had less) ends its turn;
 //! - a pass ends when the request is met or every candidate had a fresh
@@ -712,9 +716,10 @@ impl Drop for Reservation<'_> {
 /// credit and is a candidate of this pass; otherwise move to the next
 /// candidate after it in tree order (wrapping, or the first if the cursor's
 /// group is gone) and grant it its quantum, `round × scan / total_scan`
-/// rounded up, at most its `scan`. The claim is at most `want`, then
-/// rounded up to the group's granularity; the credit pays for the rounding
-/// as far as it goes.
+/// rounded up, at most its `scan` (a credit carried over is capped at its
+/// current quantum too). The claim is at most `want`, then rounded up to
+/// the group's granularity; the credit pays for the rounding as far as it
+/// goes.
 fn claim(
     tm: &MemCg,
     nodes: &[Node],
@@ -724,6 +729,7 @@ fn claim(
     total_scan: u128,
     want: u64,
 ) -> Claim {
+    let quantum = |c: &Candidate| div_ceil(round * u128::from(c.scan), total_scan).min(c.scan);
     let mut cur = sync::lock(&tm.reclaim_cursor);
     let at = cur
         .at
@@ -732,8 +738,12 @@ fn claim(
     if let Some(node) = at {
         if cur.credit > 0 {
             if let Ok(cand) = cands.binary_search_by_key(&node, |c| c.node) {
-                let amount = round_up(cur.credit.min(want), cands[cand].granularity);
-                cur.credit = cur.credit.saturating_sub(amount);
+                // A credit granted by an earlier, larger request (or when
+                // the group was larger) is worth at most a quantum now.
+                let c = &cands[cand];
+                let credit = cur.credit.min(quantum(c));
+                let amount = round_up(credit.min(want), c.granularity);
+                cur.credit = credit.saturating_sub(amount);
                 return Claim {
                     cand,
                     amount,
@@ -747,7 +757,7 @@ fn claim(
         cands.partition_point(|c| c.node <= node) % cands.len()
     });
     let c = &cands[cand];
-    let quantum = div_ceil(round * u128::from(c.scan), total_scan).min(c.scan);
+    let quantum = quantum(c);
     let amount = round_up(quantum.min(want), c.granularity);
     cur.at = Some(Arc::downgrade(&nodes[c.node].memcg));
     cur.credit = quantum.saturating_sub(amount);
