@@ -351,21 +351,21 @@ fn sub_page_requests_free_whole_pages() {
     let p = rs.root().create_child("p").unwrap();
     let a = p.create_child("a").unwrap();
     let b = p.create_child("b").unwrap();
-    mem.write_limit(&p, Limit::Max, "1M").unwrap();
+    mem.write_limit(&p, Limit::Max, "256K").unwrap();
     let cache = PageCache::new(&mem, &a, 4096);
-    cache.fill(200 * 4096);
+    cache.fill(50 * 4096);
     let mut objects = Vec::new();
-    for i in 0..4000 {
+    for i in 0..1000 {
         match mem.try_charge(&b, 100) {
             Ok(c) => objects.push(c),
             Err(e) => panic!("object {i}: {e} (cache: {} pages)", cache.size() / 4096),
         }
     }
-    assert!(mem.current(&p).unwrap() <= 1 << 20);
-    // 819,200 + 400,000 − 1,048,576 = 170,624 bytes had to go: 41.7 pages.
-    let freed = 200 - cache.size() / 4096;
-    println!("pages freed for 4000 objects of 100 bytes: {freed}");
-    assert!((42..=43).contains(&freed), "{freed} pages freed");
+    assert!(mem.current(&p).unwrap() <= 256 << 10);
+    // 204,800 + 100,000 − 262,144 = 42,656 bytes had to go: 10.4 pages.
+    let freed = 50 - cache.size() / 4096;
+    println!("pages freed for 1000 objects of 100 bytes: {freed}");
+    assert!((11..=12).contains(&freed), "{freed} pages freed");
 }
 
 /// Rounding a request up to a reclaimer's granularity never reaches into
@@ -398,8 +398,8 @@ impl rstat::memory::Reclaimer for OneAtATime {
 }
 
 /// A charge fails only when reclaim stops making progress, not after a
-/// fixed number of rounds: 200 units from a reclaimer that frees one per
-/// call take 200 calls, more than 16 rounds of 4 passes. So does a
+/// fixed number of rounds: 100 units from a reclaimer that frees one per
+/// call take 100 calls, more than 16 rounds of 4 passes. So does a
 /// `memory.max` write.
 #[test]
 fn a_charge_retries_while_reclaim_makes_progress() {
@@ -413,13 +413,13 @@ fn a_charge_retries_while_reclaim_makes_progress() {
     });
     mem.register_reclaimer(&g, OneAtATime(Arc::downgrade(&cache)))
         .unwrap();
-    cache.fill(1000);
-    mem.set_max(&g, 1000).unwrap();
-    let c = mem.try_charge(&g, 200).expect("800 units are reclaimable");
-    assert_eq!(cache.size(), 800);
-    let w = mem.set_max(&g, 700).unwrap();
+    cache.fill(300);
+    mem.set_max(&g, 300).unwrap();
+    let c = mem.try_charge(&g, 100).expect("300 units are reclaimable");
+    assert_eq!(cache.size(), 200);
+    let w = mem.set_max(&g, 200).unwrap();
     assert!(w.reached, "{w:?}");
-    assert_eq!(cache.size(), 500);
+    assert_eq!(cache.size(), 100);
     drop(c);
 }
 

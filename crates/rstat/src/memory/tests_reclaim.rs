@@ -299,20 +299,20 @@ fn the_walk_survives_the_removal_of_the_group_it_stopped_at() {
 fn a_credit_carried_over_is_worth_at_most_a_quantum_of_the_current_sizes() {
     let (rs, mem) = setup(1, 0);
     let (p, a, b) = family(&rs);
-    let ca = Cache::new(&mem, &a, 3000);
-    let cb = Cache::new(&mem, &b, 1000);
-    // One unit: `a` gets a quantum of ⌈63 × 3000 / 4000⌉ = 48 and keeps a
-    // credit of 47.
+    let ca = Cache::new(&mem, &a, 600);
+    let cb = Cache::new(&mem, &b, 200);
+    // One unit: `a` gets a quantum of ⌈13 × 600 / 800⌉ = 10 and keeps a
+    // credit of 9.
     assert_eq!(mem.reclaim(&p, 1).unwrap(), 1);
-    assert_eq!(ca.len(), 2999);
-    // Its users free most of it: its quantum is now ⌈18 × 100 / 1100⌉ = 2.
-    ca.items.lock().unwrap().truncate(100);
-    for _ in 0..47 {
+    assert_eq!(ca.len(), 599);
+    // Its users free most of it: its quantum is now ⌈4 × 20 / 220⌉ = 1.
+    ca.items.lock().unwrap().truncate(20);
+    for _ in 0..9 {
         assert_eq!(mem.reclaim(&p, 1).unwrap(), 1);
     }
-    // In proportion, `a` gives about 47 × 100 / 1100 ≈ 4; spending the old
-    // credit, it would give all 47.
-    let lost = 100 - ca.len();
-    assert_eq!(lost + (1000 - cb.len()), 47);
-    assert!(lost <= 8, "a gave {lost} of 47");
+    // In proportion, `a` gives about 9 × 20 / 220 ≈ 1; spending the old
+    // credit, it would give all 9.
+    let lost = 20 - ca.len();
+    assert_eq!(lost + (200 - cb.len()), 9);
+    assert!(lost <= 2, "a gave {lost} of 9");
 }
