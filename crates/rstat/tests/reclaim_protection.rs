@@ -2,8 +2,12 @@
 //! tools/testing/selftests/cgroup/test_memcontrol.c), expressed on rstat's
 //! API, in pages and in bytes, for `memory.min` and `memory.low`; and the
 //! reclaim properties it rests on: pressure shared in proportion however
-//! small the requests, and progress with page-sized objects charged in
-//! bytes.
+//! small the requests, progress with page-sized objects charged in bytes
+//! (and with reclaimers that free little per call), and protection that
+//! holds against concurrent reclaims and against rounding to a granule.
+//!
+//! Under Miri the selftests are far too slow (some 120,000 charges each);
+//! the other tests here take seconds to a minute each.
 //!
 //! The selftest's tree, with its page cache:
 //!

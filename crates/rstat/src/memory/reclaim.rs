@@ -124,9 +124,9 @@
 //!
 //! A reclaimer must uncharge what it frees (drop its [`Charge`]s, or call
 //! [`Memory::uncharge_raw`]) before it returns, and must not free more than
-//! asked: the protections are only as good as that. While it runs, its thread's
-//! uncharges bypass the stock (so the room shows at once) and its charges
-//! over a limit are forced rather than reclaimed for (the kernel's
+//! asked: the protections are only as good as that. While it runs, its
+//! thread's uncharges bypass the stock (so the room shows at once) and its
+//! charges over a limit are forced rather than reclaimed for (the kernel's
 //! `PF_MEMALLOC`).
 //!
 //! [`Charge`]: super::Charge
@@ -729,7 +729,11 @@ fn claim(
     total_scan: u128,
     want: u64,
 ) -> Claim {
-    let quantum = |c: &Candidate| div_ceil(round * u128::from(c.scan), total_scan).min(c.scan);
+    // Saturating: scans are below 2⁶³ each, so the product overflows only
+    // with hundreds of groups each near PAGE_COUNTER_MAX, and then the
+    // quantum is still capped at the group's scan.
+    let quantum =
+        |c: &Candidate| div_ceil(round.saturating_mul(u128::from(c.scan)), total_scan).min(c.scan);
     let mut cur = sync::lock(&tm.reclaim_cursor);
     let at = cur
         .at
