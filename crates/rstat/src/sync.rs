@@ -46,6 +46,30 @@ pub(crate) fn sc_fence_for_model() {
     fence(Ordering::SeqCst);
 }
 
+/// Wait until `done()` holds, on the read side of a protocol whose writer
+/// is a few instructions from making it hold (it may be preempted there).
+/// Spins briefly, then yields the CPU (so a writer preempted on this CPU can
+/// run), then sleeps in short steps. Under loom every retry yields to the
+/// model's scheduler.
+pub(crate) fn spin_wait(mut done: impl FnMut() -> bool) {
+    let mut tries = 0u32;
+    while !done() {
+        #[cfg(rstat_loom)]
+        loom::thread::yield_now();
+        #[cfg(not(rstat_loom))]
+        {
+            if tries < 64 {
+                core::hint::spin_loop();
+            } else if tries < 64 + 1000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+        tries = tries.saturating_add(1);
+    }
+}
+
 /// Lock a mutex, treating poisoning as recoverable: every structure the crate
 /// protects with a mutex is left consistent at each point where user code
 /// could panic (no user callback runs with a half-applied change).

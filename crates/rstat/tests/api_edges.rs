@@ -621,3 +621,30 @@ fn a_payload_whose_destructor_panics_is_contained_too() {
     assert_eq!(c.flush_panics(), 1);
     assert_eq!(c.read(rs.root()).unwrap().hierarchical(), &[3]);
 }
+
+#[test]
+fn a_threshold_read_retries_a_fold_that_panicked() {
+    let rs = Rstat::builder()
+        .nr_cpus(1)
+        .flush_policy(FlushPolicy::Threshold)
+        .periodic_flush(None)
+        .build()
+        .unwrap();
+    let flaky = Flaky::new(1);
+    let c = rs.register(flaky.handles()).unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    c.add(&g, 0, 1000).unwrap(); // far past the threshold (64 x 1 CPU)
+    assert_eq!(
+        c.read(&g).unwrap().local(),
+        &[0],
+        "the panicking fold was undone"
+    );
+    assert_eq!(c.flush_panics(), 1);
+    assert!(
+        c.pending_updates(&g).unwrap() > 64,
+        "an undone fold consumes no pending-update units"
+    );
+    // So the next plain read is still due for a flush, and gets it all.
+    assert_eq!(c.read(&g).unwrap().local(), &[1000]);
+    assert_eq!(c.pending_updates(&g).unwrap(), 0);
+}

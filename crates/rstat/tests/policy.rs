@@ -139,16 +139,44 @@ fn threshold_skips_small_changes_and_flushes_large_ones() {
         c.add_on_cpu(&g, 0, 0, 64).unwrap();
         c.add_on_cpu(&g, 1, 0, 64).unwrap();
     }
-    // Six boundaries crossed; counting stops once a group is due for a
-    // flush (> 64 x 2 units), so each counter holds three batches.
-    assert_eq!(c.pending_updates(&g).unwrap(), 3 * 64);
+    // Six boundaries crossed, each counted in g and every ancestor.
+    assert_eq!(c.pending_updates(&g).unwrap(), 6 * 64);
     assert_eq!(
         c.pending_updates(rs.root()).unwrap(),
-        3 * 64,
+        6 * 64,
         "folded into every ancestor"
     );
     assert_eq!(c.read(&g).unwrap().hierarchical()[0], 10 + 6 * 64);
+    // The flush subtracted exactly what it folded into g...
     assert_eq!(c.pending_updates(&g).unwrap(), 0);
+    // ...which is still pending for the root until the root folds it in.
+    assert_eq!(c.pending_updates(rs.root()).unwrap(), 6 * 64);
+    assert_eq!(c.read(rs.root()).unwrap().hierarchical()[0], 10 + 6 * 64);
+    assert_eq!(c.pending_updates(rs.root()).unwrap(), 0);
+}
+
+/// A removed group's counted units pass to its parent, which subtracts
+/// them when it folds the removed group's changes in: nothing stays
+/// counted forever (which would make every later read flush).
+#[test]
+fn threshold_counts_of_a_removed_group_end_with_its_parent_flush() {
+    let rs = engine(2, FlushPolicy::Threshold);
+    let c = rs.register_counters("c", &["n"]).unwrap();
+    let p = rs.root().create_child("p").unwrap();
+    let g = p.create_child("g").unwrap();
+    for d in [1000, -300, 5, 70_000] {
+        c.add_on_cpu(&g, 1, 0, d).unwrap();
+    }
+    let counted = c.pending_updates(&p).unwrap();
+    assert!(counted > 0);
+    assert_eq!(c.pending_updates(rs.root()).unwrap(), counted);
+    g.remove().unwrap();
+    drop(g);
+    assert_eq!(rs.zombie_count(), 0);
+    assert_eq!(c.read_exact(&p).unwrap().hierarchical()[0], 70_705);
+    assert_eq!(c.pending_updates(&p).unwrap(), 0);
+    assert_eq!(c.read_exact(rs.root()).unwrap().hierarchical()[0], 70_705);
+    assert_eq!(c.pending_updates(rs.root()).unwrap(), 0);
 }
 
 #[test]

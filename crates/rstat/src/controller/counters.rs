@@ -352,7 +352,8 @@ impl StatHandle {
                 let old = unsafe { css.stats.elem(cpu, item) }
                     .cur
                     .fetch_add(delta, crate::sync::Ordering::SeqCst);
-                css.count_update(old, delta);
+                // SAFETY: as above.
+                unsafe { css.count_update(cpu, old, delta) };
                 applied += 1;
             }
         }

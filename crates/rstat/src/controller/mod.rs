@@ -64,11 +64,9 @@
 //! The read that ran the flush returns totals without that (group, CPU)'s
 //! deltas (it is as if they had not been flushed yet); a later read has
 //! them, exactly once, as soon as the controller's flush stops panicking.
-//! (Under the `Threshold` policy the flush still resets the group's
-//! pending-update count, so a plain [`read`](crate::ControllerHandle::read)
-//! may keep returning the older totals until the threshold is crossed again
-//! or the periodic flusher runs; [`read_exact`](crate::ControllerHandle::read_exact)
-//! retries at once.)
+//! An undone fold subtracts nothing from the `Threshold` policy's
+//! pending-update counts, so a `Threshold` read that finds the group due
+//! for a flush still does, and retries.
 //! The one exception is a group's final flush at its release, which has no
 //! later flush: there the deltas are folded with the standard sum fold
 //! ([`FlushCtx::fold`]) instead of being retried, so they still reach the
@@ -377,6 +375,11 @@ unsafe impl Send for CtlEntry {}
 unsafe impl Sync for CtlEntry {}
 
 /// One per-CPU stat counter and the value it had at the last flush.
+///
+/// A css has `nr_stats + 1` of them per CPU: the last one's `cur` is the
+/// (css, CPU)'s count of pending-update units folded into the shared
+/// counters and not yet consumed by a flush (see `Css::count_update`); its
+/// `prev` is unused.
 pub(crate) struct StatSlot {
     pub(crate) cur: AtomicI64,
     /// Domain lock.
@@ -422,12 +425,17 @@ pub(crate) struct Css {
     pub(crate) published_overflows: AtomicU64,
     /// Pending-update counter (the `Threshold` policy, kernel v6.8): units
     /// folded up from this group's and its descendants' per-CPU slots (64
-    /// per batch boundary crossed) since this group was last flushed. Reset
-    /// by the flush. Not padded to its own line: once a group is due for a
-    /// flush, updates only read it (see `fold_updates`), so it is written a
-    /// few times per flush interval, and padding would cost every group
-    /// ~700 bytes.
+    /// per batch boundary crossed) that are not yet in this group's
+    /// hierarchical totals. A flush subtracts exactly the units it folded
+    /// (see `fold_node`), never resets: a unit folded while the flush runs
+    /// stays counted. Not padded to its own line (padding would cost every
+    /// group ~700 bytes); it is written once per 64 units of change.
     pub(crate) updates: AtomicU64,
+    /// Units consumed by flushes of this group's children (their folded
+    /// crossings, now in `totals.pending`), to subtract from `updates` when
+    /// this group folds that pending in. Changed by flushers and by a
+    /// child's release.
+    pub(crate) consumed: AtomicU64,
     /// 64 × nr_cpus: `updates` beyond this makes a `Threshold` read flush.
     pub(crate) flush_threshold: u64,
 }
@@ -459,6 +467,7 @@ impl Css {
             published: (0..2 * n).map(|_| AtomicI64::new(0)).collect(),
             published_overflows: AtomicU64::new(0),
             updates: AtomicU64::new(0),
+            consumed: AtomicU64::new(0),
             flush_threshold: UPDATE_BATCH * nr_cpus as u64,
         }
     }
@@ -480,8 +489,9 @@ impl Css {
             let links = self.links.elem(cpu, 0);
             let head = self.backlog.raw(cpu);
             let old = slot.cur.fetch_add(delta, Ordering::SeqCst);
+            // Count before marking: see `fold_updates`.
+            self.count_update(cpu, old, delta);
             backlog::mark_updated(links, head);
-            self.count_update(old, delta);
         }
     }
 
@@ -497,35 +507,57 @@ impl Css {
     ///
     /// Why it bounds staleness: since a slot was last folded (`prev`), its
     /// value moved by less than 64 × (boundaries crossed + 1) units, and the
-    /// crossings are in the shared counter.
+    /// crossings are in the shared counter (the policy module states the
+    /// bound and its proof).
+    ///
+    /// # Safety
+    /// As [`update`](Self::update); `old` is what the stat RMW on `cpu`
+    /// returned.
     #[inline(always)]
-    pub(crate) fn count_update(&self, old: i64, delta: i64) {
+    pub(crate) unsafe fn count_update(&self, cpu: usize, old: i64, delta: i64) {
         let crossed = (old.wrapping_add(delta) >> UPDATE_BATCH_SHIFT) - (old >> UPDATE_BATCH_SHIFT);
         if crossed != 0 {
-            self.fold_updates(crossed.unsigned_abs().saturating_mul(UPDATE_BATCH));
+            // SAFETY: caller's guarantees.
+            unsafe { self.fold_updates(cpu, crossed.unsigned_abs().saturating_mul(UPDATE_BATCH)) };
         }
     }
 
+    /// Fold `v` units into this group's and every ancestor's shared
+    /// counter, then record them in this (css, CPU)'s `counted` slot, which
+    /// the flusher reads *before* the stat slots: units it reads there are
+    /// units whose stat change its slot reads include (the `Release` here
+    /// and its `Acquire`), so it can subtract exactly those. Every ancestor
+    /// is counted, even one already due for a flush (kernel v6.8 skips
+    /// those; then a flush could not know what to subtract).
+    ///
+    /// The caller marks the node updated *after* this: the `counted` add
+    /// and the flusher's `OFF_LIST` store then form a store-buffering pair
+    /// with the on-list check and the flusher's `counted` load (all
+    /// `SeqCst`), so either this flush consumes the units or the node goes
+    /// back on a backlog and the next flush does. No unit outlives the
+    /// flushes that include its change.
+    ///
+    /// # Safety
+    /// As [`update`](Self::update).
     #[cold]
     #[inline(never)]
-    fn fold_updates(&self, v: u64) {
+    unsafe fn fold_updates(&self, cpu: usize, v: u64) {
         let mut css: *const Css = self;
         // SAFETY: a css keeps its ancestors' alive (through the groups).
         while let Some(c) = unsafe { css.as_ref() } {
-            // A group already due for a flush gains nothing from a bigger
-            // count; skipping the RMW keeps busy CPUs off the shared line
-            // (kernel v6.8 does the same).
-            if !c.needs_flush() {
-                c.updates.fetch_add(v, Ordering::Relaxed);
-            }
+            c.updates.fetch_add(v, Ordering::Relaxed);
             css = c.parent;
         }
+        // SAFETY: caller's guarantees; slot `nr_stats` is `counted`.
+        let counted = unsafe { self.stats.elem(cpu, self.ctl.nr_stats) };
+        counted.cur.fetch_add(v as i64, Ordering::SeqCst);
     }
 
     /// Whether the `Threshold` policy wants a flush before reading: more
-    /// than 64 × nr_cpus units pending.
+    /// than 64 × nr_cpus units pending. `Acquire`: a count that a flush
+    /// lowered comes with the totals that flush published.
     pub(crate) fn needs_flush(&self) -> bool {
-        self.updates.load(Ordering::Relaxed) > self.flush_threshold
+        self.updates.load(Ordering::Acquire) > self.flush_threshold
     }
 
     /// Copy the published totals, without the lock.
@@ -597,8 +629,14 @@ pub(crate) unsafe fn fold_node(
             continue;
         }
         deltas.clear();
-        // SAFETY: live css, `cpu` in range, lock held for `prev`.
-        for s in unsafe { css.stats.slot(cpu) } {
+        // SAFETY: live css, `cpu` in range.
+        let (slots, counted) = unsafe { css.stats.slot(cpu) }.split_at(css.ctl.nr_stats);
+        let counted = &counted[0].cur;
+        // Before the stat loads: the units read here are units whose change
+        // those loads include (see `Css::fold_updates`).
+        let units = counted.load(Ordering::SeqCst);
+        // Lock held for `prev`.
+        for s in slots {
             let cur = s.cur.load(Ordering::SeqCst);
             // SAFETY: `prev` is only touched under the domain lock, held.
             let prev = s
@@ -608,9 +646,8 @@ pub(crate) unsafe fn fold_node(
         }
         // SAFETY: lock held; `css` is live and of this domain; `node` is
         // its group's node.
-        unsafe { flush_contained(css, node, group, cpu, deltas) };
-        // Publish for lock-free readers, and reset the pending-update
-        // counters of the group just flushed (this CPU's and the shared one).
+        let retry = unsafe { flush_contained(css, node, group, cpu, deltas) };
+        // Publish for lock-free readers (before the count drops below).
         css.totals.with(|t| {
             // SAFETY: lock held.
             let t = unsafe { &*t };
@@ -624,18 +661,37 @@ pub(crate) unsafe fn fold_node(
                 a.store(*v, Ordering::Release);
             }
         });
-        // An RMW: it reads the latest count, so the reset lands after every
-        // fold this flush's threshold check saw. (With a plain store the loom
-        // model of this race found executions where the reset was ordered
-        // before such folds; the flush path is not hot, so we take the RMW.)
-        css.updates.swap(0, Ordering::Relaxed);
+        if retry {
+            // The controller's flush panicked and the fold was undone: the
+            // changes behind `units` and `consumed` are not in the totals
+            // (they will be at the next flush), so nothing is subtracted
+            // and a `Threshold` read keeps asking for that flush.
+            continue;
+        }
+        // Subtract exactly the units now in this group's hierarchical
+        // totals: its own crossings read above, and its children's that
+        // this fold took from `pending`. Hand them to the parent, which
+        // subtracts them when it folds its pending in. A unit counted after
+        // our `counted` load stays counted (at worst a later read flushes
+        // early); none is subtracted before its change is in the totals.
+        counted.fetch_sub(units, Ordering::Relaxed);
+        let total = (units as u64).wrapping_add(css.consumed.swap(0, Ordering::Acquire));
+        if total != 0 {
+            // Release: pairs with `needs_flush`'s Acquire (totals above).
+            css.updates.fetch_sub(total, Ordering::Release);
+            // SAFETY: a child's css keeps its parent's alive.
+            if let Some(p) = unsafe { css.parent.as_ref() } {
+                p.consumed.fetch_add(total, Ordering::Release);
+            }
+        }
     }
 }
 
 /// Call the controller's flush for one (group, CPU) whose deltas are in
 /// `scratch` (all of it): directly for the built-in counter sets, with the
 /// panic containment of the module's `# A flush that panics` for user
-/// controllers.
+/// controllers. Returns whether the fold was undone, to be retried by the
+/// next flush.
 ///
 /// # Safety
 /// The domain lock is held; `css` is live, of the locked domain, and
@@ -647,13 +703,14 @@ unsafe fn flush_contained(
     group: &GroupInner,
     cpu: usize,
     scratch: &mut Vec<i64>,
-) {
+) -> bool {
     if css.ctl.contain_panics {
         // SAFETY: caller's guarantees.
-        unsafe { flush_user(css, node, group, cpu, scratch) };
+        unsafe { flush_user(css, node, group, cpu, scratch) }
     } else {
         // SAFETY: caller's guarantees.
         unsafe { with_flush_ctx(css, group, cpu, scratch, |ctx| css.ctl.imp.flush(ctx)) };
+        false
     }
 }
 
@@ -714,7 +771,7 @@ unsafe fn flush_user(
     group: &GroupInner,
     cpu: usize,
     scratch: &mut Vec<i64>,
-) {
+) -> bool {
     let ctl = &*css.ctl;
     let n = scratch.len();
     let need = css.totals.with(|t| {
@@ -779,4 +836,5 @@ unsafe fn flush_user(
             core::mem::forget(again);
         }
     }
+    retry
 }

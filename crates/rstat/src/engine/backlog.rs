@@ -10,16 +10,38 @@
 //! means "not on any backlog". An updater:
 //!
 //! 1. adds to its stat slot (`SeqCst` RMW),
-//! 2. loads `lnext` (`SeqCst`); anything but `OFF_LIST` means a flush is
-//!    already due to visit this node, so it is done;
-//! 3. otherwise *claims* the node with a compare-and-swap `OFF_LIST -> null`;
-//!    of racing updaters exactly one wins, and only the winner
-//! 4. pushes the node on the (domain, CPU) head with a CAS loop.
+//! 2. loads `lnext` (`SeqCst`); anything but `OFF_LIST` means the node is
+//!    claimed, so a flush is already due to visit it: it is done;
+//! 3. otherwise announces a push on the (domain, CPU) head (`pushing += 1`),
+//!    and *claims* the node with a compare-and-swap `OFF_LIST -> null`; of
+//!    racing updaters exactly one wins; a loser withdraws its announcement;
+//! 4. the winner pushes the node on the (domain, CPU) head with a CAS loop,
+//!    then withdraws its announcement (`pushing -= 1`).
 //!
-//! A flusher, holding the domain lock (so it is the only consumer), takes the
-//! whole list with one swap and, for each node, saves its link, stores
-//! `OFF_LIST` (`SeqCst`), and hands the node to the tree builder. Stat slots
-//! are read only after that, with `SeqCst` loads.
+//! A flusher, holding the domain lock (so it is the only consumer), first
+//! waits until no push is announced on the head, then takes the whole list
+//! with one swap and, for each node, saves its link, stores `OFF_LIST`
+//! (`SeqCst`), and hands the node to the tree builder. Stat slots are read
+//! only after that, with `SeqCst` loads.
+//!
+//! ## Why the flusher waits for announced pushes
+//!
+//! Several threads can update the same (group, CPU) node at once: a thread
+//! preempted between reading its CPU id and updating shares that CPU's slot
+//! with the thread that runs next there, the thread-hash CPU-id fallback
+//! shares slots, and `Builder::nr_cpus(n)` below the CPU count always does.
+//! An updater that finds the node claimed returns at once (it must not wait
+//! for the claimer: that would put an unbounded wait on the update path).
+//! If the claimer is preempted between its claim and its push, the node is
+//! on no backlog and, if the last flush cut it from the updated tree, on no
+//! tree either: a flush that only drained the lists would miss the returned
+//! updater's completed update. The announcement closes that window from the
+//! read side: the claimer announces *before* it claims, so an updater that
+//! saw the claim also sees (happens-after) the announcement, and the flusher
+//! that starts later waits for the matching withdrawal, which comes after
+//! the push. The wait is on the read side only, and only as long as a
+//! claimer takes between two of its own instructions (longer only if the
+//! scheduler preempts it there); updaters never wait.
 //!
 //! # Synchronization
 //!
@@ -36,26 +58,55 @@
 //!   the update) or the flusher's stat load sees the update. No update that
 //!   completed before a read began can be missed by that read's flush. loom
 //!   checks this with SC fences (see `crate::sync`).
-//! - An updater that sees the node claimed but not yet pushed (`lnext` null)
-//!   leaves too: the claim precedes the flusher's later `OFF_LIST` store in
-//!   the modification order of `lnext`, so the same argument puts its update
-//!   before the flush that drains this push.
+//! - An updater that sees the node claimed (`lnext` not `OFF_LIST`) leaves.
+//!   Every value of `lnext` other than `OFF_LIST` is written by a claimer
+//!   (the claim CAS, or the link store before its push CAS), both with
+//!   release semantics, after the claimer's `pushing` increment. The
+//!   updater's `SeqCst` load acquires that value, so the increment happens
+//!   before the updater returns, and before any read that begins after it.
+//!   The flusher's `Acquire` load of `pushing` then reads the increment or a
+//!   later value; it waits until it reads 0. Every increment is followed by
+//!   its own decrement (`Release`), and `pushing` is only changed by RMWs,
+//!   so a 0 read after the increment comes from the claimer's decrement or
+//!   an RMW after it in its release sequence: the push happens before the
+//!   flusher's swap, which therefore finds the node (or an earlier flush
+//!   already took it, and the SC pairing above applies to that flush).
 //! - The claim CAS is `SeqCst` (it is one of the accesses to `lnext` the
 //!   argument above orders); the `lnext` store before the push CAS is
-//!   `Relaxed` because the `Release` CAS publishes it.
+//!   `Release` for the previous point (a plain `mov` on x86-64).
 //! - `OFF_LIST` can only be stored by the (single) flusher after it has read
 //!   the link, so a node is never on two lists, and never twice on one.
+//! - Liveness: the flusher waits for `pushing` to read 0, not for a given
+//!   set of pushes. Each announcement lasts a few instructions and is made
+//!   at most once per (node, CPU) per flush, so under any real load the
+//!   counter is 0 almost always; a stream of claims that kept it above 0
+//!   forever would need a new first update per flush interval on every
+//!   instruction.
 
 use core::ptr;
 
 use crate::engine::tree::TreeNode;
-use crate::sync::{self, AtomicPtr, Ordering, UnsafeCell};
+use crate::sync::{self, AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 
 /// The value of `lnext` for a node on no backlog. Never dereferenced.
 pub(crate) const OFF_LIST: *mut PcpuLinks = ptr::without_provenance_mut(1);
 
-/// One backlog head per (domain, CPU), in the per-CPU arena.
-pub(crate) type BacklogHead = AtomicPtr<PcpuLinks>;
+/// One backlog per (domain, CPU), in the per-CPU arena: the list head and
+/// the count of announced pushes (see the module docs).
+pub(crate) struct BacklogHead {
+    head: AtomicPtr<PcpuLinks>,
+    /// Claims made (or being tried) and not yet pushed on `head`.
+    pushing: AtomicUsize,
+}
+
+impl BacklogHead {
+    pub(crate) fn new() -> Self {
+        BacklogHead {
+            head: AtomicPtr::new(ptr::null_mut()),
+            pushing: AtomicUsize::new(0),
+        }
+    }
+}
 
 /// The per-CPU part of a tree node: backlog link plus updated-tree links.
 pub(crate) struct PcpuLinks {
@@ -106,6 +157,9 @@ pub(crate) unsafe fn mark_updated(links: &PcpuLinks, head: *const BacklogHead) {
 #[cold]
 #[inline(never)]
 fn claim_and_push(links: &PcpuLinks, head: &BacklogHead) {
+    // Announce before claiming: whoever sees our claim also sees this.
+    // SeqCst like the claim (an RMW: a full barrier on x86-64 either way).
+    head.pushing.fetch_add(1, Ordering::SeqCst);
     if links
         .lnext
         .compare_exchange(
@@ -116,17 +170,28 @@ fn claim_and_push(links: &PcpuLinks, head: &BacklogHead) {
         )
         .is_err()
     {
-        return; // another updater won the claim and pushes the node
+        // Another updater won the claim and pushes the node; its own
+        // announcement covers it.
+        head.pushing.fetch_sub(1, Ordering::Release);
+        return;
     }
     let me = links as *const PcpuLinks as *mut PcpuLinks;
-    let mut old = head.load(Ordering::Relaxed);
+    let mut old = head.head.load(Ordering::Relaxed);
     loop {
-        links.lnext.store(old, Ordering::Relaxed);
-        match head.compare_exchange_weak(old, me, Ordering::Release, Ordering::Relaxed) {
-            Ok(_) => return,
+        // Release: an updater that reads this link and leaves must
+        // happen-after our announcement (module docs).
+        links.lnext.store(old, Ordering::Release);
+        match head
+            .head
+            .compare_exchange_weak(old, me, Ordering::Release, Ordering::Relaxed)
+        {
+            Ok(_) => break,
             Err(now) => old = now,
         }
     }
+    // Pairs with the flusher's Acquire load of `pushing`: the push above
+    // happens before any flush that reads the count back at 0.
+    head.pushing.fetch_sub(1, Ordering::Release);
 }
 
 /// Take every node off `head`, mark each off-list, and pass it to `f`.
@@ -136,7 +201,10 @@ fn claim_and_push(links: &PcpuLinks, head: &BacklogHead) {
 /// and every node on the list is live (nodes are drained before they are
 /// freed).
 pub(crate) unsafe fn drain(head: &BacklogHead, mut f: impl FnMut(&PcpuLinks)) {
-    let mut p = head.swap(ptr::null_mut(), Ordering::Acquire);
+    // Wait for every announced push to land (module docs). Acquire pairs
+    // with the claimers' Release decrements.
+    sync::spin_wait(|| head.pushing.load(Ordering::Acquire) == 0);
+    let mut p = head.head.swap(ptr::null_mut(), Ordering::Acquire);
     while !p.is_null() {
         // SAFETY: nodes on a backlog are live (caller's guarantee), and `p`
         // was published by a Release push that our Acquire swap synchronizes

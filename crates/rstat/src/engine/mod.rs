@@ -89,8 +89,7 @@ impl EngineInner {
     }
 
     fn new_domain(&self) -> Result<Box<Domain>> {
-        let backlog = sync::lock(&self.arena)
-            .alloc::<BacklogHead>(1, |_, _| AtomicPtr::new(core::ptr::null_mut()))?;
+        let backlog = sync::lock(&self.arena).alloc::<BacklogHead>(1, |_, _| BacklogHead::new())?;
         Ok(Box::new(Domain {
             nr_cpus: self.nr_cpus,
             lock: Mutex::new(FlushScratch::default()),
@@ -176,7 +175,8 @@ impl EngineInner {
                     .load(Ordering::Relaxed)
                     .cast_const()
             });
-            let stats = arena.alloc::<StatSlot>(ctl.nr_stats, |_, _| StatSlot::default())?;
+            // One slot per item, plus the pending-update `counted` slot.
+            let stats = arena.alloc::<StatSlot>(ctl.nr_stats + 1, |_, _| StatSlot::default())?;
             // SAFETY: the node was installed above and lives with `g`.
             let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
             g.tables().css[ctl.id].store(Box::into_raw(css), Ordering::Release);

@@ -15,17 +15,43 @@
 //!
 //! Where the `Threshold` bound comes from: the per-CPU pending-update
 //! counter is each stat slot itself; every time an update carries a slot
-//! across a multiple of 64, 64 units are folded into the group's and every
-//! ancestor's shared counter (see `Css::count_update`). A read skips the
-//! flush only if the group's shared counter is at most 64 × nr_cpus, which
-//! covers every boundary crossed in the subtree since the group was last
-//! flushed. Each (group, CPU, item) slot can also have moved by up to 63
-//! units without crossing one. So an unflushed read is off by at most
-//! 64 × nr_cpus + 63 × nr_cpus × groups × items units in total (and any one
-//! item by no more). Two races loosen it by a batch each: a boundary folded
-//! between a flusher's read of the slot and its reset of the group's
-//! counter, and a read racing an in-flight fold. Migration costs nothing:
-//! the boundary test uses the stat RMW's own result.
+//! across a multiple of 64, 64 units per boundary crossed are folded into
+//! the group's and every ancestor's shared counter (see
+//! `Css::count_update`), and then into the (group, CPU)'s own `counted`
+//! slot. A flush of a (group, CPU) reads `counted` *before* the stat slots,
+//! so the units it reads there belong to changes its slot reads include; it
+//! subtracts exactly those units (plus those its children's flushes handed
+//! up with their pending deltas) from the group's shared counter once they
+//! are in the group's totals. It never resets the counter, so a crossing
+//! that races a flush, of any size, stays counted until a flush folds it.
+//!
+//! **The bound.** Let a `read` of group G begin after a set of updates
+//! completed. If it does not flush, G's shared counter was at most
+//! 64 × nr_cpus when the read loaded it; every boundary crossed by those
+//! updates and not yet in G's published totals was still in that count
+//! (added before the read began, subtracted only after its change was
+//! published, and the read's `Acquire` load orders the published totals
+//! after every subtraction it saw). Between the value a slot last
+//! contributed to G's totals and its current value, it moved by less than
+//! 64 × (boundaries crossed since) + 64 units. So the read is below the
+//! completed updates' sum by at most
+//!
+//! ```text
+//! 64 × nr_cpus + 63 × nr_cpus × groups × items
+//! ```
+//!
+//! units in total (`groups` = groups in G's subtree, including removed ones
+//! not yet released), for every interleaving with concurrent flushes and
+//! every delta size ([`FlushPolicy::staleness_bound`]); and it never shows
+//! an update that had not started. A unit can outlive its change's flush
+//! only between that flush and the next one of the same (group, CPU), which
+//! the update's on-list check guarantees (an over-count: a read flushes a
+//! little early). Migration costs nothing: the boundary test uses the stat
+//! RMW's own result. Unlike kernel v6.8, ancestors already due for a flush
+//! are still counted: skipping them would leave a flush nothing exact to
+//! subtract. loom checks the counting against a racing flush, and
+//! `tests/exact_while_running.rs` checks the bound while threads add
+//! deltas up to 10^6 and flush.
 //!
 //! The periodic flusher (default every 2 s, [`Builder::periodic_flush`])
 //! flushes every controller's root regardless of policy and thresholds.
@@ -77,8 +103,8 @@ impl FlushPolicy {
         }
     }
 
-    /// The documented staleness bound of a read without concurrent
-    /// flushes, in units, for a subtree of `groups` groups with `items` stat
+    /// The documented staleness bound of a read, in units (with or without
+    /// concurrent flushes), for a subtree of `groups` groups with `items` stat
     /// items on `nr_cpus` CPU slots; `None` where the policy has no bound in
     /// units (`UnifiedRoot`; `Coalesced`, whose reads are exact when they
     /// flush but unbounded when they wait or give up).

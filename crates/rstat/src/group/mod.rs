@@ -203,6 +203,18 @@ impl GroupInner {
             if !css.is_null() {
                 // SAFETY: created by Box::into_raw at attach; unreachable now.
                 let css = unsafe { Box::from_raw(css) };
+                // The flush above consumed every counted unit of this group
+                // (a unit is consumed by the flush that folds its change, or
+                // its node is back on a backlog that flush drained; see
+                // `Css::fold_updates`), so nothing is left to hand up. Should
+                // that ever be wrong, the units still belong to the parent,
+                // whose pending now holds every change of this group.
+                let left = css.updates.load(Ordering::Acquire);
+                debug_assert_eq!(left, 0, "pending-update units left at release");
+                // SAFETY: the parent outlives its children's release.
+                if let (Some(p), true) = (unsafe { css.parent.as_ref() }, left != 0) {
+                    p.consumed.fetch_add(left, Ordering::Release);
+                }
                 // SAFETY: allocated from this arena; no reference remains.
                 unsafe { arena.free(css.stats) };
             }

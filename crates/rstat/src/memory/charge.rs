@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::reclaim::ReclaimBudget;
 use super::stock::Stocks;
 use super::{
     MemCg, Memory, MemoryError, MemoryEvent, OverLimit, Target, STAT_CHARGED, STAT_FAILCNT,
@@ -413,7 +414,7 @@ impl Memory {
             return self.force(t, n);
         }
         over_m.raise(MemoryEvent::Max);
-        let mut retries = self.inner.shared.max_retries;
+        let mut budget = ReclaimBudget::new(self.inner.shared.max_retries);
         // Drain the subtree of each group that refuses, once (bounded, in
         // case the refusing level keeps changing under concurrent charges).
         let mut drained = false;
@@ -425,19 +426,15 @@ impl Memory {
                 drained = true;
                 drains_left -= 1;
                 self.drain_subtree(&over_m);
-            } else if retries > 0 {
-                retries -= 1;
+            } else if budget.may_retry() {
                 let need = over_m
                     .counter
                     .usage()
                     .saturating_add(n)
                     .saturating_sub(over_m.counter.max())
                     .max(n);
-                let (_, any_reclaimer) = self.reclaim_memcg_counted(&over_g, &over_m, need);
-                if !any_reclaimer {
-                    // Nothing to call: retrying cannot help.
-                    retries = 0;
-                }
+                let (freed, any_reclaimer) = self.reclaim_memcg_counted(&over_g, &over_m, need);
+                budget.record(freed, any_reclaimer);
             } else if !final_drain {
                 // Before declaring OOM: uncharges since the first drain may
                 // have left units in the stocks.
@@ -451,7 +448,7 @@ impl Memory {
                 if !passed_oom && self.call_oom_handler(&over_g, &over_m, n) {
                     over_m.raise(MemoryEvent::OomKill);
                     passed_oom = true;
-                    retries = self.inner.shared.max_retries;
+                    budget = ReclaimBudget::new(self.inner.shared.max_retries);
                     final_drain = false;
                     continue;
                 }

@@ -2,6 +2,7 @@
 //! `memory.min`, set as numbers or written as text, and the reclaim a
 //! `memory.max` or `memory.high` write makes toward the new value.
 
+use super::reclaim::ReclaimBudget;
 use super::{parse_limit, Memory, MemoryError, MemoryEvent};
 use crate::group::Group;
 use crate::page_counter::PAGE_COUNTER_MAX;
@@ -110,7 +111,11 @@ impl Memory {
     }
 
     /// `memory.max` write: set the limit even below usage, drain the
-    /// subtree's stocks, reclaim toward it (bounded retries); if that falls
+    /// subtree's stocks, reclaim toward it (while reclaim makes progress,
+    /// bounded as a charge's:
+    /// [`max_reclaim_retries`](super::MemoryConfig::max_reclaim_retries)
+    /// rounds without progress, [`MAX_RECLAIM_ROUNDS`](super::MAX_RECLAIM_ROUNDS)
+    /// in all); if that falls
     /// short, count `oom`, give the OOM handler a chance, and keep the limit
     /// anyway (new charges must fit under it). The result says how far
     /// usage got.
@@ -124,27 +129,24 @@ impl Memory {
         m.counter.set_max_forced(max);
         let drained = self.drain_subtree(m);
         let mut reclaimed = 0u64;
-        let mut retries = self.inner.shared.max_retries;
+        let mut budget = ReclaimBudget::new(self.inner.shared.max_retries);
         let mut passed_oom = false;
         loop {
             let usage = m.counter.usage();
             if usage <= max {
                 break;
             }
-            if retries > 0 {
-                retries -= 1;
+            if budget.may_retry() {
                 let (got, any) = self.reclaim_memcg_counted(group, m, usage - max);
                 reclaimed = reclaimed.saturating_add(got);
-                if !any {
-                    retries = 0;
-                }
+                budget.record(got, any);
                 continue;
             }
             m.raise(MemoryEvent::Oom);
             if !passed_oom && self.call_oom_handler(group, m, usage - max) {
                 m.raise(MemoryEvent::OomKill);
                 passed_oom = true;
-                retries = self.inner.shared.max_retries;
+                budget = ReclaimBudget::new(self.inner.shared.max_retries);
                 continue;
             }
             break;
@@ -166,8 +168,9 @@ impl Memory {
     }
 
     /// `memory.high` write: set the threshold, drain the subtree's stocks,
-    /// and reclaim toward it (bounded retries, no OOM: `high` never fails
-    /// anything). Cost as [`set_max`](Self::set_max).
+    /// and reclaim toward it (bounded as [`set_max`](Self::set_max)'s, no
+    /// OOM: `high` never fails anything). Cost as
+    /// [`set_max`](Self::set_max).
     pub fn set_high(&self, group: &Group, high: u64) -> Result<LimitWrite, MemoryError> {
         let m = self.live_memcg(group)?;
         let high = high.min(PAGE_COUNTER_MAX);
@@ -175,16 +178,15 @@ impl Memory {
         m.counter.set_high(high);
         let drained = self.drain_subtree(m);
         let mut reclaimed = 0u64;
-        for _ in 0..self.inner.shared.max_retries {
+        let mut budget = ReclaimBudget::new(self.inner.shared.max_retries);
+        while budget.may_retry() {
             let usage = m.counter.usage();
             if usage <= high {
                 break;
             }
-            let got = self.reclaim_memcg(group, m, usage - high);
-            if got == 0 {
-                break;
-            }
+            let (got, any) = self.reclaim_memcg_counted(group, m, usage - high);
             reclaimed = reclaimed.saturating_add(got);
+            budget.record(got, any);
         }
         let usage_after = m.counter.usage();
         Ok(LimitWrite {

@@ -25,8 +25,10 @@
 //!    refuses, the batch is dropped to `n` and tried again.
 //! 3. **Over the limit** ([`reclaim`]): count a `max` event on the group
 //!    that refused, drain the stocks of its subtree, then reclaim from its
-//!    subtree with the registered [`Reclaimer`]s, retrying up to
-//!    [`MemoryConfig::max_reclaim_retries`] times; drain again; then
+//!    subtree with the registered [`Reclaimer`]s, retrying while reclaim
+//!    makes progress (up to [`MAX_RECLAIM_ROUNDS`] rounds) and up to
+//!    [`MemoryConfig::max_reclaim_retries`] rounds that free nothing; drain
+//!    again; then
 //!    declare OOM (`oom` event), give the group's [`OomHandler`] one
 //!    chance, and fail with [`MemoryError::OverLimit`], or with
 //!    [`OnOom::Force`] charge anyway and count it.
@@ -62,7 +64,10 @@
 //! removal may act on the group just removed, whose charges its parent
 //! counts anyway; and `over` (see the stock's "Over the limit"), a `Relaxed`
 //! hint. Reclaimer lists and OOM handlers sit behind per-group mutexes,
-//! never held while a reclaimer or handler runs.
+//! never held while a reclaimer or handler runs; so do each group's reclaim
+//! cursor (where the next reclaim under it resumes) and its reclaim
+//! reservation (units being reclaimed from it, held off its protection),
+//! each locked for a few loads and stores (see [`reclaim`]).
 //!
 //! ```
 //! use rstat::memory::{Memory, MemoryEvent};
@@ -116,7 +121,7 @@ pub use reclaim::{OomContext, OomHandler, Reclaimer, ReclaimerId};
 pub use stock::NR_STOCK;
 
 use events::Events;
-use reclaim::ReclaimerList;
+use reclaim::{ReclaimCursor, ReclaimerList};
 use stock::Stocks;
 
 /// The kernel's `MEMCG_CHARGE_BATCH`: the default [`MemoryConfig::batch`].
@@ -125,6 +130,12 @@ pub const MEMCG_CHARGE_BATCH: u64 = 64;
 /// The kernel's `MAX_RECLAIM_RETRIES`: the default
 /// [`MemoryConfig::max_reclaim_retries`].
 pub const MAX_RECLAIM_RETRIES: u32 = 16;
+
+/// The most reclaim rounds one charge over `memory.max` (or one
+/// `memory.max` / `memory.high` write) makes, counting those that freed
+/// something, when [`MemoryConfig::max_reclaim_retries`] is smaller: the
+/// bound on "retry while reclaim makes progress".
+pub const MAX_RECLAIM_ROUNDS: u32 = 256;
 
 /// The largest [`MemoryConfig::batch`] (2³²).
 pub const MAX_BATCH: u64 = 1 << 32;
@@ -149,9 +160,11 @@ pub struct MemoryConfig {
     /// disables the stock: every charge goes to the page counter. At most
     /// [`MAX_BATCH`]. Default [`MEMCG_CHARGE_BATCH`].
     pub batch: u64,
-    /// Reclaim rounds a charge over `memory.max` (or a `memory.max` /
-    /// `memory.high` write) makes before giving up. At most 1000. Default
-    /// [`MAX_RECLAIM_RETRIES`].
+    /// Reclaim rounds that free nothing a charge over `memory.max` (or a
+    /// `memory.max` / `memory.high` write) makes before giving up. Rounds
+    /// that free something do not count: it keeps reclaiming while reclaim
+    /// makes progress, up to [`MAX_RECLAIM_ROUNDS`] rounds in all (or this
+    /// many, if larger). At most 1000. Default [`MAX_RECLAIM_RETRIES`].
     pub max_reclaim_retries: u32,
 }
 
@@ -176,6 +189,12 @@ pub(crate) struct MemCg {
     pub(crate) over: AtomicBool,
     pub(crate) events: Events,
     pub(crate) reclaimers: Mutex<ReclaimerList>,
+    /// Where the last reclaim under this group stopped: the next one
+    /// resumes there (see [`reclaim`], "Where to start").
+    pub(crate) reclaim_cursor: Mutex<ReclaimCursor>,
+    /// Units reclaimers are being asked to free from this group right now
+    /// (see [`reclaim`], "Concurrent reclaims").
+    pub(crate) reclaim_reserved: Mutex<u64>,
     pub(crate) oom_handler: Mutex<Option<Arc<dyn OomHandler>>>,
 }
 
@@ -188,6 +207,8 @@ impl MemCg {
             over: AtomicBool::new(false),
             events: Events::new(),
             reclaimers: Mutex::new(ReclaimerList::default()),
+            reclaim_cursor: Mutex::new(ReclaimCursor::default()),
+            reclaim_reserved: Mutex::new(0),
             oom_handler: Mutex::new(None),
         }
     }

@@ -272,3 +272,47 @@ fn a_reclaimer_charging_over_the_limit_is_forced_not_recursed() {
     assert!(mem.stat_exact(&g).unwrap().get("forced").unwrap() >= 1);
     drop(c);
 }
+
+#[test]
+fn the_walk_survives_the_removal_of_the_group_it_stopped_at() {
+    let (rs, mem) = setup(1, 0);
+    let (p, a, b) = family(&rs);
+    let ca = Cache::new(&mem, &a, 300);
+    let cb = Cache::new(&mem, &b, 100);
+    // One unit: the cursor stops at `a` with credit left.
+    assert_eq!(mem.reclaim(&p, 1).unwrap(), 1);
+    assert_eq!((ca.len(), cb.len()), (299, 100));
+    // `a` goes; its charges and reclaimer move to `p`, which the walk
+    // visits first (tree order) when it starts again at the top.
+    a.remove().unwrap();
+    assert_eq!(mem.reclaim(&p, 10).unwrap(), 10);
+    assert_eq!(ca.len() + cb.len(), 389);
+    assert!(
+        ca.len() < 299,
+        "p's reclaimer (a's cache) was asked: {}",
+        ca.len()
+    );
+    assert_eq!(mem.current(&p).unwrap(), 389);
+}
+
+#[test]
+fn a_credit_carried_over_is_worth_at_most_a_quantum_of_the_current_sizes() {
+    let (rs, mem) = setup(1, 0);
+    let (p, a, b) = family(&rs);
+    let ca = Cache::new(&mem, &a, 600);
+    let cb = Cache::new(&mem, &b, 200);
+    // One unit: `a` gets a quantum of ⌈13 × 600 / 800⌉ = 10 and keeps a
+    // credit of 9.
+    assert_eq!(mem.reclaim(&p, 1).unwrap(), 1);
+    assert_eq!(ca.len(), 599);
+    // Its users free most of it: its quantum is now ⌈4 × 20 / 220⌉ = 1.
+    ca.items.lock().unwrap().truncate(20);
+    for _ in 0..9 {
+        assert_eq!(mem.reclaim(&p, 1).unwrap(), 1);
+    }
+    // In proportion, `a` gives about 9 × 20 / 220 ≈ 1; spending the old
+    // credit, it would give all 9.
+    let lost = 20 - ca.len();
+    assert_eq!(lost + (200 - cb.len()), 9);
+    assert!(lost <= 2, "a gave {lost} of 9");
+}

@@ -1,0 +1,272 @@
+//! Exactness checked *while* threads run, not only after they join.
+//!
+//! Every updater counts an update as *started* before it calls `add` and as
+//! *done* after `add` returns. A reader that loads `done` before its read
+//! and `started` after it must find
+//!
+//! ```text
+//! done before the read began  <=  read_exact  <=  started before it ended
+//! ```
+//!
+//! for every read, under every sharing of CPU slots users hit: two threads on
+//! one slot (`nr_cpus(1)`), more threads than CPUs on the default slots
+//! (preemption shares rseq slots), and group churn (children created,
+//! updated, removed and released while the parent is read). The `Threshold`
+//! staleness bound is checked the same way with deltas up to 10^6.
+//!
+//! Each configuration runs for `RSTAT_STRESS_SECS` seconds (default 2; the
+//! loop script `scripts/stress-loop.sh` shortens it); under Miri a few
+//! hundred operations.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rstat::{FlushPolicy, Group, Rstat};
+
+fn run_for() -> Duration {
+    let secs: f64 = std::env::var("RSTAT_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.0);
+    Duration::from_secs_f64(secs)
+}
+
+/// Work units per thread: time-bounded natively, count-bounded under Miri.
+struct Budget {
+    end: Instant,
+    left: u64,
+}
+
+impl Budget {
+    fn new() -> Self {
+        Budget {
+            end: Instant::now() + run_for(),
+            left: if cfg!(miri) { 60 } else { u64::MAX },
+        }
+    }
+    fn more(&mut self) -> bool {
+        if self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        // Check the clock every 64 steps.
+        !(self.left.is_multiple_of(64) && Instant::now() >= self.end)
+    }
+}
+
+/// Bounds shared by updaters and readers of one parent group.
+#[derive(Default)]
+struct Ledger {
+    started: AtomicI64,
+    done: AtomicI64,
+}
+
+impl Ledger {
+    fn add(&self, ctl: &rstat::ControllerHandle, g: &Group, delta: i64) {
+        // SeqCst on both counters and `add`'s own SeqCst RMW: a reader that
+        // sees `done` include this update also happens-after the update.
+        self.started.fetch_add(delta, Ordering::SeqCst);
+        ctl.add(g, 0, delta).unwrap();
+        self.done.fetch_add(delta, Ordering::SeqCst);
+    }
+
+    /// Check one exact read of `g` (whose subtree this ledger covers).
+    fn check_exact(&self, ctl: &rstat::ControllerHandle, g: &Group) -> Result<(), String> {
+        let lo = self.done.load(Ordering::SeqCst);
+        let v = ctl.read_exact(g).unwrap().hierarchical()[0];
+        let hi = self.started.load(Ordering::SeqCst);
+        if v < lo || v > hi {
+            return Err(format!(
+                "read_exact saw {v}: {lo} completed before it began, {hi} started before it ended"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `threads` updaters on one group, each reading exactly after every few of
+/// its own updates, plus (with `churn`) a thread creating, updating and
+/// removing children of that group.
+fn exact_reads_while_updating(nr_cpus: Option<usize>, threads: usize, churn: bool) {
+    let mut b = Rstat::builder();
+    if let Some(n) = nr_cpus {
+        b = b.nr_cpus(n);
+    }
+    let rs = b.build().unwrap();
+    let ctl = rs.register_counters("c", &["n"]).unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    let ledger = Arc::new(Ledger::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let failure: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let mut hs = Vec::new();
+    for t in 0..threads {
+        let (ctl, g, ledger, reads, failure) = (
+            ctl.clone(),
+            g.clone(),
+            ledger.clone(),
+            reads.clone(),
+            failure.clone(),
+        );
+        hs.push(thread::spawn(move || {
+            let mut budget = Budget::new();
+            let mut i = 0u64;
+            while budget.more() {
+                ledger.add(&ctl, &g, 1 + (t as i64 & 1));
+                i += 1;
+                // Read after every update on half the threads, every 16 on
+                // the others: reads race both claims and pushes.
+                if t % 2 == 0 || i.is_multiple_of(16) {
+                    reads.fetch_add(1, Ordering::Relaxed);
+                    if let Err(e) = ledger.check_exact(&ctl, &g) {
+                        failure.lock().unwrap().get_or_insert(e);
+                        return;
+                    }
+                }
+            }
+        }));
+    }
+    let churner = churn.then(|| {
+        let (ctl, g, ledger, stop) = (ctl.clone(), g.clone(), ledger.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let kid = g.create_child(&format!("k{n}")).unwrap();
+                for _ in 0..8 {
+                    ledger.add(&ctl, &kid, 3);
+                }
+                kid.remove().unwrap();
+                // Updates through a handle of a removed group still count.
+                ledger.add(&ctl, &kid, 5);
+                drop(kid); // released: its stats fold into `g`
+                n += 1;
+                if cfg!(miri) && n > 20 {
+                    break;
+                }
+            }
+        })
+    });
+    for h in hs {
+        h.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(c) = churner {
+        c.join().unwrap();
+    }
+    if let Some(e) = failure.lock().unwrap().take() {
+        panic!(
+            "nr_cpus {nr_cpus:?}, {threads} threads, churn {churn}: {e} ({} reads)",
+            reads.load(Ordering::Relaxed)
+        );
+    }
+    let want = ledger.done.load(Ordering::SeqCst);
+    assert_eq!(ctl.read_exact(&g).unwrap().hierarchical()[0], want);
+    assert!(reads.load(Ordering::Relaxed) > 0);
+}
+
+#[test]
+fn two_threads_on_one_slot() {
+    exact_reads_while_updating(Some(1), 2, false);
+}
+
+#[test]
+fn six_threads_on_default_slots() {
+    exact_reads_while_updating(None, 6, false);
+}
+
+#[test]
+fn more_threads_than_slots_with_group_churn() {
+    exact_reads_while_updating(Some(1), 4, true);
+    exact_reads_while_updating(None, 5, true);
+}
+
+/// The `Threshold` policy's documented bound, checked while threads run:
+/// every `read` that does not flush is at most
+/// `FlushPolicy::Threshold.staleness_bound(..)` below what completed before
+/// it began, and never above what started before it ended. Deltas range from
+/// 1 to 10^6, so one update can cross thousands of batch boundaries while a
+/// flush is reading the same slots.
+#[test]
+fn threshold_bound_holds_with_large_deltas_while_flushes_race() {
+    let rs = Rstat::builder()
+        .nr_cpus(2)
+        .flush_policy(FlushPolicy::Threshold)
+        .periodic_flush(None)
+        .build()
+        .unwrap();
+    let ctl = rs.register_counters("c", &["n"]).unwrap();
+    let p = rs.root().create_child("p").unwrap();
+    let kids: Vec<Group> = (0..3)
+        .map(|i| p.create_child(&format!("k{i}")).unwrap())
+        .collect();
+    // Subtree of `p`: itself and 3 children, one item, 2 slots.
+    let bound = FlushPolicy::Threshold.staleness_bound(2, 4, 1).unwrap() as i64;
+    let ledger = Arc::new(Ledger::default());
+    let failure: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let mut hs = Vec::new();
+    for t in 0..3usize {
+        let (ctl, kids, ledger) = (ctl.clone(), kids.clone(), ledger.clone());
+        hs.push(thread::spawn(move || {
+            let mut budget = Budget::new();
+            let mut x = 0x2545f4914f6cdd1du64 ^ (t as u64 + 1);
+            while budget.more() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Mostly small deltas, sometimes up to 10^6.
+                let delta = if x & 15 == 0 {
+                    1 + (x >> 20) as i64 % 1_000_000
+                } else {
+                    1 + (x >> 20) as i64 % 100
+                };
+                ledger.add(&ctl, &kids[(x >> 8) as usize % kids.len()], delta);
+            }
+        }));
+    }
+    // A thread that flushes children exactly (the race in question: a flush
+    // of a child reads its slots while another CPU folds a large delta).
+    {
+        let (ctl, kids) = (ctl.clone(), kids.clone());
+        hs.push(thread::spawn(move || {
+            let mut budget = Budget::new();
+            let mut i = 0;
+            while budget.more() {
+                ctl.flush(&kids[i % kids.len()]).unwrap();
+                i += 1;
+            }
+        }));
+    }
+    {
+        let (ctl, p, ledger, failure) = (ctl.clone(), p.clone(), ledger.clone(), failure.clone());
+        hs.push(thread::spawn(move || {
+            let mut budget = Budget::new();
+            while budget.more() {
+                let lo = ledger.done.load(Ordering::SeqCst);
+                let v = ctl.read(&p).unwrap().hierarchical()[0];
+                let hi = ledger.started.load(Ordering::SeqCst);
+                if v < lo - bound || v > hi {
+                    failure.lock().unwrap().get_or_insert(format!(
+                        "a threshold read saw {v}: {lo} completed before it (bound {bound}), {hi} started"
+                    ));
+                    return;
+                }
+            }
+        }));
+    }
+    for h in hs {
+        h.join().unwrap();
+    }
+    if let Some(e) = failure.lock().unwrap().take() {
+        panic!("{e}");
+    }
+    // Quiescent: the bound holds for a read with nothing running.
+    let want = ledger.done.load(Ordering::SeqCst);
+    let v = ctl.read(&p).unwrap().hierarchical()[0];
+    assert!(
+        v <= want && v >= want - bound,
+        "quiescent read {v}, want {want} (bound {bound})"
+    );
+    assert_eq!(ctl.read_exact(&p).unwrap().hierarchical()[0], want);
+}
