@@ -64,14 +64,14 @@
 //! The read that ran the flush returns totals without that (group, CPU)'s
 //! deltas (it is as if they had not been flushed yet); a later read has
 //! them, exactly once, as soon as the controller's flush stops panicking.
-//! An undone fold subtracts nothing from the `Threshold` policy's
+//! (An undone fold subtracts nothing from the `Threshold` policy's
 //! pending-update counts, so a `Threshold` read that finds the group due
-//! for a flush still does, and retries.
-//! The one exception is a group's final flush at its release, which has no
-//! later flush: there the deltas are folded with the standard sum fold
-//! ([`FlushCtx::fold`]) instead of being retried, so they still reach the
-//! ancestors. State the controller keeps outside the [`FlushCtx`] is its
-//! own to keep consistent: the same deltas will be offered again.
+//! for a flush still flushes, and retries.) The one exception is a group's
+//! final flush at its release, which has no later flush: there the deltas
+//! are folded with the standard sum fold ([`FlushCtx::fold`]) instead of
+//! being retried, so they still reach the ancestors. State the controller
+//! keeps outside the [`FlushCtx`] is its own to keep consistent: the same
+//! deltas will be offered again.
 //!
 //! The cost, paid by user controllers only (the built-in counter sets run
 //! the standard fold, which cannot panic, without any of this): copying
@@ -277,9 +277,13 @@ impl FlushCtx<'_> {
     /// pending goes into hierarchical and up to the parent's pending. Every
     /// addition saturates at `i64::MIN`/`i64::MAX` and each clamp is counted
     /// (see the module's `# Overflow`): in this group's count, or in the
-    /// parent's for its pending array. Cost: a few adds per item.
+    /// parent's for its pending array. Cost: four checked adds per item (three
+    /// at the root); a clamp takes a cold path.
     pub fn fold(&mut self) {
         let t = &mut *self.totals;
+        // Bounded by every array, so a controller that resized its totals
+        // by hand gets a partial fold, not a panic (and the indexing below
+        // needs no bounds checks).
         let mut n = self
             .deltas
             .len()
