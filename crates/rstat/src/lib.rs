@@ -108,7 +108,9 @@ pub use controller::counters::{
 };
 pub use controller::{Controller, FlushCtx, Totals};
 pub use engine::policy::FlushPolicy;
-pub use engine::{Builder, Rstat, CPU_STAT_NAMES, DEFAULT_PERIOD, MAX_CONTROLLERS, ROOT_GROUP_ID};
+pub use engine::{
+    Builder, Rstat, UpdatePath, CPU_STAT_NAMES, DEFAULT_PERIOD, MAX_CONTROLLERS, ROOT_GROUP_ID,
+};
 pub use error::{Error, Result};
 pub use group::ext::{Ext, GroupExt};
 pub use group::Group;

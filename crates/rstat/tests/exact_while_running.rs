@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rstat::{FlushPolicy, Group, Rstat};
+use rstat::{FlushPolicy, Group, Rstat, UpdatePath};
 
 fn run_for() -> Duration {
     let secs: f64 = std::env::var("RSTAT_STRESS_SECS")
@@ -90,11 +90,22 @@ impl Ledger {
 /// its own updates, plus (with `churn`) a thread creating, updating and
 /// removing children of that group.
 fn exact_reads_while_updating(nr_cpus: Option<usize>, threads: usize, churn: bool) {
-    let mut b = Rstat::builder();
+    exact_reads_on(nr_cpus, UpdatePath::Rseq, threads, churn)
+}
+
+/// With default slots the engine takes the rseq path where the machine has
+/// it (unlocked adds, exact reads fenced by `membarrier`); `nr_cpus(1)`
+/// always shares slots and takes the locked path.
+fn exact_reads_on(nr_cpus: Option<usize>, path: UpdatePath, threads: usize, churn: bool) {
+    let mut b = Rstat::builder().update_path(path);
     if let Some(n) = nr_cpus {
         b = b.nr_cpus(n);
     }
     let rs = b.build().unwrap();
+    if nr_cpus == Some(1) || path == UpdatePath::Locked {
+        assert_eq!(rs.update_path(), UpdatePath::Locked);
+    }
+    eprintln!("update path: {}", rs.update_path());
     let ctl = rs.register_counters("c", &["n"]).unwrap();
     let g = rs.root().create_child("g").unwrap();
     let ledger = Arc::new(Ledger::default());
@@ -174,6 +185,11 @@ fn two_threads_on_one_slot() {
 #[test]
 fn six_threads_on_default_slots() {
     exact_reads_while_updating(None, 6, false);
+}
+
+#[test]
+fn six_threads_on_the_locked_path() {
+    exact_reads_on(None, UpdatePath::Locked, 6, false);
 }
 
 #[test]

@@ -8,14 +8,22 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use rstat::{FlushPolicy, Rstat};
+use rstat::{FlushPolicy, Rstat, UpdatePath};
 
 fn engine(nr_cpus: usize) -> Rstat {
     engine_with(nr_cpus, FlushPolicy::Always)
 }
 
 fn engine_with(nr_cpus: usize, policy: FlushPolicy) -> Rstat {
+    engine_on(nr_cpus, policy, UpdatePath::Rseq)
+}
+
+/// Models run on both update paths where the protocol differs: the
+/// (simulated) restartable section with its asymmetric fence, and the
+/// locked RMW.
+fn engine_on(nr_cpus: usize, policy: FlushPolicy, path: UpdatePath) -> Rstat {
     Rstat::builder()
+        .update_path(path)
         .nr_cpus(nr_cpus)
         .cpu_controller(false)
         .flush_policy(policy)
@@ -28,16 +36,15 @@ fn engine_with(nr_cpus: usize, policy: FlushPolicy) -> Rstat {
 /// (group, CPU) node while a flusher drains. Every update is flushed exactly
 /// once: the final totals are exact (a lost node loses updates; a node
 /// linked twice corrupts the backlog or double-counts).
-#[test]
-fn claim_push_vs_drain_flushes_every_update_exactly_once() {
+fn claim_push_vs_drain_flushes_every_update_exactly_once_on(path: UpdatePath) {
     // Three threads and the flusher's wait for announced pushes: unbounded,
     // the exploration runs for many minutes. Three preemptions cover a
     // claimer preempted between claim and push while the other updater and
     // the reader both run.
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
-    b.check(|| {
-        let rs = engine(1);
+    b.check(move || {
+        let rs = engine_on(1, FlushPolicy::Always, path);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let g = rs.root().create_child("g").unwrap();
         // Each updater publishes "my add returned" after it returns, so the
@@ -72,6 +79,16 @@ fn claim_push_vs_drain_flushes_every_update_exactly_once() {
         assert_eq!(c.read_exact(&g).unwrap().local()[0], 11);
         assert_eq!(c.read_exact(rs.root()).unwrap().hierarchical()[0], 11);
     });
+}
+
+#[test]
+fn claim_push_vs_drain_flushes_every_update_exactly_once() {
+    claim_push_vs_drain_flushes_every_update_exactly_once_on(UpdatePath::Rseq);
+}
+
+#[test]
+fn claim_push_vs_drain_flushes_every_update_exactly_once_locked() {
+    claim_push_vs_drain_flushes_every_update_exactly_once_on(UpdatePath::Locked);
 }
 
 /// (a') Two groups sharing a parent, on two CPUs, pushed while a flusher
@@ -124,10 +141,9 @@ fn sibling_pushes_on_two_cpus_vs_flush() {
 /// (b) Exactness: an update that happened before a read began is in that
 /// read, even when the updater found its node already on a backlog that a
 /// concurrent flusher is draining at that moment.
-#[test]
-fn an_update_that_happened_before_a_read_is_in_it() {
-    loom::model(|| {
-        let rs = engine(1);
+fn an_update_that_happened_before_a_read_is_in_it_on(path: UpdatePath) {
+    loom::model(move || {
+        let rs = engine_on(1, FlushPolicy::Always, path);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let g = rs.root().create_child("g").unwrap();
         c.add_on_cpu(&g, 0, 0, 1).unwrap(); // node now on the backlog
@@ -155,15 +171,24 @@ fn an_update_that_happened_before_a_read_is_in_it() {
     });
 }
 
+#[test]
+fn an_update_that_happened_before_a_read_is_in_it() {
+    an_update_that_happened_before_a_read_is_in_it_on(UpdatePath::Rseq);
+}
+
+#[test]
+fn an_update_that_happened_before_a_read_is_in_it_locked() {
+    an_update_that_happened_before_a_read_is_in_it_on(UpdatePath::Locked);
+}
+
 /// (b') Two threads share CPU slot 0 (a preempted thread, or fewer slots
 /// than CPUs): thread A adds while the main thread adds and then reads
 /// exactly. The main thread's own update completed before its read began, so
 /// the read includes it, whichever of the two claimed the node and however
 /// long the winner takes between its claim and its push.
-#[test]
-fn shared_slot_completed_update_is_in_the_next_exact_read() {
-    loom::model(|| {
-        let rs = engine(1);
+fn shared_slot_completed_update_is_in_the_next_exact_read_on(path: UpdatePath) {
+    loom::model(move || {
+        let rs = engine_on(1, FlushPolicy::Always, path);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let g = rs.root().create_child("g").unwrap();
         let a = {
@@ -179,6 +204,16 @@ fn shared_slot_completed_update_is_in_the_next_exact_read() {
         a.join().unwrap();
         assert_eq!(c.read_exact(&g).unwrap().local()[0], 11);
     });
+}
+
+#[test]
+fn shared_slot_completed_update_is_in_the_next_exact_read() {
+    shared_slot_completed_update_is_in_the_next_exact_read_on(UpdatePath::Rseq);
+}
+
+#[test]
+fn shared_slot_completed_update_is_in_the_next_exact_read_locked() {
+    shared_slot_completed_update_is_in_the_next_exact_read_on(UpdatePath::Locked);
 }
 
 /// (b'') The same on a two-level tree with the read at the parent, after a
@@ -249,12 +284,11 @@ fn coalesced_readers_wait_and_wake_together() {
 /// crossing reaches every ancestor exactly once; and once the writers are
 /// done, an exact read leaves no unit counted (a unit that outlived the
 /// flush that folded its change would make every later read flush).
-#[test]
-fn threshold_fold_vs_reader() {
+fn threshold_fold_vs_reader_on(path: UpdatePath) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
-    b.check(|| {
-        let rs = engine_with(2, FlushPolicy::Threshold);
+    b.check(move || {
+        let rs = engine_on(2, FlushPolicy::Threshold, path);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let g = rs.root().create_child("g").unwrap();
         // Shared through a std Arc: the group's own reference count is not
@@ -304,6 +338,16 @@ fn threshold_fold_vs_reader() {
         assert_eq!(c.read_exact(rs.root()).unwrap().hierarchical()[0], 800);
         assert_eq!(c.pending_updates(rs.root()).unwrap(), 0, "root units left");
     });
+}
+
+#[test]
+fn threshold_fold_vs_reader() {
+    threshold_fold_vs_reader_on(UpdatePath::Rseq);
+}
+
+#[test]
+fn threshold_fold_vs_reader_locked() {
+    threshold_fold_vs_reader_on(UpdatePath::Locked);
 }
 
 /// Group handles cloned into threads and dropped there, racing the

@@ -128,14 +128,19 @@ impl ControllerHandle {
     }
 
     /// As [`add`](Self::add) but on an explicit CPU slot (folded into
-    /// range). For tests and models that must control placement.
+    /// range), with a locked add. For tests and models that must control
+    /// placement: on the [`Rseq`](crate::UpdatePath::Rseq) update path,
+    /// do not race it with [`add`](Self::add)s of threads running on that
+    /// CPU (a restartable section's add is not atomic against another
+    /// CPU's); use [`Builder::update_path`](crate::Builder::update_path)
+    /// `(Locked)` for such mixes.
     #[doc(hidden)]
     pub fn add_on_cpu(&self, group: &Group, cpu: usize, item: usize, delta: i64) -> Result<()> {
         self.check_item(item)?;
         let css = self.css_of(group.inner())?;
         let cpu = cpu::fold(cpu, self.engine.nr_cpus);
         // SAFETY: as in `add`.
-        unsafe { (*css).update(cpu, item, delta) };
+        unsafe { (*css).update_on(cpu, item, delta) };
         Ok(())
     }
 
@@ -346,6 +351,19 @@ impl StatHandle {
         let mut applied = 0;
         // SAFETY: `self.group` keeps the css alive.
         let css = unsafe { &*self.css };
+        if css.section_limit != 0 {
+            // One section per item (the thread may change CPU between two);
+            // the on-list check after each is a load of a line the first
+            // one brought in.
+            for &(item, delta) in items {
+                if item < self.nr_stats {
+                    // SAFETY: cpu folded; item checked.
+                    unsafe { css.update(cpu, item, delta) };
+                    applied += 1;
+                }
+            }
+            return applied;
+        }
         for &(item, delta) in items {
             if item < self.nr_stats {
                 // SAFETY: cpu folded; item checked.

@@ -384,6 +384,7 @@ unsafe impl Sync for CtlEntry {}
 /// (css, CPU)'s count of pending-update units folded into the shared
 /// counters and not yet consumed by a flush (see `Css::count_update`); its
 /// `prev` is unused.
+#[repr(C)] // `cur` first: restartable sections address it as the slot
 pub(crate) struct StatSlot {
     pub(crate) cur: AtomicI64,
     /// Domain lock.
@@ -442,6 +443,12 @@ pub(crate) struct Css {
     pub(crate) consumed: AtomicU64,
     /// 64 × nr_cpus: `updates` beyond this makes a `Threshold` read flush.
     pub(crate) flush_threshold: u64,
+    /// Copies of the engine's update path (see `EngineInner`): updates use
+    /// restartable sections on slots `0..section_limit` when it is not 0.
+    /// (Narrow, so the two take one word: the per-group constant cost.)
+    pub(crate) section_limit: u32,
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    pub(crate) rseq_off: i32,
 }
 
 // SAFETY: pointers are immutable after construction and kept alive by the
@@ -459,7 +466,8 @@ impl Css {
     ) -> Self {
         let n = ctl.nr_stats;
         // SAFETY: a node's domain outlives it.
-        let (backlog, nr_cpus) = unsafe { ((*node.domain).backlog, (*node.domain).nr_cpus) };
+        let domain = unsafe { &*node.domain };
+        let (backlog, nr_cpus) = (domain.backlog, domain.nr_cpus);
         Css {
             ctl,
             parent,
@@ -473,29 +481,151 @@ impl Css {
             updates: AtomicU64::new(0),
             consumed: AtomicU64::new(0),
             flush_threshold: UPDATE_BATCH * nr_cpus as u64,
+            // The engine checked both fit (`choose_update_path`).
+            section_limit: domain.section_limit as u32,
+            rseq_off: domain.rseq_off as i32,
         }
     }
 
-    /// The hot path: add `delta` to item `item` on `cpu`, and make sure a
-    /// flush will visit this group. One uncontended RMW on a CPU-local line
-    /// and one load of a CPU-local line in the common case.
+    /// The hot path: add `delta` to item `item` on this CPU's slot, and make
+    /// sure a flush will visit this group.
+    ///
+    /// On the [`Rseq`](crate::UpdatePath::Rseq) path, one restartable
+    /// section on the slot of the CPU the thread runs on (an unlocked load,
+    /// add and store; `cpu` is not used), a compiler fence, and one load of
+    /// that CPU's on-list flag. Otherwise (locked path, or a thread without
+    /// a CPU id) one uncontended locked RMW on slot `cpu` and the same load.
     ///
     /// # Safety
     /// The css is live, `cpu < nr_cpus`, `item < nr_stats`.
     #[inline(always)]
     pub(crate) unsafe fn update(&self, cpu: usize, item: usize, delta: i64) {
+        if self.section_limit != 0 {
+            // SAFETY: caller's guarantees.
+            return unsafe { self.update_in_section(cpu, item, delta) };
+        }
+        // SAFETY: caller's guarantees.
+        unsafe { self.update_locked(cpu, item, delta) }
+    }
+
+    /// A restartable section on this CPU's slot (see `percpu::rseq`).
+    ///
+    /// # Safety
+    /// As [`update`](Self::update); `section_limit != 0`.
+    #[cfg(not(any(rstat_loom, miri)))]
+    #[inline(always)]
+    unsafe fn update_in_section(&self, _cpu: usize, item: usize, delta: i64) {
+        // SAFETY: `item < nr_stats`: the slot lies inside the allocation
+        // in every unit; `cur` is its first field (repr(C)).
+        let base = unsafe { self.stats.raw(0).add(item) }.cast::<u8>();
+        // SAFETY: slots `0..section_limit` of this css are written only by
+        // sections (the engine routes every other write to slots at or
+        // above the limit), and are live while the css is.
+        match unsafe {
+            crate::percpu::rseq::add_fetch_on_this_cpu(
+                self.rseq_off as isize,
+                base,
+                &self.section_limit,
+                delta,
+            )
+        } {
+            Some((cpu, old)) => {
+                // The light half of the asymmetric fence: the store above
+                // may still be in this CPU's store buffer; the flusher's
+                // membarrier stands in for the barrier we do not execute.
+                core::sync::atomic::compiler_fence(Ordering::SeqCst);
+                // SAFETY: `cpu < section_limit <= nr_cpus`.
+                unsafe { self.after_add(cpu, old, delta) };
+            }
+            // SAFETY: caller's guarantees; the slot is in range.
+            None => unsafe { self.update_locked(self.no_cpu_slot(), item, delta) },
+        }
+    }
+
+    /// Under loom and Miri, a section is simulated: the slot's lock stands
+    /// for "nothing else runs a section on this CPU", a plain load and a
+    /// plain store for the unlocked add (as `percpu_ref` simulates its
+    /// own). The fence pair is modelled by `SeqCst` fences (`crate::sync`).
+    ///
+    /// # Safety
+    /// As [`update`](Self::update).
+    #[cfg(any(rstat_loom, miri))]
+    #[inline(always)]
+    unsafe fn update_in_section(&self, cpu: usize, item: usize, delta: i64) {
+        // SAFETY: a css's node and domain outlive it; caller bounds `cpu`
+        // and `item`.
+        let (domain, slot) = unsafe { (&*(*self.node).domain, self.stats.elem(cpu, item)) };
+        let on_cpu = crate::sync::lock(&domain.sim[cpu]);
+        let old = slot.cur.load(Ordering::Relaxed);
+        // Release: an x86 store.
+        slot.cur.store(old.wrapping_add(delta), Ordering::Release);
+        drop(on_cpu);
+        // SAFETY: as above.
+        unsafe { self.after_add(cpu, old, delta) };
+    }
+
+    /// Add on slot `cpu` as if this thread ran there (`add_on_cpu`, for
+    /// tests and simulations): the locked add, or under loom and Miri a
+    /// simulated section on that slot. On the rseq path this races with
+    /// sections of threads really running on CPU `cpu`: a section's add is
+    /// not atomic against another CPU's RMW.
+    ///
+    /// # Safety
+    /// As [`update`](Self::update).
+    pub(crate) unsafe fn update_on(&self, cpu: usize, item: usize, delta: i64) {
+        #[cfg(any(rstat_loom, miri))]
+        // SAFETY: caller's guarantees.
+        unsafe {
+            self.update(cpu, item, delta)
+        }
+        #[cfg(not(any(rstat_loom, miri)))]
+        // SAFETY: caller's guarantees.
+        unsafe {
+            self.update_locked(cpu, item, delta)
+        }
+    }
+
+    /// The slot of a thread the kernel gives no CPU id (its rseq
+    /// registration failed): one at or above the section limit, which no
+    /// section writes, spread by thread.
+    #[cfg(not(any(rstat_loom, miri)))]
+    #[cold]
+    fn no_cpu_slot(&self) -> usize {
+        // SAFETY: a css's node and its domain outlive it.
+        let nr_cpus = unsafe { (*(*self.node).domain).nr_cpus };
+        let limit = self.section_limit as usize;
+        limit + crate::percpu::cpu::thread_slot() % (nr_cpus - limit)
+    }
+
+    /// The locked add on slot `cpu`.
+    ///
+    /// # Safety
+    /// As [`update`](Self::update); on the rseq path, `cpu` is at or above
+    /// the section limit (or the caller accepts racing sections there, as
+    /// `add_on_cpu` documents).
+    #[inline(always)]
+    pub(crate) unsafe fn update_locked(&self, cpu: usize, item: usize, delta: i64) {
         // SAFETY: caller's guarantees; a css's node links and its domain's
         // backlog outlive the css.
         unsafe {
-            // Addresses first: loads issued after a locked RMW wait for it,
-            // so only the on-list load itself should come after.
             let slot = self.stats.elem(cpu, item);
-            let links = self.links.elem(cpu, 0);
-            let head = self.backlog.raw(cpu);
             let old = slot.cur.fetch_add(delta, Ordering::SeqCst);
-            // Count before marking: see `fold_updates`.
+            self.after_add(cpu, old, delta);
+        }
+    }
+
+    /// After the add: count crossings, then the on-list check (in this
+    /// order: see `fold_updates`).
+    ///
+    /// # Safety
+    /// As [`update`](Self::update); `old` is the slot's value before the
+    /// add of `delta` on `cpu`.
+    #[inline(always)]
+    unsafe fn after_add(&self, cpu: usize, old: i64, delta: i64) {
+        // SAFETY: caller's guarantees; links and backlog outlive the css.
+        unsafe {
             self.count_update(cpu, old, delta);
-            backlog::mark_updated(links, head);
+            backlog::mark_updated(self.links.elem(cpu, 0), self.backlog.raw(cpu));
         }
     }
 

@@ -9,7 +9,9 @@
 //! `lnext` field is both the list link and the on-list flag: [`OFF_LIST`]
 //! means "not on any backlog". An updater:
 //!
-//! 1. adds to its stat slot (`SeqCst` RMW),
+//! 1. adds to its stat slot: on the rseq update path, an unlocked add in a
+//!    restartable section followed by a compiler fence; on the locked path,
+//!    a `SeqCst` RMW,
 //! 2. loads `lnext` (`SeqCst`); anything but `OFF_LIST` means the node is
 //!    claimed, so a flush is already due to visit it: it is done;
 //! 3. otherwise announces a push on the (domain, CPU) head (`pushing += 1`),
@@ -21,8 +23,10 @@
 //! A flusher, holding the domain lock (so it is the only consumer), first
 //! waits until no push is announced on the head, then takes the whole list
 //! with one swap and, for each node, saves its link, stores `OFF_LIST`
-//! (`SeqCst`), and hands the node to the tree builder. Stat slots are read
-//! only after that, with `SeqCst` loads.
+//! (`SeqCst`), and hands the node to the tree builder. Once every CPU's
+//! list is drained it issues the heavy fence (`membarrier` on the rseq
+//! path; nothing more on the locked path), and only then reads stat slots,
+//! with `SeqCst` loads.
 //!
 //! ## Why the flusher waits for announced pushes
 //!
@@ -56,8 +60,20 @@
 //!   order of SC operations one of the two stores comes first, so either the
 //!   updater sees `OFF_LIST` (and pushes the node again: the next flush sees
 //!   the update) or the flusher's stat load sees the update. No update that
-//!   completed before a read began can be missed by that read's flush. loom
-//!   checks this with SC fences (see `crate::sync`).
+//!   completed before a read began can be missed by that read's flush.
+//! - On the rseq path the updater's add is a plain store, which may wait in
+//!   its CPU's store buffer while the `lnext` load runs ahead: the pair
+//!   needs a barrier on both sides. It is asymmetric (folly's
+//!   `asymmetric_thread_fence_light/heavy`): the updater only keeps the
+//!   compiler from reordering (a compiler fence, free), and the flusher,
+//!   after its `OFF_LIST` stores, calls `membarrier`, which runs a full
+//!   barrier on every CPU executing one of our threads (a thread not
+//!   running has passed a context switch, itself a full barrier). The pair
+//!   then forbids the same outcome as two `SeqCst` fences: either the
+//!   updater's load sees `OFF_LIST` or the flusher's load sees the add.
+//!   Updates pay nothing; each flush that reads slots pays one system call.
+//!   loom checks both paths with `SeqCst` fences standing for the pair
+//!   (see `crate::sync`; sections are simulated with a per-slot lock).
 //! - An updater that sees the node claimed (`lnext` not `OFF_LIST`) leaves.
 //!   Every value of `lnext` other than `OFF_LIST` is written by a claimer
 //!   (the claim CAS, or the link store before its push CAS), both with
@@ -216,7 +232,6 @@ pub(crate) unsafe fn drain(head: &BacklogHead, mut f: impl FnMut(&PcpuLinks)) {
         f(l);
         p = next;
     }
-    // Pairs with the updaters' fence in `mark_updated` (loom only; see
-    // `crate::sync`): the stat loads that follow come after our OFF_LIST stores.
-    sync::sc_fence_for_model();
+    // The caller puts the heavy fence (`Domain::heavy_fence`) between these
+    // OFF_LIST stores and its first stat load.
 }

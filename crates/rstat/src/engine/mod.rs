@@ -63,6 +63,13 @@ pub(crate) struct Topology {
 
 pub(crate) struct EngineInner {
     pub(crate) nr_cpus: usize,
+    /// How updates reach their slot, and for [`UpdatePath::Rseq`] the
+    /// section's CPU limit (slots `0..limit` are written only by
+    /// restartable sections; `limit..nr_cpus` take the locked adds of
+    /// threads the kernel gives no CPU id) and the rseq `cpu_id` offset.
+    pub(crate) update_path: UpdatePath,
+    pub(crate) section_limit: usize,
+    pub(crate) rseq_off: isize,
     pub(crate) unified: bool,
     pub(crate) default_policy: FlushPolicy,
     pub(crate) arena: Mutex<Arena>,
@@ -92,6 +99,10 @@ impl EngineInner {
         let backlog = sync::lock(&self.arena).alloc::<BacklogHead>(1, |_, _| BacklogHead::new())?;
         Ok(Box::new(Domain {
             nr_cpus: self.nr_cpus,
+            section_limit: self.section_limit,
+            rseq_off: self.rseq_off,
+            #[cfg(any(rstat_loom, miri))]
+            sim: (0..self.nr_cpus).map(|_| Mutex::new(())).collect(),
             lock: Mutex::new(FlushScratch::default()),
             backlog,
             root: AtomicPtr::new(core::ptr::null_mut()),
@@ -191,10 +202,40 @@ impl EngineInner {
     }
 }
 
+/// How stat updates reach their per-CPU slot (see [`Rstat::update_path`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UpdatePath {
+    /// A restartable sequence (rseq) on the slot of the CPU the thread runs
+    /// on: an unlocked load, add and store that the kernel restarts if the
+    /// thread is preempted or migrated in between, as the kernel's own
+    /// `this_cpu_add`. Exact reads pay one `membarrier` system call per
+    /// flush for it (see `engine::backlog`).
+    Rseq,
+    /// A locked atomic add on the slot of the CPU id read just before.
+    Locked,
+}
+
+impl UpdatePath {
+    /// `"rseq"` or `"locked"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpdatePath::Rseq => "rseq",
+            UpdatePath::Locked => "locked",
+        }
+    }
+}
+
+impl core::fmt::Display for UpdatePath {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Configures an [`Rstat`].
 #[derive(Clone, Debug)]
 pub struct Builder {
     nr_cpus: Option<usize>,
+    update_path: UpdatePath,
     unified: bool,
     cpu_controller: bool,
     policy: FlushPolicy,
@@ -205,6 +246,7 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             nr_cpus: None,
+            update_path: UpdatePath::Rseq,
             unified: false,
             cpu_controller: true,
             policy: FlushPolicy::default(),
@@ -218,10 +260,22 @@ impl Default for Builder {
 }
 
 impl Builder {
-    /// Number of per-CPU slots (default: possible CPUs). CPU ids beyond it
-    /// are folded in. Values below 1 are raised to 1.
+    /// Number of per-CPU slots (default: possible CPUs, plus one for
+    /// threads without a CPU id when updates use rseq). CPU ids beyond it
+    /// are folded in. Values below 1 are raised to 1. Fewer slots than
+    /// possible CPUs share slots between CPUs, which needs the locked
+    /// update path.
     pub fn nr_cpus(mut self, n: usize) -> Self {
         self.nr_cpus = Some(n.max(1));
+        self
+    }
+
+    /// The update path to use (default [`UpdatePath::Rseq`], which falls
+    /// back to [`UpdatePath::Locked`] where restartable sequences are not
+    /// available or slots are shared between CPUs; [`Rstat::update_path`]
+    /// tells which one the engine got).
+    pub fn update_path(mut self, p: UpdatePath) -> Self {
+        self.update_path = p;
         self
     }
 
@@ -258,9 +312,12 @@ impl Builder {
         if let Some(p) = self.periodic {
             check_period(p)?;
         }
-        let nr_cpus = self.nr_cpus.unwrap_or_else(cpu::possible_cpus);
+        let (nr_cpus, update_path, section_limit, rseq_off) = self.choose_update_path();
         let inner = Arc::new(EngineInner {
             nr_cpus,
+            update_path,
+            section_limit,
+            rseq_off,
             unified: self.unified,
             default_policy: self.policy,
             zombies: AtomicUsize::new(0),
@@ -291,6 +348,48 @@ impl Builder {
             rs.set_periodic_flush(Some(p))?;
         }
         Ok(rs)
+    }
+}
+
+impl Builder {
+    /// `(nr_cpus, path, section limit, rseq offset)`. Restartable sections
+    /// need a slot of their own for every CPU id (`0..possible`), and, for a
+    /// thread the kernel gives no CPU id (one whose rseq registration
+    /// failed), at least one more slot that no section writes: a section's
+    /// add is not atomic against another CPU's. Under loom and Miri the
+    /// sections are simulated (a per-slot lock around a plain load and
+    /// store) on every slot.
+    fn choose_update_path(&self) -> (usize, UpdatePath, usize, isize) {
+        #[cfg(any(rstat_loom, miri))]
+        {
+            let nr = self.nr_cpus.unwrap_or_else(cpu::possible_cpus);
+            match self.update_path {
+                UpdatePath::Rseq if u32::try_from(nr).is_ok() => (nr, UpdatePath::Rseq, nr, 0),
+                _ => (nr, UpdatePath::Locked, 0, 0),
+            }
+        }
+        #[cfg(not(any(rstat_loom, miri)))]
+        {
+            let possible = cpu::possible_cpus();
+            let off = match self.update_path {
+                UpdatePath::Rseq => crate::percpu::rseq::available(),
+                UpdatePath::Locked => None,
+            };
+            let nr = self
+                .nr_cpus
+                .unwrap_or(possible + usize::from(off.is_some()));
+            match off {
+                // Css keeps both in 32 bits.
+                Some(off)
+                    if nr > possible
+                        && u32::try_from(possible).is_ok()
+                        && i32::try_from(off).is_ok() =>
+                {
+                    (nr, UpdatePath::Rseq, possible, off)
+                }
+                _ => (nr, UpdatePath::Locked, 0, 0),
+            }
+        }
     }
 }
 
@@ -348,6 +447,13 @@ impl Rstat {
     /// Number of per-CPU slots.
     pub fn nr_cpus(&self) -> usize {
         self.inner.nr_cpus
+    }
+
+    /// How this engine's stat updates reach their per-CPU slot:
+    /// [`UpdatePath::Rseq`] (unlocked, restartable) or
+    /// [`UpdatePath::Locked`] (atomic add).
+    pub fn update_path(&self) -> UpdatePath {
+        self.inner.update_path
     }
 
     /// Whether all controllers share one tree and lock.

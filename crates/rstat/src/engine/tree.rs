@@ -83,6 +83,14 @@ unsafe impl Send for FlushScratch {}
 /// One updated-tree family: a flush lock and a backlog per CPU.
 pub(crate) struct Domain {
     pub(crate) nr_cpus: usize,
+    /// The engine's restartable-section limit (0: locked updates) and rseq
+    /// `cpu_id` offset (see `EngineInner`).
+    pub(crate) section_limit: usize,
+    pub(crate) rseq_off: isize,
+    /// Under loom and Miri, the stand-in for "nothing else runs a section
+    /// on this CPU": one lock per slot, held around a simulated section.
+    #[cfg(any(rstat_loom, miri))]
+    pub(crate) sim: Box<[Mutex<()>]>,
     pub(crate) lock: Mutex<FlushScratch>,
     pub(crate) backlog: PcpuPtr<BacklogHead>,
     /// The root group's node (set when the root is attached; the root
@@ -108,6 +116,37 @@ impl Domain {
         unsafe { self.backlog.elem(cpu, 0) }
     }
 
+    /// The heavy half of the update path's asymmetric fence (see
+    /// `engine::backlog`): after the backlogs' `OFF_LIST` stores, before any
+    /// stat slot is read. `membarrier` makes every CPU running one of our
+    /// threads execute a full barrier, so an update whose unlocked store
+    /// that CPU still buffered is visible once it returns (or that updater's
+    /// on-list check, after its compiler fence, sees `OFF_LIST` and pushes
+    /// the node again). Under loom the updater's and this side's `SeqCst`
+    /// fences model the pair (`crate::sync`).
+    ///
+    /// On the locked path it is free: the updaters' locked RMWs and the
+    /// `SeqCst` `OFF_LIST` stores and slot loads already form the
+    /// store-buffering pair (loom models that pair with the same fence).
+    fn heavy_fence(&self) {
+        #[cfg(not(any(rstat_loom, miri)))]
+        if self.section_limit != 0 {
+            // Detection proved the command works in this process; what can
+            // still fail is an allocation in the kernel (ENOMEM). Retry, and
+            // as a last resort wait far longer than any store buffer holds
+            // a store (documented as the one unproven fallback).
+            for _ in 0..8 {
+                if crate::percpu::rseq::membarrier().is_ok() {
+                    return;
+                }
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        #[cfg(any(rstat_loom, miri))]
+        crate::sync::sc_fence_for_model();
+    }
+
     /// Lock, flush the root's subtree, unlock.
     pub(crate) fn flush_root(&self) {
         let root = self.root.load(Ordering::Acquire);
@@ -128,13 +167,36 @@ impl Domain {
     /// `scratch` is this domain's locked scratch; `root` is a live node of
     /// this domain.
     pub(crate) unsafe fn flush_locked(&self, scratch: &mut FlushScratch, root: &TreeNode) {
+        // SAFETY: forwarded.
+        unsafe { self.flush_locked_fenced(scratch, root, true) }
+    }
+
+    /// [`flush_locked`](Self::flush_locked), with the heavy half of the
+    /// update path's asymmetric fence only if `fence`. Without it, updates
+    /// that restartable sections made may be missed unless they happen
+    /// before the call by other means (a group's final release: every
+    /// updater's handle drop happens before it).
+    ///
+    /// # Safety
+    /// As [`flush_locked`](Self::flush_locked).
+    pub(crate) unsafe fn flush_locked_fenced(
+        &self,
+        scratch: &mut FlushScratch,
+        root: &TreeNode,
+        fence: bool,
+    ) {
         scratch.flushes += 1;
+        // Every CPU's backlog first, so one fence serves all of them.
         for cpu in 0..self.nr_cpus {
             // SAFETY: we hold the lock (caller), nodes on backlogs are live.
-            unsafe {
-                backlog::drain(self.backlog(cpu), |l| link_updated(&*l.node, cpu));
-                self.cut_subtree(scratch, root, cpu);
-            }
+            unsafe { backlog::drain(self.backlog(cpu), |l| link_updated(&*l.node, cpu)) };
+        }
+        if fence {
+            self.heavy_fence();
+        }
+        for cpu in 0..self.nr_cpus {
+            // SAFETY: lock held; `root` live.
+            unsafe { self.cut_subtree(scratch, root, cpu) };
             let mut order = core::mem::take(&mut scratch.order);
             // Reverse pre-order: every node after all of its descendants.
             for &n in order.iter().rev() {

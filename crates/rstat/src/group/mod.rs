@@ -149,8 +149,13 @@ impl GroupTables {
                 // SAFETY: lock held.
                 node.releasing.with_mut(|r| unsafe { *r = true });
             }
+            // The heavy fence is skipped at the final release only: every
+            // update to the group happened before it (each updater held a
+            // handle, dropped before the count reached zero), and the flush
+            // folds only this group. Any earlier flush needs it: without it
+            // an update could be neither read nor re-marked.
             // SAFETY: lock held; `node` is live and in `domain`.
-            unsafe { domain.flush_locked(&mut scratch, node) };
+            unsafe { domain.flush_locked_fenced(&mut scratch, node, !final_release) };
         }
     }
 }

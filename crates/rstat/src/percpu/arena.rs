@@ -28,7 +28,10 @@ use std::fmt;
 
 /// Bytes per unit per chunk: the largest single per-CPU allocation. Shrunk
 /// under Miri so its allocation tracking stays fast.
-pub const UNIT_SIZE: usize = if cfg!(miri) { 4096 } else { 64 * 1024 };
+pub const UNIT_SIZE: usize = 1 << UNIT_SHIFT;
+/// log2 of [`UNIT_SIZE`]: a CPU's copy is `cpu << UNIT_SHIFT` bytes from
+/// CPU 0's (restartable per-CPU sections shift by this immediate).
+pub const UNIT_SHIFT: u32 = if cfg!(miri) { 12 } else { 16 };
 
 /// Allocation granule: every size is rounded up to this, and every offset is
 /// aligned to it.

@@ -113,6 +113,38 @@ pub(crate) unsafe fn add_on_this_cpu(
     unsafe { imp::add_on_this_cpu(cpu_id_off, base, limit, delta) }
 }
 
+/// Add `delta` (wrapping) to the `i64` at `base + (cpu << UNIT_SHIFT)`,
+/// where `cpu` is the id of the CPU this thread runs on, in one restartable
+/// section that first checks `cpu < *limit`; return `(cpu, old value)`.
+/// This is the kernel's `this_cpu_add` for stat slots in the per-CPU arena
+/// (whose units are `1 << UNIT_SHIFT` bytes apart). `None` (nothing
+/// written) when `cpu >= *limit` or this thread has no rseq area.
+///
+/// Cost: one store (arming the section), one load of the CPU id, one
+/// compare, one load and one store of the slot; no lock prefix, no fence.
+/// The store can sit in this CPU's store buffer after the section: callers
+/// that need it ordered before a later load pair a compiler fence here with
+/// [`membarrier`] on the reading side (see `engine::backlog`).
+///
+/// # Safety
+/// `cpu_id_off` comes from [`available`]; `limit` is live; for every
+/// `cpu < *limit`, `base + (cpu << UNIT_SHIFT)` is an aligned, live `i64`
+/// (an `AtomicI64`) that no other CPU writes while sections can pass the
+/// check.
+///
+/// [`UNIT_SHIFT`]: crate::percpu::arena::UNIT_SHIFT
+#[inline(always)]
+#[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+pub(crate) unsafe fn add_fetch_on_this_cpu(
+    cpu_id_off: isize,
+    base: *const u8,
+    limit: *const u32,
+    delta: i64,
+) -> Option<(usize, i64)> {
+    // SAFETY: forwarded.
+    unsafe { imp::add_fetch_on_this_cpu(cpu_id_off, base, limit, delta) }
+}
+
 #[cfg(all(
     target_os = "linux",
     target_arch = "x86_64",
@@ -223,6 +255,66 @@ mod imp {
         }
         true
     }
+    /// As `add_on_this_cpu`, with the unit stride of the per-CPU arena and
+    /// the old value and the CPU id as results. The section loads the slot,
+    /// adds in a register and commits with its only store. (Outputs and an
+    /// `asm goto` label cannot be combined on stable Rust, so a refusal
+    /// jumps to the end and the caller's compare tells.)
+    #[inline(always)]
+    pub(super) unsafe fn add_fetch_on_this_cpu(
+        cpu_id_off: isize,
+        base: *const u8,
+        limit: *const u32,
+        delta: i64,
+    ) -> Option<(usize, i64)> {
+        let cpu: usize;
+        let old: i64;
+        // SAFETY: as `add_on_this_cpu`: the caller guarantees the addresses;
+        // the commit store is the section's last instruction.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "lea {t}, [rip + 5f]",
+                "mov qword ptr fs:[{off} + 4], {t}",
+                "3:",
+                "mov {c:e}, dword ptr fs:[{off}]",
+                "xor {old:e}, {old:e}",
+                "cmp {c:e}, dword ptr [{limit}]",
+                "jae 7f",
+                "mov {t}, {c}",
+                "shl {t}, {shift}",
+                "mov {old}, qword ptr [{base} + {t}]",
+                "lea {n}, [{old} + {d}]",
+                "mov qword ptr [{base} + {t}], {n}",
+                "4:",
+                "jmp 7f",
+                ".byte 0x0f, 0xb9, 0x3d",
+                ".long 0x53053053",
+                "6:",
+                "jmp 2b",
+                "7:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "5:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 6b",
+                ".popsection",
+                off = in(reg) cpu_id_off,
+                limit = in(reg) limit,
+                base = in(reg) base,
+                d = in(reg) delta,
+                shift = const crate::percpu::arena::UNIT_SHIFT,
+                c = out(reg) cpu,
+                old = out(reg) old,
+                t = out(reg) _,
+                n = out(reg) _,
+                options(nostack),
+            );
+        }
+        // A refused section jumped past its body with `cpu >= *limit`.
+        // SAFETY: `limit` is live (caller).
+        (cpu < unsafe { *limit } as usize).then_some((cpu, old))
+    }
 }
 
 #[cfg(not(all(
@@ -238,6 +330,18 @@ mod imp {
 
     pub(super) fn membarrier() -> Result<(), i32> {
         Ok(())
+    }
+
+    /// Never called: `supported` is `None` here.
+    #[inline(always)]
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    pub(super) unsafe fn add_fetch_on_this_cpu(
+        _cpu_id_off: isize,
+        _base: *const u8,
+        _limit: *const u32,
+        _delta: i64,
+    ) -> Option<(usize, i64)> {
+        None
     }
 
     /// Never called: `supported` is `None` here.
@@ -331,6 +435,90 @@ mod tests {
         assert_eq!(
             sum,
             threads as u64 * per_thread,
+            "every committed add counted once"
+        );
+    }
+
+    /// A buffer laid out like the per-CPU arena: one `i64` per unit.
+    fn unit_slots(nr: usize) -> Vec<std::sync::atomic::AtomicI64> {
+        let per = crate::percpu::arena::UNIT_SIZE / 8;
+        (0..nr * per)
+            .map(|_| std::sync::atomic::AtomicI64::new(0))
+            .collect()
+    }
+
+    #[test]
+    fn fetching_sections_return_their_cpu_and_the_old_value() {
+        let Some(off) = available() else { return };
+        let nr = super::super::cpu::possible_cpus();
+        let per = crate::percpu::arena::UNIT_SIZE / 8;
+        let slots = unit_slots(nr);
+        let base = slots.as_ptr().cast::<u8>();
+        for i in 0..10_000i64 {
+            // SAFETY: `slots` has an i64 every UNIT_SIZE bytes for `nr`
+            // CPUs; only this thread writes them.
+            let (cpu, old) = unsafe { add_fetch_on_this_cpu(off, base, &(nr as u32), 5) }
+                .expect("a registered thread with cpu < nr always commits");
+            assert!(cpu < nr);
+            let now = slots[cpu * per].load(Ordering::Relaxed);
+            assert_eq!(now, old + 5, "add {i}: the slot of the CPU reported");
+        }
+        let sum: i64 = (0..nr)
+            .map(|c| slots[c * per].load(Ordering::Relaxed))
+            .sum();
+        assert_eq!(sum, 50_000);
+        // SAFETY: as above; a limit of 0 admits no CPU.
+        assert!(unsafe { add_fetch_on_this_cpu(off, base, &0, 5) }.is_none());
+        let sum: i64 = (0..nr)
+            .map(|c| slots[c * per].load(Ordering::Relaxed))
+            .sum();
+        assert_eq!(sum, 50_000, "a refused section writes nothing");
+    }
+
+    #[test]
+    fn concurrent_fetching_sections_and_membarriers_lose_no_add() {
+        let Some(off) = available() else { return };
+        let nr = super::super::cpu::possible_cpus();
+        let per = crate::percpu::arena::UNIT_SIZE / 8;
+        let slots = unit_slots(nr);
+        let base = slots.as_ptr() as usize;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let threads = 2 * nr.max(2);
+        let per_thread = 200_000i64;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    membarrier().unwrap();
+                }
+            });
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(move || {
+                        for i in 0..per_thread {
+                            // SAFETY: as above; threads share a CPU's slot
+                            // only through sections.
+                            let r = unsafe {
+                                add_fetch_on_this_cpu(off, base as *const u8, &(nr as u32), 1)
+                            };
+                            assert!(r.is_some());
+                            if i % 4096 == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join().unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let sum: i64 = (0..nr)
+            .map(|c| slots[c * per].load(Ordering::Relaxed))
+            .sum();
+        assert_eq!(
+            sum,
+            threads as i64 * per_thread,
             "every committed add counted once"
         );
     }
