@@ -121,9 +121,8 @@ impl ControllerHandle {
     pub fn add(&self, group: &Group, item: usize, delta: i64) -> Result<()> {
         self.check_item(item)?;
         let css = self.css_of(group.inner())?;
-        let cpu = cpu::fold(cpu::current(), self.engine.nr_cpus);
-        // SAFETY: `css` is kept alive by `group`; cpu folded; item checked.
-        unsafe { (*css).update(cpu, item, delta) };
+        // SAFETY: `css` is kept alive by `group`; item checked.
+        unsafe { (*css).update_here(item, delta) };
         Ok(())
     }
 
@@ -336,9 +335,8 @@ impl StatHandle {
         if item >= self.nr_stats {
             return false;
         }
-        let cpu = cpu::fold(cpu::current(), self.nr_cpus);
-        // SAFETY: `self.group` keeps the css alive; cpu folded; item checked.
-        unsafe { (*self.css).update(cpu, item, delta) };
+        // SAFETY: `self.group` keeps the css alive; item checked.
+        unsafe { (*self.css).update_here(item, delta) };
         true
     }
 
@@ -347,7 +345,6 @@ impl StatHandle {
     #[must_use = "items out of range are skipped; compare the count with the number of pairs"]
     #[inline]
     pub fn add_many(&self, items: &[(usize, i64)]) -> usize {
-        let cpu = cpu::fold(cpu::current(), self.nr_cpus);
         let mut applied = 0;
         // SAFETY: `self.group` keeps the css alive.
         let css = unsafe { &*self.css };
@@ -357,13 +354,14 @@ impl StatHandle {
             // one brought in.
             for &(item, delta) in items {
                 if item < self.nr_stats {
-                    // SAFETY: cpu folded; item checked.
-                    unsafe { css.update(cpu, item, delta) };
+                    // SAFETY: item checked.
+                    unsafe { css.update_here(item, delta) };
                     applied += 1;
                 }
             }
             return applied;
         }
+        let cpu = cpu::fold(cpu::current(), self.nr_cpus);
         for &(item, delta) in items {
             if item < self.nr_stats {
                 // SAFETY: cpu folded; item checked.
@@ -469,11 +467,10 @@ impl StatItem {
     /// slot and one load of this CPU's on-list flag; no lock, no allocation.
     #[inline(always)]
     pub fn add(&self, delta: i64) {
-        let cpu = cpu::fold(cpu::current(), self.handle.nr_cpus);
-        // SAFETY: `self.handle` keeps the css alive; cpu folded; `item` was
-        // checked against `nr_stats` when this StatItem was made, and a
+        // SAFETY: `self.handle` keeps the css alive; `item` was checked
+        // against `nr_stats` when this StatItem was made, and a
         // controller's item list never changes.
-        unsafe { (*self.handle.css).update(cpu, self.item, delta) };
+        unsafe { (*self.handle.css).update_here(self.item, delta) };
     }
 
     /// The item's index in its controller's list.

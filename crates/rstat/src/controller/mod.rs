@@ -508,6 +508,38 @@ impl Css {
         unsafe { self.update_locked(cpu, item, delta) }
     }
 
+    /// [`update`](Self::update) on this thread's CPU: the CPU id is read
+    /// only on the locked path (a section reads its own).
+    ///
+    /// # Safety
+    /// The css is live, `item < nr_stats`.
+    #[inline(always)]
+    pub(crate) unsafe fn update_here(&self, item: usize, delta: i64) {
+        if self.section_limit != 0 {
+            // SAFETY: caller's guarantees; the simulated section folds its
+            // CPU id below (under loom and Miri only).
+            return unsafe { self.update_in_section(self.sim_cpu(), item, delta) };
+        }
+        // SAFETY: a css's node and its domain outlive it.
+        let nr_cpus = unsafe { (*(*self.node).domain).nr_cpus };
+        let cpu = crate::percpu::cpu::fold(crate::percpu::cpu::current(), nr_cpus);
+        // SAFETY: caller's guarantees; `cpu` folded.
+        unsafe { self.update_locked(cpu, item, delta) }
+    }
+
+    /// The CPU a simulated section runs on (loom, Miri); unused otherwise.
+    #[inline(always)]
+    fn sim_cpu(&self) -> usize {
+        #[cfg(any(rstat_loom, miri))]
+        {
+            // SAFETY: a css's node and its domain outlive it.
+            let nr_cpus = unsafe { (*(*self.node).domain).nr_cpus };
+            crate::percpu::cpu::fold(crate::percpu::cpu::current(), nr_cpus)
+        }
+        #[cfg(not(any(rstat_loom, miri)))]
+        0
+    }
+
     /// A restartable section on this CPU's slot (see `percpu::rseq`).
     ///
     /// # Safety
