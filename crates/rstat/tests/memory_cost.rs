@@ -10,8 +10,10 @@
 //! - constant: the group (name, children map, controller, node and
 //!   extension tables, and its percpu_ref, whose shared count sits alone on a
 //!   128-byte line), two controller states with their totals and published
-//!   copies, two tree nodes. Measured at 1,583 B on x86-64 (printed by the
-//!   test); asserted <= 1,600 B.
+//!   copies (with their pending-update counters and update-path fields),
+//!   two tree nodes (with their group's id and release flag). Measured at
+//!   1,583 B on x86-64 with 2,000 groups, ~1,630 B under Miri's 20 (the
+//!   children map's nodes amortize less); asserted <= 1,700 B.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -36,7 +38,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
-const CONSTANT_BOUND: usize = 1600;
+const CONSTANT_BOUND: usize = 1700;
 
 #[test]
 fn per_group_cost_is_per_cpu_bytes_times_cpus_plus_a_small_constant() {
