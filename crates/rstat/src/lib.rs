@@ -6,14 +6,19 @@
 //! side paying only for the groups that changed. The machinery is the Linux
 //! kernel's, in its newest shape, written anew for userspace:
 //!
-//! - **[`engine`]**: rstat. An update is one uncontended atomic add on this
-//!   CPU's slot and one load; the first update of a group after a flush
+//! - **[`engine`]**: rstat. An update is an unlocked add on this CPU's slot
+//!   in a restartable sequence (the kernel's `this_cpu_add`; a locked add
+//!   where rseq is unavailable) and one load; the first update of a group
+//!   after a flush
 //!   pushes it on a lock-free per-(controller, CPU) backlog (kernel v6.17).
 //!   A read flushes: under the controller's own lock (v6.16's separate
 //!   trees) it drains the backlogs into per-CPU *updated trees* and folds
 //!   only the changed groups under the one being read, children first.
 //!   Stronger than the kernel, an update that completed before a read began
-//!   is always in that read (a store-buffering pair proven with loom).
+//!   is always in that read, even when threads share a CPU slot (a
+//!   store-buffering pair, closed on the rseq path by an asymmetric fence:
+//!   `membarrier` on the reading side only; proven with loom on both
+//!   paths).
 //! - **[`engine::policy`]**: who flushes and when (seed 004): `Threshold`
 //!   (v6.8, default), `Always`, `UnifiedRoot`, `Coalesced`, plus a periodic
 //!   root flusher; each with a documented staleness bound.
@@ -36,9 +41,10 @@
 //!
 //! | call | cost |
 //! |---|---|
-//! | [`StatItem::add`], [`StatHandle::add`] | one uncontended atomic add + one load, no lock, no allocation |
-//! | [`ControllerHandle::read_exact`] | the controller's lock; per CPU, drain + fold the changed groups under the target |
-//! | [`ControllerHandle::read`] | by policy; `Threshold`: a lock-free copy unless more than 64 × nr_cpus units are pending |
+//! | [`StatItem::add`], [`StatHandle::add`] | [`UpdatePath::Rseq`]: one restartable section (an unlocked load, add and store on this CPU's slot) + one load; [`UpdatePath::Locked`]: one uncontended locked add + one load; no lock, no allocation, no fence |
+//! | [`ControllerHandle::read_exact`] | the controller's lock; per CPU, drain the backlog; on the rseq path one `membarrier` system call (about a microsecond; it interrupts the CPUs running our threads); then fold the changed groups under the target |
+//! | [`ControllerHandle::read`] | by policy; `Threshold`: a lock-free copy (no lock, no system call) unless more than 64 × nr_cpus units are pending, then as `read_exact` |
+//! | the periodic flusher | one root flush (as `read_exact` of the root) per period |
 //! | [`Group`] clone / drop | one per-CPU reference get / put |
 //! | [`Group::create_child`], [`Group::remove`] | the topology lock, arena allocations / one subtree flush per controller |
 //!
