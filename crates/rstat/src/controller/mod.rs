@@ -592,6 +592,11 @@ impl Css {
         // Release: an x86 store.
         slot.cur.store(old.wrapping_add(delta), Ordering::Release);
         drop(on_cpu);
+        // The light half of the asymmetric fence, modelled (with the heavy
+        // half, `Domain::heavy_fence`) as a `SeqCst` fence: Miri's weak
+        // memory emulation, like a real store buffer, lets the on-list load
+        // below pass the plain store above without it.
+        crate::sync::fence(Ordering::SeqCst);
         // SAFETY: as above.
         unsafe { self.after_add(cpu, old, delta) };
     }

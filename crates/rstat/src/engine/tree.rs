@@ -143,8 +143,10 @@ impl Domain {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        // The model of the pair: `SeqCst` fences on both sides (the
+        // simulated section has the other one).
         #[cfg(any(rstat_loom, miri))]
-        crate::sync::sc_fence_for_model();
+        crate::sync::fence(Ordering::SeqCst);
     }
 
     /// Lock, flush the root's subtree, unlock.
