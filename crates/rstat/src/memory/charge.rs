@@ -75,6 +75,7 @@ impl std::fmt::Debug for Charge<'_> {
 
 impl<'a> Charge<'a> {
     /// Units charged.
+    #[inline]
     pub fn amount(&self) -> u64 {
         self.amount
     }
@@ -96,6 +97,7 @@ impl<'a> Charge<'a> {
     }
 
     /// Uncharge now, reporting errors (dropping does the same silently).
+    #[inline]
     pub fn uncharge(mut self) -> Result<(), MemoryError> {
         let n = core::mem::take(&mut self.amount);
         uncharge_guard(self.mem, &self.group, n)
@@ -124,6 +126,7 @@ impl<'a> Charge<'a> {
 }
 
 impl Drop for Charge<'_> {
+    #[inline]
     fn drop(&mut self) {
         let _ = uncharge_guard(self.mem, &self.group, self.amount);
     }
@@ -162,6 +165,7 @@ impl std::fmt::Debug for OwnedCharge {
 
 impl OwnedCharge {
     /// Units charged.
+    #[inline]
     pub fn amount(&self) -> u64 {
         self.amount
     }
@@ -182,6 +186,7 @@ impl OwnedCharge {
     }
 
     /// Uncharge now, reporting errors (dropping does the same silently).
+    #[inline]
     pub fn uncharge(mut self) -> Result<(), MemoryError> {
         let n = core::mem::take(&mut self.amount);
         uncharge_guard(&self.mem, &self.group, n)
