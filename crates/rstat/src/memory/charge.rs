@@ -73,7 +73,7 @@ impl std::fmt::Debug for Charge<'_> {
     }
 }
 
-impl<'a> Charge<'a> {
+impl Charge<'_> {
     /// Units charged.
     #[inline]
     pub fn amount(&self) -> u64 {

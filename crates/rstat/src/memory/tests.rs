@@ -35,7 +35,8 @@ fn stat(mem: &Memory, g: &Group, item: &str) -> (i64, i64) {
 fn handles_are_send_and_sync() {
     fn ok<T: Send + Sync>() {}
     ok::<Memory>();
-    ok::<Charge>();
+    ok::<Charge<'_>>();
+    ok::<OwnedCharge>();
     ok::<MemoryError>();
 }
 
