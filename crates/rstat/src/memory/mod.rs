@@ -44,14 +44,15 @@
 //!
 //! [`try_charge`](Memory::try_charge) returns a [`Charge<'a>`](Charge)
 //! that borrows the [`Memory`] handle and the [`Group`] it was given, and
-//! uncharges on drop. Charging and dropping it cost exactly the raw calls'
-//! path (above: served from the stock, a few loads, one uncontended
+//! uncharges on drop. Charging and dropping it cost the raw calls' path
+//! (above: served from the stock, each way a few loads, one uncontended
 //! compare-and-swap on this CPU's stock lock, one per-CPU stat add; no
-//! allocation) and nothing more: the guard writes no reference count, so
-//! it touches no cache line that other CPUs' charges write. An earlier
-//! guard cloned the `Memory` handle, an `Arc` every thread shares: two
-//! contended atomic operations per charge, which made the guard path
-//! several times slower than the raw calls at two threads.
+//! allocation) plus a guard of five words on the caller's stack. The guard
+//! writes no reference count, so it touches no cache line that other CPUs'
+//! charges write. (An earlier guard cloned the `Memory` handle, an `Arc`
+//! every thread shares: two contended atomic operations per charge, which
+//! made the guard path several times slower than the raw calls at two
+//! threads.)
 //!
 //! The borrow is what keeps the group valid while it is charged: the
 //! caller's handle outlives the guard. (Only a charge that landed on the
