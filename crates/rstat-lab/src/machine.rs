@@ -117,6 +117,27 @@ pub fn per_thread<F>(threads: usize, iters: u64, make: impl Fn(usize) -> F) -> f
 where
     F: FnOnce() + Send + 'static,
 {
+    per_thread_sample(threads, iters, make).mops
+}
+
+/// One run of [`per_thread_sample`].
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    /// Mops/s over all threads, as [`per_thread`].
+    pub mops: f64,
+    /// How many threads ran at once, on average: the threads' CPU time
+    /// (`CLOCK_THREAD_CPUTIME_ID`) summed over the slowest one's wall time.
+    /// `threads` when each had its CPU to itself throughout; near 1 when
+    /// they took turns with other work on a busy machine, so that a line
+    /// they share stopped bouncing and contention went unmeasured.
+    pub parallel: f64,
+}
+
+/// [`per_thread`], also measuring how parallel the run really was.
+pub fn per_thread_sample<F>(threads: usize, iters: u64, make: impl Fn(usize) -> F) -> Sample
+where
+    F: FnOnce() + Send + 'static,
+{
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads));
     let hs: Vec<_> = (0..threads)
         .map(|t| {
@@ -125,19 +146,39 @@ where
             std::thread::spawn(move || {
                 pin_to_cpu(t);
                 b.wait();
-                let t0 = Instant::now();
+                let (t0, c0) = (Instant::now(), thread_cputime());
                 f();
-                t0.elapsed()
+                (t0.elapsed(), thread_cputime().saturating_sub(c0))
             })
         })
         .collect();
-    let slowest = hs
-        .into_iter()
-        .map(|h| h.join().unwrap_or_default())
-        .max()
-        .unwrap_or_default();
-    if slowest.is_zero() {
-        return 0.0;
+    let (mut slowest, mut cpu) = (Duration::ZERO, Duration::ZERO);
+    for h in hs {
+        let (wall, c) = h.join().unwrap_or_default();
+        slowest = slowest.max(wall);
+        cpu += c;
     }
-    (threads as u64 * iters) as f64 / slowest.as_secs_f64() / 1e6
+    if slowest.is_zero() {
+        return Sample {
+            mops: 0.0,
+            parallel: 0.0,
+        };
+    }
+    Sample {
+        mops: (threads as u64 * iters) as f64 / slowest.as_secs_f64() / 1e6,
+        parallel: cpu.as_secs_f64() / slowest.as_secs_f64(),
+    }
+}
+
+/// This thread's CPU time (zero if the clock cannot be read).
+fn thread_cputime() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid pointer to a timespec; the clock id is a constant.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

@@ -33,7 +33,7 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
-use rstat::memory::{Charge, Limit, Memory, MemoryConfig, MemoryError, MemoryEvents};
+use rstat::memory::{Charge, Limit, Memory, MemoryConfig, MemoryError, MemoryEvents, OwnedCharge};
 use rstat::{Group, Rstat};
 
 /// The selftest's `values_close`: `a` and `b` differ by at most `err`
@@ -89,7 +89,7 @@ struct PageCache {
     mem: Memory,
     group: Group,
     page: u64,
-    pages: Mutex<Vec<Charge>>,
+    pages: Mutex<Vec<OwnedCharge>>,
 }
 
 /// The reclaimer registered for a [`PageCache`].
@@ -126,7 +126,7 @@ impl PageCache {
     fn fill(&self, n: u64) {
         for _ in 0..n / self.page {
             let c = self.mem.try_charge(&self.group, self.page).unwrap();
-            self.pages.lock().unwrap().push(c);
+            self.pages.lock().unwrap().push(c.into_owned());
         }
     }
 
@@ -147,7 +147,12 @@ impl PageCache {
 
 /// Anonymous memory of `n` units charged a page at a time (page faults),
 /// kept until dropped; stops at the first refused page.
-fn alloc_anon(mem: &Memory, g: &Group, n: u64, page: u64) -> Result<Vec<Charge>, MemoryError> {
+fn alloc_anon<'a>(
+    mem: &'a Memory,
+    g: &'a Group,
+    n: u64,
+    page: u64,
+) -> Result<Vec<Charge<'a>>, MemoryError> {
     let mut v = Vec::new();
     for _ in 0..n / page {
         v.push(mem.try_charge(g, page)?);

@@ -1,6 +1,7 @@
 //! The charge path: stock, page counter, over-limit handling, the `Charge`
 //! guard and the raw calls.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::reclaim::ReclaimBudget;
@@ -42,19 +43,27 @@ pub struct Charged {
 /// A charge held by the caller; dropping it uncharges it (through this
 /// CPU's stock).
 ///
-/// It keeps a handle to the group it charged and to the controller: two
-/// reference counts taken at charge and dropped at uncharge, which are
-/// shared cache lines. Hot loops that charge and uncharge one group can use
-/// [`Memory::charge_raw`] / [`Memory::uncharge_raw`], which take none.
+/// It borrows the controller and the group it was charged through, so
+/// making and dropping one writes no reference count: the guard path costs
+/// what [`Memory::charge_raw`] + [`Memory::uncharge_raw`] cost, and touches
+/// no cache line that other CPUs' charges write (see "The `Charge` guard" in
+/// the [module docs](super#the-charge-guard)). The borrow is also what keeps
+/// the group valid: the caller's handle outlives the guard. A charge that
+/// landed on the nearest live ancestor of a removed group holds a handle
+/// to that ancestor (one per-CPU reference, taken on that cold path only).
+///
+/// To keep a charge where a borrow cannot go (a `'static` cache, a
+/// reclaimer's state, another thread without a scope), turn it into an
+/// [`OwnedCharge`] with [`into_owned`](Self::into_owned).
 #[must_use = "dropping a Charge uncharges it at once"]
-pub struct Charge {
-    mem: Memory,
-    group: Group,
+pub struct Charge<'a> {
+    mem: &'a Memory,
+    group: Cow<'a, Group>,
     amount: u64,
     flags: Charged,
 }
 
-impl std::fmt::Debug for Charge {
+impl std::fmt::Debug for Charge<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Charge")
             .field("group", &self.group.path())
@@ -64,8 +73,9 @@ impl std::fmt::Debug for Charge {
     }
 }
 
-impl Charge {
+impl Charge<'_> {
     /// Units charged.
+    #[inline]
     pub fn amount(&self) -> u64 {
         self.amount
     }
@@ -87,10 +97,103 @@ impl Charge {
     }
 
     /// Uncharge now, reporting errors (dropping does the same silently).
+    #[inline]
     pub fn uncharge(mut self) -> Result<(), MemoryError> {
         let n = core::mem::take(&mut self.amount);
-        let cpu = self.mem.this_cpu();
-        self.mem.uncharge_on(&self.group, n, cpu)
+        uncharge_guard(self.mem, &self.group, n)
+    }
+
+    /// Give up the guard without uncharging: the caller must later call
+    /// [`Memory::uncharge_raw`] with the returned group and amount. Takes a
+    /// reference on the group (per-CPU; see [`Group`]'s `clone`).
+    pub fn into_raw(mut self) -> (Group, u64) {
+        (Group::clone(&self.group), core::mem::take(&mut self.amount))
+    }
+
+    /// The same charge, owning a handle to the controller and the group:
+    /// `'static`, movable anywhere. Cost: one reference count on the
+    /// controller (shared by every thread: written here and when the owned
+    /// guard drops) and one per-CPU reference on the group. Make it once per
+    /// long-lived charge, not on a hot path.
+    pub fn into_owned(mut self) -> OwnedCharge {
+        OwnedCharge {
+            mem: self.mem.clone(),
+            group: Group::clone(&self.group),
+            amount: core::mem::take(&mut self.amount),
+            flags: self.flags,
+        }
+    }
+}
+
+impl Drop for Charge<'_> {
+    // `inline(always)` here and on the entry points (guarded and raw): the
+    // stock path is a few tens of instructions, and whether it is inlined
+    // into the caller's loop, left to the heuristics, varied from build to
+    // build, moving either path by up to 1.8x against the other.
+    #[inline(always)]
+    fn drop(&mut self) {
+        let _ = uncharge_guard(self.mem, &self.group, self.amount);
+    }
+}
+
+impl From<Charge<'_>> for OwnedCharge {
+    fn from(c: Charge<'_>) -> OwnedCharge {
+        c.into_owned()
+    }
+}
+
+/// A [`Charge`] that owns its handles, so it is `'static`: for caches,
+/// reclaimers' state and anything else that outlives a borrow of the
+/// controller. Made by [`Charge::into_owned`]; dropping it uncharges.
+///
+/// It holds a [`Memory`] (one reference count, a cache line every thread
+/// shares) and a [`Group`] (a per-CPU reference): making and dropping one
+/// writes the controller's count, so keep [`Charge`] on hot paths.
+#[must_use = "dropping an OwnedCharge uncharges it at once"]
+pub struct OwnedCharge {
+    mem: Memory,
+    group: Group,
+    amount: u64,
+    flags: Charged,
+}
+
+impl std::fmt::Debug for OwnedCharge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedCharge")
+            .field("group", &self.group.path())
+            .field("amount", &self.amount)
+            .field("flags", &self.flags)
+            .finish()
+    }
+}
+
+impl OwnedCharge {
+    /// Units charged.
+    #[inline]
+    pub fn amount(&self) -> u64 {
+        self.amount
+    }
+
+    /// The group charged (see [`Charge::group`]).
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
+    /// See [`Charged::over_high`].
+    pub fn over_high(&self) -> bool {
+        self.flags.over_high
+    }
+
+    /// See [`Charged::forced`].
+    pub fn forced(&self) -> bool {
+        self.flags.forced
+    }
+
+    /// Uncharge now, reporting errors (dropping does the same silently).
+    #[inline]
+    pub fn uncharge(mut self) -> Result<(), MemoryError> {
+        let n = core::mem::take(&mut self.amount);
+        uncharge_guard(&self.mem, &self.group, n)
     }
 
     /// Give up the guard without uncharging: the caller must later call
@@ -100,13 +203,20 @@ impl Charge {
     }
 }
 
-impl Drop for Charge {
+impl Drop for OwnedCharge {
     fn drop(&mut self) {
-        if self.amount > 0 {
-            let cpu = self.mem.this_cpu();
-            let _ = self.mem.uncharge_on(&self.group, self.amount, cpu);
-        }
+        let _ = uncharge_guard(&self.mem, &self.group, self.amount);
     }
+}
+
+/// A guard's uncharge: through this CPU's stock, as
+/// [`Memory::uncharge_raw`]. Nothing for a guard already given up.
+#[inline(always)]
+fn uncharge_guard(mem: &Memory, group: &Group, n: u64) -> Result<(), MemoryError> {
+    if n == 0 {
+        return Ok(());
+    }
+    mem.uncharge_on(group, n, mem.this_cpu())
 }
 
 /// Charge `n` to `memcg`: from CPU `cpu`'s stock, else `max(batch, n)` to
@@ -167,47 +277,77 @@ impl Memory {
     ///
     /// Cost, served from this CPU's stock (at most `batch` units, the stock
     /// holding enough): a few loads, one uncontended compare-and-swap, one
-    /// per-CPU stat add, and two reference counts for the guard. Otherwise
-    /// one atomic add per ancestor on their `usage` lines. Over the limit:
-    /// every CPU's stock lock and the reclaimers' work.
-    pub fn try_charge(&self, group: &Group, amount: u64) -> Result<Charge, MemoryError> {
+    /// per-CPU stat add; the guard borrows `self` and `group` and takes no
+    /// reference count. Otherwise one atomic add per ancestor on their
+    /// `usage` lines. Over the limit: every CPU's stock lock and the
+    /// reclaimers' work. Dropping the guard costs an
+    /// [`uncharge_raw`](Self::uncharge_raw).
+    #[inline(always)]
+    pub fn try_charge<'a>(
+        &'a self,
+        group: &'a Group,
+        amount: u64,
+    ) -> Result<Charge<'a>, MemoryError> {
         self.try_charge_with(group, amount, OnOom::Fail)
     }
 
     /// [`try_charge`](Self::try_charge) with a choice of what to do at OOM.
-    pub fn try_charge_with(
-        &self,
-        group: &Group,
+    #[inline(always)]
+    pub fn try_charge_with<'a>(
+        &'a self,
+        group: &'a Group,
         amount: u64,
         on_oom: OnOom,
-    ) -> Result<Charge, MemoryError> {
-        self.try_charge_on_cpu(group, amount, on_oom, self.this_cpu())
+    ) -> Result<Charge<'a>, MemoryError> {
+        self.try_charge_at(group, amount, on_oom, self.this_cpu())
     }
 
     /// As [`try_charge_with`](Self::try_charge_with) through stock slot
     /// `cpu` (folded into range): for tests and models that control
     /// placement.
     #[doc(hidden)]
-    pub fn try_charge_on_cpu(
-        &self,
-        group: &Group,
+    pub fn try_charge_on_cpu<'a>(
+        &'a self,
+        group: &'a Group,
         amount: u64,
         on_oom: OnOom,
         cpu: usize,
-    ) -> Result<Charge, MemoryError> {
-        let cpu = self.check_cpu(cpu);
+    ) -> Result<Charge<'a>, MemoryError> {
+        self.try_charge_at(group, amount, on_oom, self.check_cpu(cpu))
+    }
+
+    /// The guarded charge: the stock hit inline, as the raw charge's.
+    #[inline(always)]
+    fn try_charge_at<'a>(
+        &'a self,
+        group: &'a Group,
+        amount: u64,
+        on_oom: OnOom,
+        cpu: usize,
+    ) -> Result<Charge<'a>, MemoryError> {
         if self.consume_stock(group, amount, cpu) {
             return Ok(Charge {
-                mem: self.clone(),
-                group: group.clone(),
+                mem: self,
+                group: Cow::Borrowed(group),
                 amount,
                 flags: Charged::default(),
             });
         }
-        let (group, flags) = self.charge_on(group, amount, on_oom, cpu)?;
+        self.try_charge_slow(group, amount, on_oom, cpu)
+    }
+
+    #[inline(never)]
+    fn try_charge_slow<'a>(
+        &'a self,
+        group: &'a Group,
+        amount: u64,
+        on_oom: OnOom,
+        cpu: usize,
+    ) -> Result<Charge<'a>, MemoryError> {
+        let (t, flags) = self.charge_target(group, amount, on_oom, cpu)?;
         Ok(Charge {
-            mem: self.clone(),
-            group,
+            mem: self,
+            group: t.group,
             amount,
             flags,
         })
@@ -216,9 +356,9 @@ impl Memory {
     /// Charge without a guard (for a C ABI, or the hottest loops): the
     /// caller undoes it with [`uncharge_raw`](Self::uncharge_raw) of the
     /// same group and amount. Same path and cost as
-    /// [`try_charge_with`](Self::try_charge_with), minus the guard's
-    /// reference counts.
-    #[inline]
+    /// [`try_charge_with`](Self::try_charge_with), which only adds a guard
+    /// of borrowed handles.
+    #[inline(always)]
     pub fn charge_raw(
         &self,
         group: &Group,
@@ -291,7 +431,7 @@ impl Memory {
     /// written while the stock serves), one uncontended compare-and-swap,
     /// one per-CPU stat add; a stock slot overflowing `batch` or evicted is
     /// uncharged from the page counter.
-    #[inline]
+    #[inline(always)]
     pub fn uncharge_raw(&self, group: &Group, amount: u64) -> Result<(), MemoryError> {
         self.uncharge_on(group, amount, self.this_cpu())
     }
@@ -348,19 +488,6 @@ impl Memory {
         uncharge_memcg(&self.inner.shared.stocks, &t.memcg, cpu, n);
         self.count_on(&t.group, STAT_UNCHARGED, n, cpu);
         Ok(())
-    }
-
-    /// The charge path proper; returns the group charged.
-    #[inline(never)]
-    fn charge_on(
-        &self,
-        group: &Group,
-        n: u64,
-        on_oom: OnOom,
-        cpu: usize,
-    ) -> Result<(Group, Charged), MemoryError> {
-        let (t, flags) = self.charge_target(group, n, on_oom, cpu)?;
-        Ok((t.group.into_owned(), flags))
     }
 
     #[inline]

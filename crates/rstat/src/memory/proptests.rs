@@ -78,26 +78,26 @@ fn scenario() -> impl Strategy<Value = (Vec<usize>, Vec<Op>)> {
 }
 
 /// A charge the model knows about.
-struct Held {
+struct Held<'a> {
     /// The handle it was made through, the group it landed on.
     via: usize,
     landed: usize,
     n: u64,
     forced: bool,
-    guard: Option<Charge>,
+    guard: Option<Charge<'a>>,
 }
 
-struct Model {
+struct Model<'a> {
     parent: Vec<Option<usize>>,
     live: Vec<bool>,
     /// Per group: the limit the caller-held charges under it must respect.
     bound: Vec<u64>,
     max: Vec<u64>,
-    held: Vec<Held>,
+    held: Vec<Held<'a>>,
     charged: u64,
 }
 
-impl Model {
+impl Model<'_> {
     fn in_subtree(&self, mut x: usize, g: usize) -> bool {
         loop {
             if x == g {
@@ -146,7 +146,7 @@ impl Model {
     }
 }
 
-fn check(mem: &Memory, groups: &[Group], m: &Model) -> Result<(), TestCaseError> {
+fn check(mem: &Memory, groups: &[Group], m: &Model<'_>) -> Result<(), TestCaseError> {
     let n = groups.len();
     let stocked: Vec<u64> = groups.iter().map(|g| mem.stocked(g).unwrap()).collect();
     for g in 0..n {

@@ -122,14 +122,14 @@
 //! kernel; what the cursor adds is a few loads and an uncontended lock per
 //! visit.
 //!
-//! A reclaimer must uncharge what it frees (drop its [`Charge`]s, or call
-//! [`Memory::uncharge_raw`]) before it returns, and must not free more than
+//! A reclaimer must uncharge what it frees (drop its [`OwnedCharge`]s, or
+//! call [`Memory::uncharge_raw`]) before it returns, and must not free more than
 //! asked: the protections are only as good as that. While it runs, its
 //! thread's uncharges bypass the stock (so the room shows at once) and its
 //! charges over a limit are forced rather than reclaimed for (the kernel's
 //! `PF_MEMALLOC`).
 //!
-//! [`Charge`]: super::Charge
+//! [`OwnedCharge`]: super::OwnedCharge
 //! [`MemoryConfig::max_reclaim_retries`]: super::MemoryConfig::max_reclaim_retries
 //! [`PageCounter::calculate_protection`]: crate::page_counter::PageCounter::calculate_protection
 
@@ -147,11 +147,13 @@ use crate::sync;
 /// target, free up to that many units, uncharge them, return how many.
 ///
 /// A reclaimer is kept until it is unregistered or its group's memory state
-/// is freed. One that owns [`Charge`]s (or handles) of its own group would
-/// keep that group alive through its own registration: hold such state
-/// through a `Weak`.
+/// is freed. One that owns charges ([`OwnedCharge`]s: a reclaimer is
+/// `'static`, so a borrowing [`Charge`] cannot be kept in it) or handles of
+/// its own group would keep that group alive through its own registration:
+/// hold such state through a `Weak`.
 ///
 /// [`Charge`]: super::Charge
+/// [`OwnedCharge`]: super::OwnedCharge
 pub trait Reclaimer: Send + Sync + 'static {
     /// Free up to `target` units (uncharging them before returning); return
     /// how many were freed. Must not free more than `target`, a multiple of

@@ -35,7 +35,8 @@ fn stat(mem: &Memory, g: &Group, item: &str) -> (i64, i64) {
 fn handles_are_send_and_sync() {
     fn ok<T: Send + Sync>() {}
     ok::<Memory>();
-    ok::<Charge>();
+    ok::<Charge<'_>>();
+    ok::<OwnedCharge>();
     ok::<MemoryError>();
 }
 
@@ -471,6 +472,85 @@ fn into_raw_hands_over_the_uncharge() {
     mem.uncharge_raw(&g, 5).unwrap();
     mem.drain_stocks(&g).unwrap();
     assert_eq!(mem.current(&g).unwrap(), 0);
+}
+
+/// The borrowing guard writes no reference count of the controller (a line
+/// every thread shares), whether the stock or the page counter served it;
+/// an owned one takes exactly one and gives it back when it drops.
+#[test]
+fn the_guard_borrows_and_into_owned_takes_one_reference() {
+    let (rs, mem) = setup(1, 8);
+    let g = rs.root().create_child("g").unwrap();
+    let refs = || Arc::strong_count(&mem.inner);
+    let before = refs();
+    let a = mem.try_charge(&g, 3).unwrap(); // page counter, 5 stocked
+    let b = mem.try_charge(&g, 2).unwrap(); // stock
+    assert_eq!(mem.stocked(&g).unwrap(), 3);
+    assert_eq!(refs(), before);
+    let owned = b.into_owned();
+    assert_eq!(refs(), before + 1);
+    assert_eq!((owned.amount(), owned.group()), (2, &g));
+    drop(a);
+    assert_eq!(refs(), before + 1);
+    assert_eq!(mem.current(&g).unwrap(), 8);
+    owned.uncharge().unwrap();
+    assert_eq!(refs(), before);
+    mem.drain_stocks(&g).unwrap();
+    assert_eq!(mem.current(&g).unwrap(), 0);
+    let s = mem.stat_exact(&g).unwrap();
+    assert_eq!((s.get("charged"), s.get("uncharged")), (Some(5), Some(5)));
+}
+
+/// An owned charge outlives every handle it was made from (the controller
+/// handle it borrowed, and the caller's group, removed meanwhile) and drops
+/// on another thread: it keeps what it uncharges alive, and the uncharge
+/// lands on the nearest live ancestor, which holds the reparented units.
+/// Small enough for Miri, which checks that nothing is used after it is
+/// freed.
+#[test]
+fn an_owned_charge_outlives_the_handles_it_borrowed() {
+    let (rs, mem) = setup(2, 4);
+    let check = mem.clone();
+    let p = rs.root().create_child("p").unwrap();
+    let owned = {
+        let g = p.create_child("g").unwrap();
+        let c = mem.try_charge_on_cpu(&g, 3, OnOom::Fail, 1).unwrap();
+        assert_eq!(c.group(), &g);
+        g.remove().unwrap();
+        c.into_owned()
+    };
+    drop(mem);
+    // Reparented: p holds the 3 units; the 1 stocked for g was drained.
+    assert_eq!(check.current(&p).unwrap(), 3);
+    let t = std::thread::spawn(move || {
+        assert_eq!((owned.amount(), owned.group().name()), (3, "g"));
+        assert_eq!(owned.group().parent().as_ref(), Some(&p));
+        drop(owned);
+    });
+    t.join().unwrap();
+    check.drain_stocks(rs.root()).unwrap();
+    assert_eq!(check.current(rs.root()).unwrap(), 0);
+    let s = check.stat_exact(rs.root()).unwrap();
+    assert_eq!((s.get("charged"), s.get("uncharged")), (Some(3), Some(3)));
+}
+
+/// A guard made through a removed group holds its nearest live ancestor,
+/// which may itself be removed before the guard drops: the uncharge then
+/// goes one level further up, where the units were reparented.
+#[test]
+fn a_guard_on_a_removed_group_holds_the_ancestor_it_charged() {
+    let (rs, mem) = setup(1, 0);
+    let p = rs.root().create_child("p").unwrap();
+    let g = p.create_child("g").unwrap();
+    g.remove().unwrap();
+    let c = mem.try_charge(&g, 7).unwrap();
+    assert_eq!(c.group(), &p);
+    p.remove().unwrap();
+    drop(p);
+    assert_eq!(c.group().name(), "p");
+    assert_eq!(mem.current(rs.root()).unwrap(), 7);
+    drop(c);
+    assert_eq!(mem.current(rs.root()).unwrap(), 0);
 }
 
 /// Threads charging and uncharging one limited group, on whatever CPU they

@@ -13,7 +13,7 @@ use crate::page_counter::PAGE_COUNTER_MAX;
 struct Cache {
     mem: Memory,
     group: Group,
-    items: std::sync::Mutex<Vec<Charge>>,
+    items: std::sync::Mutex<Vec<OwnedCharge>>,
     /// Units the reclaimer charges each time it runs (to test recursion).
     charge_while_reclaiming: u64,
 }
@@ -42,7 +42,7 @@ impl Cache {
     fn fill(&self, items: u64) {
         for _ in 0..items {
             let c = self.mem.try_charge(&self.group, 1).unwrap();
-            self.items.lock().unwrap().push(c);
+            self.items.lock().unwrap().push(c.into_owned());
         }
     }
 
@@ -101,10 +101,10 @@ fn reclaim_is_shared_in_proportion_to_reclaimable_usage() {
     assert_eq!((ca.len(), cb.len()), (225, 75));
     // A reclaimer's own count overrides the group's usage as its size.
     let (_, q) = (mem.drain_stocks(&p), rs.root().create_child("q").unwrap());
-    let c = mem.try_charge(&q, 50).unwrap();
+    let c = mem.try_charge(&q, 50).unwrap().into_owned();
     mem.register_reclaimer(&q, Sized10(std::sync::Mutex::new(Some(c))))
         .unwrap();
-    struct Sized10(std::sync::Mutex<Option<Charge>>);
+    struct Sized10(std::sync::Mutex<Option<OwnedCharge>>);
     impl Reclaimer for Sized10 {
         fn reclaim(&self, target: u64) -> u64 {
             assert!(target <= 10, "asked {target} of a reclaimer that has 10");
@@ -215,7 +215,9 @@ fn the_oom_handler_gets_one_chance_per_charge() {
     let (rs, mem) = setup(1, 0);
     let g = rs.root().create_child("g").unwrap();
     mem.set_max(&g, 10).unwrap();
-    let victim = Arc::new(std::sync::Mutex::new(Some(mem.try_charge(&g, 10).unwrap())));
+    let victim = Arc::new(std::sync::Mutex::new(Some(
+        mem.try_charge(&g, 10).unwrap().into_owned(),
+    )));
     let v = Arc::clone(&victim);
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let n = Arc::clone(&calls);
