@@ -17,14 +17,28 @@ use crate::sync::Ordering;
 pub struct CounterSetController {
     name: String,
     items: Vec<String>,
+    units: Vec<u64>,
 }
 
 impl CounterSetController {
-    /// A counter set named `name` with the given items.
+    /// A counter set named `name` with the given items, each in unit 1.
     pub fn new(name: &str, items: &[&str]) -> Self {
         CounterSetController {
             name: name.to_owned(),
             items: items.iter().map(|s| (*s).to_owned()).collect(),
+            units: vec![1; items.len()],
+        }
+    }
+
+    /// A counter set named `name` with the given `(item, unit)` pairs: see
+    /// [`Controller::stat_units`] for what a unit is (e.g. `("bytes",
+    /// 4096)` for bytes charged in pages). Units are checked at
+    /// registration.
+    pub fn with_units(name: &str, items: &[(&str, u64)]) -> Self {
+        CounterSetController {
+            name: name.to_owned(),
+            items: items.iter().map(|(s, _)| (*s).to_owned()).collect(),
+            units: items.iter().map(|&(_, u)| u).collect(),
         }
     }
 }
@@ -35,6 +49,9 @@ impl Controller for CounterSetController {
     }
     fn stat_names(&self) -> &[String] {
         &self.items
+    }
+    fn stat_units(&self) -> Vec<u64> {
+        self.units.clone()
     }
 }
 
@@ -67,6 +84,17 @@ impl ControllerHandle {
     /// The stat item names, in index order.
     pub fn stat_names(&self) -> &[String] {
         self.ctl.imp.stat_names()
+    }
+
+    /// Each item's declared unit ([`Controller::stat_units`]), in index
+    /// order: what one unit of the `Threshold` counting, and of its
+    /// staleness bound, stands for. Allocates.
+    pub fn stat_units(&self) -> Vec<u64> {
+        self.ctl
+            .unit_shifts
+            .iter()
+            .map(|&s| 1u64 << (u32::from(s) - super::UPDATE_BATCH_SHIFT))
+            .collect()
     }
 
     /// The index of the item called `name`. Cost: a linear scan; resolve once.
@@ -274,8 +302,9 @@ impl ControllerHandle {
         }
     }
 
-    /// The `Threshold` policy's shared pending-update counter of `group`
-    /// (units of |delta| folded from per-CPU counters since its last flush).
+    /// The `Threshold` policy's shared pending-update counter of `group`:
+    /// units (64 per batch boundary crossed, each in its item's declared
+    /// unit) folded from per-CPU counters and not yet in its totals.
     #[doc(hidden)]
     pub fn pending_updates(&self, group: &Group) -> Result<u64> {
         let css = self.css_of(group.inner())?;
@@ -369,7 +398,7 @@ impl StatHandle {
                     .cur
                     .fetch_add(delta, crate::sync::Ordering::SeqCst);
                 // SAFETY: as above.
-                unsafe { css.count_update(cpu, old, delta) };
+                unsafe { css.count_update(cpu, item, old, delta) };
                 applied += 1;
             }
         }
