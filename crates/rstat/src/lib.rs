@@ -36,7 +36,8 @@
 //!
 //! | call | cost |
 //! |---|---|
-//! | [`StatItem::add`], [`StatHandle::add`] | one uncontended atomic add + one load, no lock, no allocation; once per 64 × the item's [unit](Controller::stat_units) of change on a CPU, a walk over the ancestors' pending counters |
+//! | [`StatItem::add`], [`StatHandle::add`] | one uncontended add on this CPU's slot + one load, no lock, no allocation; once per 64 × the item's [unit](Controller::stat_units) of change on a CPU, a walk over the ancestors' pending counters |
+//! | [`ControllerHandle::add`] | the same, plus a range check and three dependent loads to find the group's state |
 //! | [`ControllerHandle::read_exact`] | the controller's lock; per CPU, drain + fold the changed groups under the target |
 //! | [`ControllerHandle::read`] | by policy; `Threshold`: a lock-free copy unless more than 64 × nr_cpus units (each item in its declared unit) are pending |
 //! | [`Group`] clone / drop | one per-CPU reference get / put |

@@ -583,10 +583,7 @@ impl Rstat {
             queue.extend(g.children());
         }
         topo.controllers.push(Arc::clone(&entry));
-        Ok(ControllerHandle {
-            engine: Arc::clone(&self.inner),
-            ctl: entry,
-        })
+        Ok(ControllerHandle::new(Arc::clone(&self.inner), entry))
     }
 
     /// Register a group extension (per-group state with lifecycle hooks;
