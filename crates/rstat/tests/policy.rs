@@ -115,6 +115,45 @@ fn a_page_unit_item_at_depth_5_folds_once_per_64_page_updates_per_cpu() {
     );
 }
 
+/// Every item counts in its own unit, wherever it sits in the list (a css
+/// keeps the first eight items' shifts inline and reads later ones through
+/// its controller): one delta of 64 × 4096 is one boundary (64 units) for
+/// an item in pages, 4096 boundaries for an item in unit 1.
+#[test]
+fn every_item_counts_in_its_own_unit() {
+    let rs = engine(1, FlushPolicy::Threshold);
+    let names: Vec<String> = (0..12).map(|i| format!("i{i}")).collect();
+    // Pages on even items, unit 1 on odd ones, and 2^20 on the last.
+    let unit = |i: usize| -> u64 {
+        match i {
+            11 => 1 << 20,
+            _ if i.is_multiple_of(2) => 4096,
+            _ => 1,
+        }
+    };
+    let items: Vec<(&str, u64)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), unit(i)))
+        .collect();
+    let c = rs.register_counters_with_units("many", &items).unwrap();
+    assert_eq!(
+        c.stat_units(),
+        (0..12).map(unit).collect::<Vec<_>>(),
+        "as declared"
+    );
+    let g = rs.root().create_child("g").unwrap();
+    for i in 0..12 {
+        let before = c.pending_updates(&g).unwrap();
+        c.add_on_cpu(&g, 0, i, 64 * 4096).unwrap();
+        let units = c.pending_updates(&g).unwrap() - before;
+        // 64 × 4096 of change is (64 × 4096) / unit units, counted in
+        // whole batches of 64.
+        let want = 64 * 4096 / unit(i) / 64 * 64;
+        assert_eq!(units, want, "item {i} in unit {}", unit(i));
+    }
+}
+
 #[test]
 fn stat_units_must_be_powers_of_two_in_range() {
     let rs = engine(1, FlushPolicy::Threshold);

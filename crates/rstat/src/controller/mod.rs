@@ -455,9 +455,11 @@ pub(crate) struct Css {
     /// hot path reaches both without dereferencing the node.
     pub(crate) links: PcpuPtr<PcpuLinks>,
     pub(crate) backlog: PcpuPtr<BacklogHead>,
-    /// `ctl.unit_shifts`, copied so the update path reaches an item's
-    /// shift without going through `ctl` (whose `Arc` keeps it alive).
-    pub(crate) unit_shifts: *const u8,
+    /// The first [`INLINE_SHIFTS`] items' shifts from `ctl.unit_shifts`,
+    /// one byte each (item `i` in bits `8i..8i + 8`), so the update path
+    /// reaches them with one load from this line; later items' are read
+    /// through `ctl`.
+    pub(crate) unit_shifts: u64,
     /// Copies of the engine's update path (see `EngineInner`): updates use
     /// restartable sections on slots `0..section_limit` when it is not 0.
     /// (Narrow, so the two take one word.)
@@ -516,7 +518,12 @@ impl Css {
         // SAFETY: a node's domain outlives it.
         let domain = unsafe { &*node.domain };
         let backlog = domain.backlog;
-        let unit_shifts = ctl.unit_shifts.as_ptr();
+        let unit_shifts = ctl
+            .unit_shifts
+            .iter()
+            .take(INLINE_SHIFTS)
+            .enumerate()
+            .fold(0u64, |acc, (i, &s)| acc | u64::from(s) << (8 * i));
         Css {
             ctl,
             parent,
@@ -726,9 +733,10 @@ impl Css {
     /// Cost: the boundary test uses the value the stat RMW (or section)
     /// already returned. An update that crosses no multiple of 64 (of any
     /// unit: every boundary is one) makes no memory access at all; one that
-    /// does reads the item's shift through the css's pointer to its
-    /// controller's table (two loads of read-only data), and only a
-    /// crossing of the item's own boundary takes the cold walk.
+    /// does loads the item's shift (one load, from the css line the update
+    /// already reads, for the first eight items; three, through the
+    /// controller, for later ones), and only a crossing of the item's own
+    /// boundary takes the cold walk.
     /// Unlike a separate racy counter, nothing is lost when a thread
     /// migrates mid-update. What it gave up: a unit is coarse by design; a
     /// read may miss up to 64 × unit − 1 of an item per (group, CPU) slot.
@@ -749,9 +757,13 @@ impl Css {
         if (old ^ new) >> UPDATE_BATCH_SHIFT == 0 {
             return;
         }
-        // SAFETY: `item < nr_stats`, the table's length; `ctl` keeps it
-        // alive.
-        let shift = u32::from(unsafe { *self.unit_shifts.add(item) });
+        let shift = if item < INLINE_SHIFTS {
+            (self.unit_shifts >> (8 * item)) as u8
+        } else {
+            // SAFETY: `item < nr_stats`, the table's length.
+            unsafe { *self.ctl.unit_shifts.get_unchecked(item) }
+        };
+        let shift = u32::from(shift);
         // Shifts are at least 6: the quotients are within ±2^57, and so
         // is their difference.
         let crossed = (new >> shift) - (old >> shift);
@@ -845,6 +857,9 @@ impl Css {
 /// `MEMCG_CHARGE_BATCH`).
 pub const UPDATE_BATCH: u64 = 1 << UPDATE_BATCH_SHIFT;
 pub(crate) const UPDATE_BATCH_SHIFT: u32 = 6;
+
+/// Items whose shift a css keeps inline (`Css::unit_shifts`).
+pub(crate) const INLINE_SHIFTS: usize = 8;
 
 /// The largest unit an item may declare ([`Controller::stat_units`]): 2^32.
 pub const MAX_STAT_UNIT: u64 = 1 << 32;
