@@ -222,6 +222,14 @@ fn controller_registration_errors_and_late_registration() {
         io.add(other.root(), 0, 1),
         Err(Error::ForeignGroup)
     ));
+    // Another engine's group with a controller at the same index: still
+    // foreign, and its counters are left alone.
+    let theirs = other.register_counters("theirs", &["x", "y"]).unwrap();
+    assert!(matches!(
+        io.add(other.root(), 0, 1),
+        Err(Error::ForeignGroup)
+    ));
+    assert_eq!(theirs.read_exact(other.root()).unwrap().local(), &[0, 0]);
     for i in rs_controllers_left(&rs) {
         rs.register_counters(&format!("c{i}"), &["x"]).unwrap();
     }

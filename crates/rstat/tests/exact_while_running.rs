@@ -12,7 +12,8 @@
 //! one slot (`nr_cpus(1)`), more threads than CPUs on the default slots
 //! (preemption shares rseq slots), and group churn (children created,
 //! updated, removed and released while the parent is read). The `Threshold`
-//! staleness bound is checked the same way with deltas up to 10^6.
+//! staleness bound is checked the same way with deltas up to 10^6 units, on
+//! items in units of 1 and of 4096.
 //!
 //! Each configuration runs for `RSTAT_STRESS_SECS` seconds (default 2; the
 //! loop script `scripts/stress-loop.sh` shortens it); under Miri a few
@@ -65,10 +66,15 @@ struct Ledger {
 
 impl Ledger {
     fn add(&self, ctl: &rstat::ControllerHandle, g: &Group, delta: i64) {
+        self.add_item(ctl, g, 0, delta);
+    }
+
+    /// Add to item `item`, which this ledger covers.
+    fn add_item(&self, ctl: &rstat::ControllerHandle, g: &Group, item: usize, delta: i64) {
         // SeqCst on both counters and `add`'s own SeqCst RMW: a reader that
         // sees `done` include this update also happens-after the update.
         self.started.fetch_add(delta, Ordering::SeqCst);
-        ctl.add(g, 0, delta).unwrap();
+        ctl.add(g, item, delta).unwrap();
         self.done.fetch_add(delta, Ordering::SeqCst);
     }
 
@@ -200,31 +206,57 @@ fn more_threads_than_slots_with_group_churn() {
 }
 
 /// The `Threshold` policy's documented bound, checked while threads run:
-/// every `read` that does not flush is at most
-/// `FlushPolicy::Threshold.staleness_bound(..)` below what completed before
-/// it began, and never above what started before it ended. Deltas range from
-/// 1 to 10^6, so one update can cross thousands of batch boundaries while a
-/// flush is reading the same slots.
+/// every `read` that does not flush is, for each item, at most
+/// `FlushPolicy::Threshold.staleness_bound(.., unit)` plus `64 × unit − 1`
+/// per update in progress when it began (at most one per updater thread)
+/// below what completed before it began, and never above what started
+/// before it ended. Deltas range from 1 to 10^6 units, so one update can
+/// cross thousands of batch boundaries while a flush is reading the same
+/// slots.
 #[test]
 fn threshold_bound_holds_with_large_deltas_while_flushes_race() {
+    threshold_bound_while_flushes_race(&[("n", 1)]);
+}
+
+/// As above with two items sharing the threshold: bytes declared in pages
+/// (4096, deltas that are not whole pages, up to 10^6 pages) and a plain
+/// count. Each item keeps its own bound, in its own unit.
+#[test]
+fn threshold_bound_holds_per_item_in_its_unit_while_flushes_race() {
+    threshold_bound_while_flushes_race(&[("bytes", 4096), ("n", 1)]);
+}
+
+fn threshold_bound_while_flushes_race(items: &[(&str, u64)]) {
+    const UPDATERS: usize = 3;
     let rs = Rstat::builder()
         .nr_cpus(2)
         .flush_policy(FlushPolicy::Threshold)
         .periodic_flush(None)
         .build()
         .unwrap();
-    let ctl = rs.register_counters("c", &["n"]).unwrap();
+    let ctl = rs.register_counters_with_units("c", items).unwrap();
     let p = rs.root().create_child("p").unwrap();
     let kids: Vec<Group> = (0..3)
         .map(|i| p.create_child(&format!("k{i}")).unwrap())
         .collect();
-    // Subtree of `p`: itself and 3 children, one item, 2 slots.
-    let bound = FlushPolicy::Threshold.staleness_bound(2, 4, 1).unwrap() as i64;
-    let ledger = Arc::new(Ledger::default());
+    let units: Vec<u64> = items.iter().map(|&(_, u)| u).collect();
+    // Subtree of `p`: itself and 3 children, 2 slots; plus one unit batch
+    // per update in progress when a read begins.
+    let bounds: Arc<Vec<i64>> = Arc::new(
+        units
+            .iter()
+            .map(|&u| {
+                let b = FlushPolicy::Threshold.staleness_bound(2, 4, u).unwrap();
+                (b + UPDATERS as u64 * (64 * u - 1)) as i64
+            })
+            .collect(),
+    );
+    let ledgers: Arc<Vec<Ledger>> = Arc::new(items.iter().map(|_| Ledger::default()).collect());
     let failure: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
     let mut hs = Vec::new();
-    for t in 0..3usize {
-        let (ctl, kids, ledger) = (ctl.clone(), kids.clone(), ledger.clone());
+    for t in 0..UPDATERS {
+        let (ctl, kids, ledgers, units) =
+            (ctl.clone(), kids.clone(), ledgers.clone(), units.clone());
         hs.push(thread::spawn(move || {
             let mut budget = Budget::new();
             let mut x = 0x2545f4914f6cdd1du64 ^ (t as u64 + 1);
@@ -232,13 +264,17 @@ fn threshold_bound_holds_with_large_deltas_while_flushes_race() {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                // Mostly small deltas, sometimes up to 10^6.
+                let item = (x >> 40) as usize % units.len();
+                let unit = units[item] as i64;
+                // Mostly small deltas, sometimes up to 10^6 units; in raw
+                // terms, so not whole units.
                 let delta = if x & 15 == 0 {
-                    1 + (x >> 20) as i64 % 1_000_000
+                    1 + (x >> 20) as i64 % (1_000_000 * unit)
                 } else {
-                    1 + (x >> 20) as i64 % 100
+                    1 + (x >> 20) as i64 % (100 * unit)
                 };
-                ledger.add(&ctl, &kids[(x >> 8) as usize % kids.len()], delta);
+                let g = &kids[(x >> 8) as usize % kids.len()];
+                ledgers[item].add_item(&ctl, g, item, delta);
             }
         }));
     }
@@ -256,18 +292,28 @@ fn threshold_bound_holds_with_large_deltas_while_flushes_race() {
         }));
     }
     {
-        let (ctl, p, ledger, failure) = (ctl.clone(), p.clone(), ledger.clone(), failure.clone());
+        let (ctl, p, ledgers, bounds, failure) = (
+            ctl.clone(),
+            p.clone(),
+            ledgers.clone(),
+            bounds.clone(),
+            failure.clone(),
+        );
         hs.push(thread::spawn(move || {
             let mut budget = Budget::new();
             while budget.more() {
-                let lo = ledger.done.load(Ordering::SeqCst);
-                let v = ctl.read(&p).unwrap().hierarchical()[0];
-                let hi = ledger.started.load(Ordering::SeqCst);
-                if v < lo - bound || v > hi {
-                    failure.lock().unwrap().get_or_insert(format!(
-                        "a threshold read saw {v}: {lo} completed before it (bound {bound}), {hi} started"
-                    ));
-                    return;
+                let lo: Vec<i64> = ledgers.iter().map(|l| l.done.load(Ordering::SeqCst)).collect();
+                let s = ctl.read(&p).unwrap();
+                for (i, l) in ledgers.iter().enumerate() {
+                    let hi = l.started.load(Ordering::SeqCst);
+                    let (v, bound) = (s.hierarchical()[i], bounds[i]);
+                    if v < lo[i] - bound || v > hi {
+                        failure.lock().unwrap().get_or_insert(format!(
+                            "a threshold read saw {v} of item {i}: {} completed before it (bound {bound}), {hi} started",
+                            lo[i]
+                        ));
+                        return;
+                    }
                 }
             }
         }));
@@ -278,12 +324,17 @@ fn threshold_bound_holds_with_large_deltas_while_flushes_race() {
     if let Some(e) = failure.lock().unwrap().take() {
         panic!("{e}");
     }
-    // Quiescent: the bound holds for a read with nothing running.
-    let want = ledger.done.load(Ordering::SeqCst);
-    let v = ctl.read(&p).unwrap().hierarchical()[0];
-    assert!(
-        v <= want && v >= want - bound,
-        "quiescent read {v}, want {want} (bound {bound})"
-    );
-    assert_eq!(ctl.read_exact(&p).unwrap().hierarchical()[0], want);
+    // Quiescent: the documented bound holds, with nothing in progress.
+    let s = ctl.read(&p).unwrap();
+    let exact = ctl.read_exact(&p).unwrap();
+    for (i, &u) in units.iter().enumerate() {
+        let want = ledgers[i].done.load(Ordering::SeqCst);
+        let bound = FlushPolicy::Threshold.staleness_bound(2, 4, u).unwrap() as i64;
+        let v = s.hierarchical()[i];
+        assert!(
+            v <= want && v >= want - bound,
+            "quiescent read {v} of item {i}, want {want} (bound {bound})"
+        );
+        assert_eq!(exact.hierarchical()[i], want);
+    }
 }

@@ -284,12 +284,19 @@ fn coalesced_readers_wait_and_wake_together() {
 /// crossing reaches every ancestor exactly once; and once the writers are
 /// done, an exact read leaves no unit counted (a unit that outlived the
 /// flush that folded its change would make every later read flush).
-fn threshold_fold_vs_reader_on(path: UpdatePath) {
+///
+/// With `unit` > 1 the item is declared in that unit and every value is
+/// scaled by it: the same crossings, now of multiples of 64 × unit, found
+/// through the item's shift (the update loads it only when a multiple of
+/// 64 is crossed); the counts stay in units.
+fn threshold_fold_vs_reader_on(path: UpdatePath, unit: i64) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
     b.check(move || {
         let rs = engine_on(2, FlushPolicy::Threshold, path);
-        let c = rs.register_counters("c", &["n"]).unwrap();
+        let c = rs
+            .register_counters_with_units("c", &[("n", unit as u64)])
+            .unwrap();
         let g = rs.root().create_child("g").unwrap();
         // Shared through a std Arc: the group's own reference count is not
         // what this model is about (percpu_ref has its own models).
@@ -300,16 +307,16 @@ fn threshold_fold_vs_reader_on(path: UpdatePath) {
                 let (c, g, done) = (c.clone(), shared.clone(), done.clone());
                 thread::spawn(move || {
                     for _ in 0..2 {
-                        c.add_on_cpu(&g, cpu, 0, 200).unwrap();
+                        c.add_on_cpu(&g, cpu, 0, 200 * unit).unwrap();
                         done.fetch_add(200, Ordering::SeqCst);
                     }
                 })
             })
             .collect();
-        let completed = done.load(Ordering::SeqCst) as i64;
+        let completed = done.load(Ordering::SeqCst) as i64 * unit;
         let seen = c.read(&g).unwrap().hierarchical()[0];
         assert!(
-            seen == 0 || (seen >= completed && seen % 200 == 0 && seen <= 800),
+            seen == 0 || (seen >= completed && seen % (200 * unit) == 0 && seen <= 800 * unit),
             "a threshold read saw {seen} with {completed} completed before it"
         );
         for w in writers {
@@ -323,31 +330,47 @@ fn threshold_fold_vs_reader_on(path: UpdatePath) {
         assert_eq!(pr, 12 * 64, "root pending");
         assert!(pg <= 12 * 64 && pg % 64 == 0, "pending {pg}");
         // What the group's published totals miss is covered by its count
-        // plus less than a batch per slot (two slots).
-        let stale = 800 - c.read(&g).unwrap().hierarchical()[0];
+        // plus less than a batch per slot (two slots), in units.
+        let stale = 800 * unit - c.read(&g).unwrap().hierarchical()[0];
+        let u = unit as u64;
         assert!(
-            stale as u64 <= pg + 2 * 63,
+            stale as u64 <= pg * u + 2 * (64 * u - 1),
             "stale by {stale} with {pg} pending"
         );
-        assert_eq!(c.read_exact(&g).unwrap().hierarchical()[0], 800);
+        assert_eq!(c.read_exact(&g).unwrap().hierarchical()[0], 800 * unit);
         assert_eq!(
             c.pending_updates(&g).unwrap(),
             0,
             "units outlived the flush"
         );
-        assert_eq!(c.read_exact(rs.root()).unwrap().hierarchical()[0], 800);
+        assert_eq!(
+            c.read_exact(rs.root()).unwrap().hierarchical()[0],
+            800 * unit
+        );
         assert_eq!(c.pending_updates(rs.root()).unwrap(), 0, "root units left");
     });
 }
 
 #[test]
 fn threshold_fold_vs_reader() {
-    threshold_fold_vs_reader_on(UpdatePath::Rseq);
+    threshold_fold_vs_reader_on(UpdatePath::Rseq, 1);
 }
 
 #[test]
 fn threshold_fold_vs_reader_locked() {
-    threshold_fold_vs_reader_on(UpdatePath::Locked);
+    threshold_fold_vs_reader_on(UpdatePath::Locked, 1);
+}
+
+/// (d) with the item declared in units of 4.
+#[test]
+fn threshold_fold_vs_reader_in_units() {
+    threshold_fold_vs_reader_on(UpdatePath::Rseq, 4);
+}
+
+/// (d) in units of 4, on the locked path.
+#[test]
+fn threshold_fold_vs_reader_in_units_locked() {
+    threshold_fold_vs_reader_on(UpdatePath::Locked, 4);
 }
 
 /// Group handles cloned into threads and dropped there, racing the

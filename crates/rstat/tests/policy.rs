@@ -31,13 +31,172 @@ fn policy_names_parse_and_unknown_names_are_refused() {
 
 #[test]
 fn bounds_are_as_documented() {
-    assert_eq!(FlushPolicy::Always.staleness_bound(4, 10, 2), Some(0));
+    assert_eq!(FlushPolicy::Always.staleness_bound(4, 10, 4096), Some(0));
+    // Per item, in the item's value terms: unit × 64 × nr_cpus + (64 × unit
+    // − 1) × nr_cpus × groups.
     assert_eq!(
-        FlushPolicy::Threshold.staleness_bound(4, 10, 2),
-        Some(64 * 4 + 63 * 4 * 10 * 2)
+        FlushPolicy::Threshold.staleness_bound(4, 10, 1),
+        Some(64 * 4 + 63 * 4 * 10)
     );
-    assert_eq!(FlushPolicy::UnifiedRoot.staleness_bound(4, 10, 2), None);
-    assert_eq!(FlushPolicy::Coalesced.staleness_bound(4, 10, 2), None);
+    assert_eq!(
+        FlushPolicy::Threshold.staleness_bound(4, 10, 4096),
+        Some(4096 * 64 * 4 + (64 * 4096 - 1) * 4 * 10)
+    );
+    assert_eq!(
+        FlushPolicy::Threshold.staleness_bound(usize::MAX, usize::MAX, rstat::MAX_STAT_UNIT),
+        Some(u64::MAX),
+        "saturates"
+    );
+    assert_eq!(FlushPolicy::UnifiedRoot.staleness_bound(4, 10, 1), None);
+    assert_eq!(FlushPolicy::Coalesced.staleness_bound(4, 10, 1), None);
+}
+
+/// Issue 10: the `Threshold` counting measures significance. A byte
+/// counter declared in pages and charged a page at a time, at depth 5,
+/// folds into its own and its five ancestors' pending counters once per
+/// 64 updates per CPU (64 units each time), not on every update as a unit-1
+/// item would (4096 units each time).
+#[test]
+fn a_page_unit_item_at_depth_5_folds_once_per_64_page_updates_per_cpu() {
+    let nr = 2;
+    let rs = engine(nr, FlushPolicy::Threshold);
+    let c = rs
+        .register_counters_with_units("io", &[("bytes", 4096), ("ops", 1)])
+        .unwrap();
+    assert_eq!(c.stat_units(), [4096, 1]);
+    let mut chain = vec![rs.root().clone()];
+    for d in 1..=5 {
+        let g = chain[d - 1].create_child(&format!("d{d}")).unwrap();
+        chain.push(g);
+    }
+    let deep = &chain[5];
+    let pending = |c: &rstat::ControllerHandle| -> Vec<u64> {
+        chain
+            .iter()
+            .map(|g| c.pending_updates(g).unwrap())
+            .collect()
+    };
+    let mut want = 0u64;
+    for i in 1..=3 * 64u64 {
+        for cpu in 0..nr {
+            c.add_on_cpu(deep, cpu, 0, 4096).unwrap();
+        }
+        if i % 64 == 0 {
+            // One boundary of 64 pages per CPU: 64 units from each.
+            want += 64 * nr as u64;
+        }
+        assert_eq!(pending(&c), vec![want; 6], "after {i} pages per CPU");
+        if i == 64 {
+            // 64 × nr_cpus is not past the threshold: a read copies, and
+            // misses what the bound allows (here: everything).
+            assert_eq!(c.read(deep).unwrap().hierarchical()[0], 0);
+            let bound = FlushPolicy::Threshold.staleness_bound(nr, 1, 4096).unwrap();
+            assert!(2 * 64 * 4096 <= bound);
+        }
+    }
+    // Past the threshold: the read flushes, and subtracts what it folded.
+    let total = 3 * 64 * 4096 * nr as i64;
+    assert_eq!(c.read(deep).unwrap().hierarchical()[0], total);
+    assert_eq!(c.pending_updates(deep).unwrap(), 0);
+    // A delta of many pages folds once, with every page boundary it
+    // crossed: 10^6 pages on CPU 0 (one update, one walk).
+    c.add_on_cpu(deep, 0, 0, 1_000_000 * 4096).unwrap();
+    assert_eq!(c.pending_updates(deep).unwrap(), 1_000_000 / 64 * 64);
+    // The unit-1 item beside it still counts every 64.
+    c.add_on_cpu(deep, 1, 1, 4096).unwrap();
+    assert_eq!(
+        c.pending_updates(deep).unwrap(),
+        1_000_000 / 64 * 64 + 4096,
+        "a unit-1 item folds 64 units per 64 of change"
+    );
+    assert_eq!(
+        c.read_exact(rs.root()).unwrap().hierarchical()[0],
+        total + 1_000_000 * 4096
+    );
+}
+
+/// Every item counts in its own unit, wherever it sits in the list (a css
+/// keeps the first eight items' shifts inline and reads later ones through
+/// its controller): one delta of 64 × 4096 is one boundary (64 units) for
+/// an item in pages, 4096 boundaries for an item in unit 1.
+#[test]
+fn every_item_counts_in_its_own_unit() {
+    let rs = engine(1, FlushPolicy::Threshold);
+    let names: Vec<String> = (0..12).map(|i| format!("i{i}")).collect();
+    // Pages on even items, unit 1 on odd ones, and 2^20 on the last.
+    let unit = |i: usize| -> u64 {
+        match i {
+            11 => 1 << 20,
+            _ if i.is_multiple_of(2) => 4096,
+            _ => 1,
+        }
+    };
+    let items: Vec<(&str, u64)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), unit(i)))
+        .collect();
+    let c = rs.register_counters_with_units("many", &items).unwrap();
+    assert_eq!(
+        c.stat_units(),
+        (0..12).map(unit).collect::<Vec<_>>(),
+        "as declared"
+    );
+    let g = rs.root().create_child("g").unwrap();
+    for i in 0..12 {
+        let before = c.pending_updates(&g).unwrap();
+        c.add_on_cpu(&g, 0, i, 64 * 4096).unwrap();
+        let units = c.pending_updates(&g).unwrap() - before;
+        // 64 × 4096 of change is (64 × 4096) / unit units, counted in
+        // whole batches of 64.
+        let want = 64 * 4096 / unit(i) / 64 * 64;
+        assert_eq!(units, want, "item {i} in unit {}", unit(i));
+    }
+}
+
+#[test]
+fn stat_units_must_be_powers_of_two_in_range() {
+    let rs = engine(1, FlushPolicy::Threshold);
+    for (u, why) in [
+        (0u64, "zero"),
+        (1000, "not a power of two"),
+        (rstat::MAX_STAT_UNIT * 2, "too large"),
+    ] {
+        let e = rs
+            .register_counters_with_units("io", &[("ok", 1), ("bytes", u)])
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidController { .. }), "{why}: {e:?}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("\"bytes\"") && msg.contains("power of two"),
+            "{why}: {msg}"
+        );
+    }
+    // A controller whose units do not match its items is refused too.
+    struct Mismatched(Vec<String>);
+    impl rstat::Controller for Mismatched {
+        fn name(&self) -> &str {
+            "mismatched"
+        }
+        fn stat_names(&self) -> &[String] {
+            &self.0
+        }
+        fn stat_units(&self) -> Vec<u64> {
+            vec![1]
+        }
+    }
+    let e = rs
+        .register(Mismatched(vec!["a".into(), "b".into()]))
+        .unwrap_err();
+    assert!(e.to_string().contains("one unit per item"), "{e}");
+    // Nothing was registered by the refusals: the name is still free.
+    let c = rs
+        .register_counters_with_units("io", &[("bytes", rstat::MAX_STAT_UNIT)])
+        .unwrap();
+    assert_eq!(c.stat_units(), [rstat::MAX_STAT_UNIT]);
+    // The default is unit 1.
+    let d = rs.register_counters("plain", &["a", "b"]).unwrap();
+    assert_eq!(d.stat_units(), [1, 1]);
 }
 
 #[test]
@@ -86,31 +245,46 @@ proptest! {
 
     /// Single-threaded (no migration): every read of every policy stays
     /// within its documented bound, and `read_exact` is exact. Exact reads
-    /// are rare so staleness can build up between them.
+    /// are rare so staleness can build up between them. Two items share
+    /// the threshold, one in unit 1 and one in pages (4096, with deltas
+    /// that are not whole pages): each keeps its own bound.
     #[test]
     fn reads_stay_within_the_documented_bound(
-        ops in prop::collection::vec((0..13usize, 0..4usize, 1i64..200, 0..20u8), 1..600),
+        ops in prop::collection::vec((0..13usize, 0..4usize, 1i64..200, 0..20u8, 0..2usize), 1..600),
         policy in prop::sample::select(FlushPolicy::ALL.to_vec()),
     ) {
         let nr = 4;
+        let units = [1u64, 4096];
         let rs = engine(nr, policy);
-        let c = rs.register_counters("c", &["n"]).unwrap();
+        let c = rs
+            .register_counters_with_units("c", &[("n", units[0]), ("bytes", units[1])])
+            .unwrap();
         let groups = tree(&rs);
-        let mut own = vec![0i64; groups.len()];
-        for (g, cpu, delta, kind) in ops {
-            let exact: i64 = groups[g].1.iter().map(|&i| own[i]).sum();
+        let mut own = vec![[0i64; 2]; groups.len()];
+        for (g, cpu, delta, kind, item) in ops {
+            let exact = |i: usize| -> i64 { groups[g].1.iter().map(|&j| own[j][i]).sum() };
             match kind {
-                0 => prop_assert_eq!(c.read_exact(&groups[g].0).unwrap().hierarchical()[0], exact),
+                0 => {
+                    let s = c.read_exact(&groups[g].0).unwrap();
+                    for i in 0..2 {
+                        prop_assert_eq!(s.hierarchical()[i], exact(i));
+                    }
+                }
                 1..=5 => {
-                    let got = c.read(&groups[g].0).unwrap().hierarchical()[0];
-                    prop_assert!(got <= exact, "a read exceeded the truth");
-                    if let Some(bound) = policy.staleness_bound(nr, groups[g].1.len(), 1) {
-                        prop_assert!((exact - got) as u64 <= bound, "{}: stale by {} > {}", policy, exact - got, bound);
+                    let s = c.read(&groups[g].0).unwrap();
+                    for (i, &unit) in units.iter().enumerate() {
+                        let (got, want) = (s.hierarchical()[i], exact(i));
+                        prop_assert!(got <= want, "a read exceeded the truth");
+                        if let Some(bound) = policy.staleness_bound(nr, groups[g].1.len(), unit) {
+                            prop_assert!((want - got) as u64 <= bound, "{} item {}: stale by {} > {}", policy, i, want - got, bound);
+                        }
                     }
                 }
                 _ => {
-                    c.add_on_cpu(&groups[g].0, cpu, 0, delta).unwrap();
-                    own[g] += delta;
+                    // Pages of bytes, give or take a few bytes.
+                    let d = if item == 1 { delta * 4096 - delta % 5 } else { delta };
+                    c.add_on_cpu(&groups[g].0, cpu, item, d).unwrap();
+                    own[g][item] += d;
                 }
             }
         }

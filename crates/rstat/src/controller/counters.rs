@@ -17,14 +17,28 @@ use crate::sync::Ordering;
 pub struct CounterSetController {
     name: String,
     items: Vec<String>,
+    units: Vec<u64>,
 }
 
 impl CounterSetController {
-    /// A counter set named `name` with the given items.
+    /// A counter set named `name` with the given items, each in unit 1.
     pub fn new(name: &str, items: &[&str]) -> Self {
         CounterSetController {
             name: name.to_owned(),
             items: items.iter().map(|s| (*s).to_owned()).collect(),
+            units: vec![1; items.len()],
+        }
+    }
+
+    /// A counter set named `name` with the given `(item, unit)` pairs: see
+    /// [`Controller::stat_units`] for what a unit is (e.g. `("bytes",
+    /// 4096)` for bytes charged in pages). Units are checked at
+    /// registration.
+    pub fn with_units(name: &str, items: &[(&str, u64)]) -> Self {
+        CounterSetController {
+            name: name.to_owned(),
+            items: items.iter().map(|(s, _)| (*s).to_owned()).collect(),
+            units: items.iter().map(|&(_, u)| u).collect(),
         }
     }
 }
@@ -36,6 +50,9 @@ impl Controller for CounterSetController {
     fn stat_names(&self) -> &[String] {
         &self.items
     }
+    fn stat_units(&self) -> Vec<u64> {
+        self.units.clone()
+    }
 }
 
 /// A registered controller: update and read its stats in any group.
@@ -45,6 +62,10 @@ impl Controller for CounterSetController {
 pub struct ControllerHandle {
     pub(crate) engine: Arc<EngineInner>,
     pub(crate) ctl: Arc<CtlEntry>,
+    /// Copies of `ctl.id` and `ctl.nr_stats`, so [`add`](Self::add)
+    /// checks its arguments without dereferencing `ctl`.
+    id: usize,
+    nr_stats: usize,
 }
 
 /// A handle to a counter-set controller.
@@ -59,6 +80,16 @@ impl std::fmt::Debug for ControllerHandle {
 }
 
 impl ControllerHandle {
+    pub(crate) fn new(engine: Arc<EngineInner>, ctl: Arc<CtlEntry>) -> Self {
+        let (id, nr_stats) = (ctl.id, ctl.nr_stats);
+        ControllerHandle {
+            engine,
+            ctl,
+            id,
+            nr_stats,
+        }
+    }
+
     /// The controller's name.
     pub fn name(&self) -> &str {
         &self.ctl.name
@@ -67,6 +98,17 @@ impl ControllerHandle {
     /// The stat item names, in index order.
     pub fn stat_names(&self) -> &[String] {
         self.ctl.imp.stat_names()
+    }
+
+    /// Each item's declared unit ([`Controller::stat_units`]), in index
+    /// order: what one unit of the `Threshold` counting, and of its
+    /// staleness bound, stands for. Allocates.
+    pub fn stat_units(&self) -> Vec<u64> {
+        self.ctl
+            .unit_shifts
+            .iter()
+            .map(|&s| 1u64 << (u32::from(s) - super::UPDATE_BATCH_SHIFT))
+            .collect()
     }
 
     /// The index of the item called `name`. Cost: a linear scan; resolve once.
@@ -108,19 +150,62 @@ impl ControllerHandle {
 
     /// Add `delta` to stat `item` of `group`, on this thread's CPU.
     ///
-    /// Cost: no lock, no allocation; one uncontended atomic RMW on this
-    /// CPU's slot and one load of this CPU's on-list flag; the first update
-    /// of a group after a flush also pushes it on a lock-free per-CPU list.
-    /// For the hottest paths, [`stat_handle`](Self::stat_handle) skips the
-    /// lookups.
+    /// Cost: no lock, no allocation; the update of
+    /// [`StatItem::add`] (one uncontended add on this CPU's slot and one
+    /// load of this CPU's on-list flag; the first update of a group after a
+    /// flush also pushes it on a lock-free per-CPU list) plus the lookup of
+    /// the group's state: a range check and three dependent loads (the
+    /// group's table, its entry for this controller, and that state's
+    /// controller, compared with this one). For the hottest paths,
+    /// [`stat_handle`](Self::stat_handle) resolves the lookup once.
     ///
     /// Updates through a handle to a removed group are accepted: they reach
     /// its ancestors' hierarchical totals at their next flush (as late stats
     /// of a dying cgroup do), and no live group's local totals.
-    #[inline]
+    ///
+    /// Errors: [`Error::UnknownStat`] for an item out of range,
+    /// [`Error::ForeignGroup`] for a group of another engine; nothing is
+    /// changed.
+    #[inline(always)]
     pub fn add(&self, group: &Group, item: usize, delta: i64) -> Result<()> {
+        let css = self.css_for_add(group.inner(), item);
+        if css.is_null() {
+            return self.add_slow(group.inner(), item, delta);
+        }
+        // SAFETY: `css` is this controller's state of `group`, kept alive by
+        // `group`; item checked against this controller's items.
+        unsafe { (*css).update_here(item, delta) };
+        Ok(())
+    }
+
+    /// The common case of [`add`](Self::add)'s lookup: `item` in range and
+    /// `group` having its own state of this controller; null otherwise.
+    /// No check of the engine is needed: a css whose controller is this
+    /// one belongs to this engine (a group of another engine has other
+    /// controllers' states, or none, at this index).
+    #[inline(always)]
+    fn css_for_add(&self, group: &GroupInner, item: usize) -> *const Css {
+        if item >= self.nr_stats {
+            return core::ptr::null();
+        }
+        // `id < MAX_CONTROLLERS` in every engine: no bounds check fails.
+        let css = group.tables().css[self.id].load(Ordering::Acquire);
+        // SAFETY: a non-null css of `group` lives as long as the group,
+        // which the caller's handle keeps alive.
+        if css.is_null() || !core::ptr::eq(Arc::as_ptr(unsafe { &(*css).ctl }), &*self.ctl) {
+            return core::ptr::null();
+        }
+        css
+    }
+
+    /// The rest of [`add`](Self::add): an error, or a group removed before
+    /// this controller was registered (which charges its nearest
+    /// ancestor's state).
+    #[cold]
+    #[inline(never)]
+    fn add_slow(&self, group: &GroupInner, item: usize, delta: i64) -> Result<()> {
         self.check_item(item)?;
-        let css = self.css_of(group.inner())?;
+        let css = self.css_of(group)?;
         // SAFETY: `css` is kept alive by `group`; item checked.
         unsafe { (*css).update_here(item, delta) };
         Ok(())
@@ -274,8 +359,9 @@ impl ControllerHandle {
         }
     }
 
-    /// The `Threshold` policy's shared pending-update counter of `group`
-    /// (units of |delta| folded from per-CPU counters since its last flush).
+    /// The `Threshold` policy's shared pending-update counter of `group`:
+    /// units (64 per batch boundary crossed, each in its item's declared
+    /// unit) folded from per-CPU counters and not yet in its totals.
     #[doc(hidden)]
     pub fn pending_updates(&self, group: &Group) -> Result<u64> {
         let css = self.css_of(group.inner())?;
@@ -369,7 +455,7 @@ impl StatHandle {
                     .cur
                     .fetch_add(delta, crate::sync::Ordering::SeqCst);
                 // SAFETY: as above.
-                unsafe { css.count_update(cpu, old, delta) };
+                unsafe { css.count_update(cpu, item, old, delta) };
                 applied += 1;
             }
         }

@@ -16,6 +16,12 @@
 //! controller has its own updated trees and flush lock unless the engine is
 //! built in unified mode.
 //!
+//! Each item declares a unit of significance ([`Controller::stat_units`]:
+//! 4096 for bytes charged in pages, 1 by default): the `Threshold` policy
+//! counts changes in it, so the update path walks the ancestors' pending
+//! counters once per 64 units of change of an item on a CPU, however large
+//! the deltas and deep the group (see [`engine::policy`](crate::engine::policy)).
+//!
 //! # Overflow
 //!
 //! Totals are `i64` and never wrap. The standard fold ([`FlushCtx::fold`])
@@ -103,6 +109,25 @@ pub trait Controller: Send + Sync + 'static {
     /// The stat items: one per-CPU signed counter each. Must be non-empty,
     /// unique, and not change after registration.
     fn stat_names(&self) -> &[String];
+
+    /// Each item's unit of significance, in item order: what one unit of
+    /// the [`Threshold`](crate::FlushPolicy::Threshold) policy's
+    /// pending-update count stands for. A power of two from 1 to
+    /// [`MAX_STAT_UNIT`]; the default is 1 for every item (plain counts).
+    ///
+    /// Declare the granularity the item's changes come in, as the kernel
+    /// counts memcg byte stats in pages: a byte counter charged in pages
+    /// declares 4096. The update path then folds a change into the shared
+    /// pending counters (a walk over every ancestor) once per 64 × unit of
+    /// change of the item on a CPU, not once per 64 bytes, and a read's
+    /// staleness bound for the item is stated in its unit
+    /// ([`FlushPolicy::staleness_bound`](crate::FlushPolicy::staleness_bound)).
+    /// Read once, at registration; a length other than
+    /// [`stat_names`](Self::stat_names)'s, or a unit that is not a power of
+    /// two in range, is refused with [`Error::InvalidController`](crate::Error::InvalidController).
+    fn stat_units(&self) -> Vec<u64> {
+        vec![1; self.stat_names().len()]
+    }
 
     /// Fold one (group, CPU)'s deltas. Called under this controller's flush
     /// lock, children before parents; must not block. It should not panic
@@ -359,6 +384,13 @@ pub(crate) struct CtlEntry {
     pub(crate) domain_idx: usize,
     pub(crate) name: Box<str>,
     pub(crate) nr_stats: usize,
+    /// Per item: the `Threshold` counting's boundary shift,
+    /// `UPDATE_BATCH_SHIFT + log2(unit)` (see `Css::count_update`). Each
+    /// css keeps a pointer to it.
+    pub(crate) unit_shifts: Box<[u8]>,
+    /// 64 × nr_cpus: a css's `updates` beyond this makes a `Threshold`
+    /// read flush.
+    pub(crate) flush_threshold: u64,
     pub(crate) imp: Box<dyn Controller>,
     /// The domain its state joins (its own, or the unified one).
     pub(crate) domain: *const Domain,
@@ -406,49 +438,67 @@ impl Default for StatSlot {
 }
 
 /// The state of one controller in one group ("css" in the kernel).
+///
+/// Laid out by use (`repr(C)`, on its own cache lines): the first line
+/// holds only what every update reads and nobody writes after
+/// construction; the shared pending-update counters, which any CPU's
+/// crossing writes, sit two lines further, so a fold on one CPU does not
+/// take the line other CPUs' updates of this group read (false sharing
+/// that cost two threads updating one group about a fifth of their rate
+/// on the 2-CPU machine of `BENCHMARKS.md`). Aligning costs 8 bytes per
+/// css: 184, rounded to 192.
+#[repr(C, align(64))]
 pub(crate) struct Css {
-    pub(crate) ctl: Arc<CtlEntry>,
-    /// The parent group's css of the same controller; null at the root.
-    pub(crate) parent: *const Css,
+    // Line 0: read by every update, written by nobody.
     pub(crate) stats: PcpuPtr<StatSlot>,
-    /// This group's node in the controller's domain.
-    pub(crate) node: *const TreeNode,
     /// Copies of the node's links and the domain's backlog heads, so the
     /// hot path reaches both without dereferencing the node.
     pub(crate) links: PcpuPtr<PcpuLinks>,
     pub(crate) backlog: PcpuPtr<BacklogHead>,
-    /// Domain lock.
-    pub(crate) totals: UnsafeCell<Totals>,
+    /// The first [`INLINE_SHIFTS`] items' shifts from `ctl.unit_shifts`,
+    /// one byte each (item `i` in bits `8i..8i + 8`), so the update path
+    /// reaches them with one load from this line; later items' are read
+    /// through `ctl`.
+    pub(crate) unit_shifts: u64,
+    /// Copies of the engine's update path (see `EngineInner`): updates use
+    /// restartable sections on slots `0..section_limit` when it is not 0.
+    /// (Narrow, so the two take one word.)
+    pub(crate) section_limit: u32,
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    pub(crate) rseq_off: i32,
+    // Line 1: read-only after construction (the locked path reads `node`),
+    // then the totals, whose boxes a flush does not replace.
+    /// This group's node in the controller's domain.
+    pub(crate) node: *const TreeNode,
+    pub(crate) ctl: Arc<CtlEntry>,
+    /// The parent group's css of the same controller; null at the root.
+    pub(crate) parent: *const Css,
     /// The last folded totals, for reads that do not take the lock:
     /// `local` in `[..n]`, `hierarchical` in `[n..]`. Written under the
     /// domain lock (hierarchical first, then local with `Release`); read
     /// local (`Acquire`) first, then hierarchical, so a lock-free reader
     /// never sees `local > hierarchical` where counts only grow.
     pub(crate) published: Box<[AtomicI64]>,
+    /// Domain lock.
+    pub(crate) totals: UnsafeCell<Totals>,
+    // Line 2: written by flushes and by any CPU's crossings.
     /// The last folded `Totals::overflows`, published with `published`
     /// (stored before `local`, loaded after it).
     pub(crate) published_overflows: AtomicU64,
     /// Pending-update counter (the `Threshold` policy, kernel v6.8): units
     /// folded up from this group's and its descendants' per-CPU slots (64
-    /// per batch boundary crossed) that are not yet in this group's
-    /// hierarchical totals. A flush subtracts exactly the units it folded
-    /// (see `fold_node`), never resets: a unit folded while the flush runs
-    /// stays counted. Not padded to its own line (padding would cost every
-    /// group ~700 bytes); it is written once per 64 units of change.
+    /// per batch boundary crossed, in each item's declared unit) that are
+    /// not yet in this group's hierarchical totals. A flush subtracts
+    /// exactly the units it folded (see `fold_node`), never resets: a unit
+    /// folded while the flush runs stays counted. Not padded to a line of
+    /// its own (that would cost every group ~700 bytes); it is written once
+    /// per 64 units of change, and away from the updates' line.
     pub(crate) updates: AtomicU64,
     /// Units consumed by flushes of this group's children (their folded
     /// crossings, now in `totals.pending`), to subtract from `updates` when
     /// this group folds that pending in. Changed by flushers and by a
     /// child's release.
     pub(crate) consumed: AtomicU64,
-    /// 64 × nr_cpus: `updates` beyond this makes a `Threshold` read flush.
-    pub(crate) flush_threshold: u64,
-    /// Copies of the engine's update path (see `EngineInner`): updates use
-    /// restartable sections on slots `0..section_limit` when it is not 0.
-    /// (Narrow, so the two take one word: the per-group constant cost.)
-    pub(crate) section_limit: u32,
-    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
-    pub(crate) rseq_off: i32,
 }
 
 // SAFETY: pointers are immutable after construction and kept alive by the
@@ -467,7 +517,13 @@ impl Css {
         let n = ctl.nr_stats;
         // SAFETY: a node's domain outlives it.
         let domain = unsafe { &*node.domain };
-        let (backlog, nr_cpus) = (domain.backlog, domain.nr_cpus);
+        let backlog = domain.backlog;
+        let unit_shifts = ctl
+            .unit_shifts
+            .iter()
+            .take(INLINE_SHIFTS)
+            .enumerate()
+            .fold(0u64, |acc, (i, &s)| acc | u64::from(s) << (8 * i));
         Css {
             ctl,
             parent,
@@ -480,7 +536,7 @@ impl Css {
             published_overflows: AtomicU64::new(0),
             updates: AtomicU64::new(0),
             consumed: AtomicU64::new(0),
-            flush_threshold: UPDATE_BATCH * nr_cpus as u64,
+            unit_shifts,
             // The engine checked both fit (`choose_update_path`).
             section_limit: domain.section_limit as u32,
             rseq_off: domain.rseq_off as i32,
@@ -567,7 +623,7 @@ impl Css {
                 // membarrier stands in for the barrier we do not execute.
                 core::sync::atomic::compiler_fence(Ordering::SeqCst);
                 // SAFETY: `cpu < section_limit <= nr_cpus`.
-                unsafe { self.after_add(cpu, old, delta) };
+                unsafe { self.after_add(cpu, item, old, delta) };
             }
             // SAFETY: caller's guarantees; the slot is in range.
             None => unsafe { self.update_locked(self.no_cpu_slot(), item, delta) },
@@ -598,7 +654,7 @@ impl Css {
         // below pass the plain store above without it.
         crate::sync::fence(Ordering::SeqCst);
         // SAFETY: as above.
-        unsafe { self.after_add(cpu, old, delta) };
+        unsafe { self.after_add(cpu, item, old, delta) };
     }
 
     /// Add on slot `cpu` as if this thread ran there (`add_on_cpu`, for
@@ -647,7 +703,7 @@ impl Css {
         unsafe {
             let slot = self.stats.elem(cpu, item);
             let old = slot.cur.fetch_add(delta, Ordering::SeqCst);
-            self.after_add(cpu, old, delta);
+            self.after_add(cpu, item, old, delta);
         }
     }
 
@@ -655,38 +711,67 @@ impl Css {
     /// order: see `fold_updates`).
     ///
     /// # Safety
-    /// As [`update`](Self::update); `old` is the slot's value before the
-    /// add of `delta` on `cpu`.
+    /// As [`update`](Self::update); `old` is the value of item `item`'s
+    /// slot before the add of `delta` on `cpu`.
     #[inline(always)]
-    unsafe fn after_add(&self, cpu: usize, old: i64, delta: i64) {
+    unsafe fn after_add(&self, cpu: usize, item: usize, old: i64, delta: i64) {
         // SAFETY: caller's guarantees; links and backlog outlive the css.
         unsafe {
-            self.count_update(cpu, old, delta);
+            self.count_update(cpu, item, old, delta);
             backlog::mark_updated(self.links.elem(cpu, 0), self.backlog.raw(cpu));
         }
     }
 
     /// The `Threshold` policy's pending-update counting (kernel v6.8's
     /// per-CPU `stats_updates`, in our own design): the per-CPU counter is
-    /// the stat slot itself. Each time an update moves a slot across a
-    /// multiple of [`UPDATE_BATCH`], 64 units per boundary crossed are folded
-    /// into the group's and every ancestor's shared counter. The boundary
-    /// test uses the value the stat RMW already returned, so the hot path
-    /// gains no memory access at all (no second RMW, not even a load or a
-    /// store), and, unlike a separate racy counter, it loses nothing when a
-    /// thread migrates mid-update.
+    /// the stat slot itself. Each time an update moves item `item`'s slot
+    /// across a multiple of [`UPDATE_BATCH`] × its declared unit
+    /// ([`Controller::stat_units`]), 64 units per boundary crossed are
+    /// folded into the group's and every ancestor's shared counter: the
+    /// count measures significance in the item's unit, not raw magnitude,
+    /// as the kernel counts memcg byte stats in pages. One update folds at
+    /// most once, whatever its delta, so a CPU walks the ancestors at most
+    /// once per 64 × unit of change of an item on it (plus once), at any
+    /// depth: a byte counter declared in pages and charged a page at a time
+    /// walks once per 64 updates, not on each.
+    ///
+    /// Cost: the boundary test uses the value the stat RMW (or section)
+    /// already returned. An update that crosses no multiple of 64 (of any
+    /// unit: every boundary is one) makes no memory access at all; one that
+    /// does loads the item's shift (one load, from the css line the update
+    /// already reads, for the first eight items; three, through the
+    /// controller, for later ones), and only a crossing of the item's own
+    /// boundary takes the cold walk.
+    /// Unlike a separate racy counter, nothing is lost when a thread
+    /// migrates mid-update. What it gave up: a unit is coarse by design; a
+    /// read may miss up to 64 × unit − 1 of an item per (group, CPU) slot.
     ///
     /// Why it bounds staleness: since a slot was last folded (`prev`), its
-    /// value moved by less than 64 × (boundaries crossed + 1) units, and the
-    /// crossings are in the shared counter (the policy module states the
-    /// bound and its proof).
+    /// value moved by less than 64 × unit × (boundaries crossed + 1), and
+    /// the crossings are in the shared counter (the policy module states
+    /// the bound, per item in its unit, and its proof).
     ///
     /// # Safety
     /// As [`update`](Self::update); `old` is what the stat RMW on `cpu`
-    /// returned.
+    /// returned for item `item`.
     #[inline(always)]
-    pub(crate) unsafe fn count_update(&self, cpu: usize, old: i64, delta: i64) {
-        let crossed = (old.wrapping_add(delta) >> UPDATE_BATCH_SHIFT) - (old >> UPDATE_BATCH_SHIFT);
+    pub(crate) unsafe fn count_update(&self, cpu: usize, item: usize, old: i64, delta: i64) {
+        let new = old.wrapping_add(delta);
+        // Every item's boundary is a multiple of 64: crossing none of
+        // those crosses none of the item's (`old >> 6 == new >> 6`).
+        if (old ^ new) >> UPDATE_BATCH_SHIFT == 0 {
+            return;
+        }
+        let shift = if item < INLINE_SHIFTS {
+            (self.unit_shifts >> (8 * item)) as u8
+        } else {
+            // SAFETY: `item < nr_stats`, the table's length.
+            unsafe { *self.ctl.unit_shifts.get_unchecked(item) }
+        };
+        let shift = u32::from(shift);
+        // Shifts are at least 6: the quotients are within ±2^57, and so
+        // is their difference.
+        let crossed = (new >> shift) - (old >> shift);
         if crossed != 0 {
             // SAFETY: caller's guarantees.
             unsafe { self.fold_updates(cpu, crossed.unsigned_abs().saturating_mul(UPDATE_BATCH)) };
@@ -728,7 +813,7 @@ impl Css {
     /// than 64 × nr_cpus units pending. `Acquire`: a count that a flush
     /// lowered comes with the totals that flush published.
     pub(crate) fn needs_flush(&self) -> bool {
-        self.updates.load(Ordering::Acquire) > self.flush_threshold
+        self.updates.load(Ordering::Acquire) > self.ctl.flush_threshold
     }
 
     /// Copy the published totals, without the lock.
@@ -771,10 +856,18 @@ impl Css {
     }
 }
 
-/// Units of |delta| a CPU accumulates before folding them into the shared
-/// pending-update counters (the kernel's `MEMCG_CHARGE_BATCH`).
+/// Units of |delta| (each in its item's declared unit, see
+/// [`Controller::stat_units`]) a CPU accumulates on an item before folding
+/// them into the shared pending-update counters (the kernel's
+/// `MEMCG_CHARGE_BATCH`).
 pub const UPDATE_BATCH: u64 = 1 << UPDATE_BATCH_SHIFT;
-const UPDATE_BATCH_SHIFT: u32 = 6;
+pub(crate) const UPDATE_BATCH_SHIFT: u32 = 6;
+
+/// Items whose shift a css keeps inline (`Css::unit_shifts`).
+pub(crate) const INLINE_SHIFTS: usize = 8;
+
+/// The largest unit an item may declare ([`Controller::stat_units`]): 2^32.
+pub const MAX_STAT_UNIT: u64 = 1 << 32;
 
 /// Fold every css of `node`'s group that belongs to `domain`, for `cpu`.
 ///
@@ -1008,4 +1101,34 @@ unsafe fn flush_user(
         }
     }
     retry
+}
+#[cfg(test)]
+mod tests {
+    use super::Css;
+    use core::mem::{align_of, offset_of, size_of};
+
+    /// What every update reads is on the css's first line; what any CPU's
+    /// crossing writes is on another (see `Css`).
+    #[test]
+    fn css_keeps_the_updates_line_apart_from_the_counters_folds_write() {
+        assert_eq!(align_of::<Css>(), 64);
+        assert_eq!(size_of::<Css>(), 192, "three lines");
+        for (field, at) in [
+            ("stats", offset_of!(Css, stats)),
+            ("links", offset_of!(Css, links)),
+            ("backlog", offset_of!(Css, backlog)),
+            ("unit_shifts", offset_of!(Css, unit_shifts)),
+            ("section_limit", offset_of!(Css, section_limit)),
+            ("rseq_off", offset_of!(Css, rseq_off)),
+        ] {
+            assert!(at < 64, "{field} at {at}: off the updates' line");
+        }
+        for (field, at) in [
+            ("updates", offset_of!(Css, updates)),
+            ("consumed", offset_of!(Css, consumed)),
+            ("published_overflows", offset_of!(Css, published_overflows)),
+        ] {
+            assert!(at >= 128, "{field} at {at}: near the updates' line");
+        }
+    }
 }

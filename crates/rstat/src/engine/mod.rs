@@ -24,7 +24,9 @@
 use std::sync::Arc;
 
 use crate::controller::counters::{ControllerHandle, CounterSetController};
-use crate::controller::{Controller, Css, CtlEntry, StatSlot};
+use crate::controller::{
+    Controller, Css, CtlEntry, StatSlot, MAX_STAT_UNIT, UPDATE_BATCH, UPDATE_BATCH_SHIFT,
+};
 use crate::engine::backlog::{BacklogHead, PcpuLinks};
 use crate::engine::policy::{check_period, Coalescer, FlushPolicy};
 use crate::engine::tree::{Domain, FlushScratch, TreeNode};
@@ -50,6 +52,16 @@ pub const ROOT_GROUP_ID: u64 = 1;
 pub const MAX_CONTROLLERS: usize = if cfg!(rstat_loom) { 4 } else { 16 };
 
 /// Names of the built-in `cpu` controller's items (microseconds).
+///
+/// Each is declared in unit 1 µs ([`Controller::stat_units`]), although a
+/// typical charge (a tick, a time slice) is hundreds to thousands of µs
+/// and so walks the ancestors' pending-update counters on most updates.
+/// That is cheap here: CPU time is charged at scheduling rate (hundreds to
+/// a few thousand charges per second per CPU), not on a hot path. And the
+/// unit is what a `Threshold` read may miss per (group, CPU): 64 µs per
+/// slot keeps `cpu.stat` good for rates sampled over milliseconds, where a
+/// coarser unit would not (at 1024 µs, a read could miss 65 ms of CPU time
+/// per (group, CPU), 6.5% of a 1 s sample per CPU per group).
 pub const CPU_STAT_NAMES: [&str; 3] = ["usage_usec", "user_usec", "system_usec"];
 
 pub(crate) struct Topology {
@@ -504,6 +516,25 @@ impl Rstat {
                 return bad(format!("stat item {it:?} is declared twice"));
             }
         }
+        let units = imp.stat_units();
+        if units.len() != items.len() {
+            return bad(format!(
+                "it declares {} stat units for {} stat items; give one unit per item (1 for plain counts)",
+                units.len(),
+                items.len()
+            ));
+        }
+        for (it, &u) in items.iter().zip(&units) {
+            if !u.is_power_of_two() || u > MAX_STAT_UNIT {
+                return bad(format!(
+                    "stat item {it:?} declares unit {u}; a unit must be a power of two from 1 to {MAX_STAT_UNIT} (e.g. 4096 for bytes counted in pages)"
+                ));
+            }
+        }
+        let unit_shifts = units
+            .iter()
+            .map(|u| (UPDATE_BATCH_SHIFT + u.trailing_zeros()) as u8)
+            .collect();
         if Arena::rounded_size::<StatSlot>(items.len()) > crate::percpu::arena::UNIT_SIZE {
             return bad(format!(
                 "{} stat items do not fit one per-CPU unit; split them over several controllers",
@@ -534,6 +565,8 @@ impl Rstat {
             domain_idx,
             name: name.into(),
             nr_stats,
+            unit_shifts,
+            flush_threshold: UPDATE_BATCH.saturating_mul(self.inner.nr_cpus as u64),
             imp: Box::new(imp),
             domain,
             policy: AtomicU32::new(u32::from(self.inner.default_policy.to_u8())),
@@ -550,10 +583,7 @@ impl Rstat {
             queue.extend(g.children());
         }
         topo.controllers.push(Arc::clone(&entry));
-        Ok(ControllerHandle {
-            engine: Arc::clone(&self.inner),
-            ctl: entry,
-        })
+        Ok(ControllerHandle::new(Arc::clone(&self.inner), entry))
     }
 
     /// Register a group extension (per-group state with lifecycle hooks;
@@ -585,9 +615,36 @@ impl Rstat {
     }
 
     /// Register a counter set: a controller of named counters with its own
-    /// updated trees and flush lock. See [`ControllerHandle`].
+    /// updated trees and flush lock, every item in unit 1. See
+    /// [`ControllerHandle`].
     pub fn register_counters(&self, name: &str, items: &[&str]) -> Result<ControllerHandle> {
         self.register(CounterSetController::new(name, items))
+    }
+
+    /// Register a counter set whose items declare their units
+    /// ([`Controller::stat_units`]): `("bytes", 4096)` for a byte counter
+    /// charged in pages, `("requests", 1)` for a plain count. Updates of
+    /// an item walk the ancestors' shared pending counters once per 64 ×
+    /// unit of change on a CPU, and its `Threshold` staleness bound is in
+    /// that unit.
+    ///
+    /// ```
+    /// let rs = rstat::Rstat::new();
+    /// let io = rs.register_counters_with_units("io", &[("bytes", 4096), ("requests", 1)])?;
+    /// assert_eq!(io.stat_units(), [4096, 1]);
+    /// let bad = rs.register_counters_with_units("odd", &[("bytes", 1000)]);
+    /// assert!(matches!(bad, Err(rstat::Error::InvalidController { .. })));
+    /// # Ok::<(), rstat::Error>(())
+    /// ```
+    ///
+    /// Errors: as [`register`](Self::register); a unit that is not a power
+    /// of two from 1 to [`MAX_STAT_UNIT`] is [`Error::InvalidController`].
+    pub fn register_counters_with_units(
+        &self,
+        name: &str,
+        items: &[(&str, u64)],
+    ) -> Result<ControllerHandle> {
+        self.register(CounterSetController::with_units(name, items))
     }
 
     /// The built-in `cpu` controller (items [`CPU_STAT_NAMES`]).

@@ -6,52 +6,82 @@
 //! (where upstream ended, kernel v6.8) is the default.
 //! [`ControllerHandle::read_exact`] is exact under every policy.
 //!
-//! | policy | a read... | staleness bound (units of \|delta\|) |
+//! | policy | a read... | staleness bound, per item |
 //! |---|---|---|
 //! | `Always` | flushes its subtree | 0 |
-//! | `Threshold` | flushes its subtree only if the group's pending-update counter exceeds 64 × nr_cpus | 64 × nr_cpus + 63 × nr_cpus × groups in the subtree × stat items |
+//! | `Threshold` | flushes its subtree only if the group's pending-update counter exceeds 64 × nr_cpus units | for an item declared in unit u: u × 64 × nr_cpus + (64 × u − 1) × nr_cpus × groups in the subtree (less than 64 × nr_cpus × (groups + 1) units), plus 64 × u − 1 per update in progress when the read began |
 //! | `UnifiedRoot` | flushes the root, or returns at once if a flush is running | unbounded between flushes (the periodic flusher bounds it in time, not units) |
 //! | `Coalesced` | tries the subtree flush without waiting for the lock; if taken, waits for the ongoing root flush (all waiters wake together); beyond nr_cpus waiters, returns at once | 0 when the trylock succeeds or it starts the root flush; when it waits, the updates made after that flush passed their CPU; unbounded beyond nr_cpus waiters |
 //!
+//! **Units.** The `Threshold` counting measures significance, not raw
+//! magnitude: each stat item declares a unit u, a power of two
+//! ([`Controller::stat_units`], default 1; e.g. 4096 for bytes charged in
+//! pages, as the kernel counts memcg byte stats in pages). "Units" below
+//! are each item's own declared unit; an item's value is in its own terms
+//! (bytes, say), so u × k of its value is k units.
+//!
 //! Where the `Threshold` bound comes from: the per-CPU pending-update
-//! counter is each stat slot itself; every time an update carries a slot
-//! across a multiple of 64, 64 units per boundary crossed are folded into
-//! the group's and every ancestor's shared counter (see
-//! `Css::count_update`), and then into the (group, CPU)'s own `counted`
-//! slot. A flush of a (group, CPU) reads `counted` *before* the stat slots,
-//! so the units it reads there belong to changes its slot reads include; it
-//! subtracts exactly those units (plus those its children's flushes handed
-//! up with their pending deltas) from the group's shared counter once they
-//! are in the group's totals. It never resets the counter, so a crossing
-//! that races a flush, of any size, stays counted until a flush folds it.
+//! counter is each stat slot itself; every time an update carries a slot of
+//! an item declared in unit u across a multiple of 64 × u, 64 units per
+//! boundary crossed are folded into the group's and every ancestor's shared
+//! counter (see `Css::count_update`), and then into the (group, CPU)'s own
+//! `counted` slot. One update folds at most once, whatever its delta: a CPU
+//! walks the ancestors at most once per 64 × u of change of the item on it
+//! (plus once), at any depth. A flush of a (group, CPU) reads `counted`
+//! *before* the stat slots, so the units it reads there belong to changes
+//! its slot reads include; it subtracts exactly those units (plus those its
+//! children's flushes handed up with their pending deltas) from the group's
+//! shared counter once they are in the group's totals. It never resets the
+//! counter, so a crossing that races a flush, of any size, stays counted
+//! until a flush folds it.
 //!
 //! **The bound.** Let a `read` of group G begin after a set of updates
 //! completed. If it does not flush, G's shared counter was at most
-//! 64 × nr_cpus when the read loaded it; every boundary crossed by those
-//! updates and not yet in G's published totals was still in that count
-//! (added before the read began, subtracted only after its change was
-//! published, and the read's `Acquire` load orders the published totals
-//! after every subtraction it saw). Between the value a slot last
-//! contributed to G's totals and its current value, it moved by less than
-//! 64 × (boundaries crossed since) + 64 units. So the read is below the
-//! completed updates' sum by at most
+//! 64 × nr_cpus when the read loaded it; every boundary those updates
+//! crossed after the value their slot last contributed to G's published
+//! totals was still in that count (counted before the update completed,
+//! subtracted only after a flush that read the slot later had published its
+//! change, and the read's `Acquire` load orders the published totals after
+//! every subtraction it saw). So, all items and slots of G's subtree
+//! together, at most nr_cpus such crossings. Take one item, declared in
+//! unit u, and one of its slots. Since that value, the completed updates
+//! moved the slot in runs, separated by the adds of updates that were in
+//! progress when the read began (started, not completed: at most one per
+//! updating thread; only such an add can land between two completed ones):
+//! such an add may have crossed a boundary it has not counted yet, moving
+//! where the next run crosses. A run of net change L crosses at least
+//! (L − (64 × u − 1)) / (64 × u) multiples of 64 × u, so the completed
+//! updates moved the slot by at most 64 × u × (their crossings) +
+//! (64 × u − 1) × (1 + updates of the slot in progress). Summed over the
+//! item's nr_cpus × groups slots (`groups` = groups in G's subtree,
+//! including removed ones not yet released), the read is below the
+//! completed updates' sum of that item by at most
 //!
 //! ```text
-//! 64 × nr_cpus + 63 × nr_cpus × groups × items
+//! u × 64 × nr_cpus + (64 × u − 1) × (nr_cpus × groups + in_progress)
 //! ```
 //!
-//! units in total (`groups` = groups in G's subtree, including removed ones
-//! not yet released), for every interleaving with concurrent flushes and
-//! every delta size ([`FlushPolicy::staleness_bound`]); and it never shows
-//! an update that had not started. A unit can outlive its change's flush
-//! only between that flush and the next one of the same (group, CPU), which
+//! of the item's value, where `in_progress` counts the updates of the item
+//! in G's subtree in progress when the read began: with none (what
+//! [`FlushPolicy::staleness_bound`] states), less than
+//! 64 × nr_cpus × (groups + 1) units. This holds for every interleaving
+//! with concurrent flushes and every delta size, and the read never shows
+//! an update that had not started. Each item has its bound whatever the
+//! controller's other items do: they share the first term (their crossings
+//! count against the same 64 × nr_cpus), so with no update in progress the
+//! items' staleness, each divided by its unit, sums to less than
+//! 64 × nr_cpus × (1 + groups × items).
+//!
+//! A unit can outlive its change's flush only between that flush and the
+//! next one of the same (group, CPU), which
 //! the update's on-list check guarantees (an over-count: a read flushes a
 //! little early). Migration costs nothing: the boundary test uses the stat
 //! RMW's own result. Unlike kernel v6.8, ancestors already due for a flush
 //! are still counted: skipping them would leave a flush nothing exact to
-//! subtract. loom checks the counting against a racing flush, and
-//! `tests/exact_while_running.rs` checks the bound while threads add
-//! deltas up to 10^6 and flush.
+//! subtract. loom checks the counting against a racing flush (in units of
+//! 1 and of 4), and `tests/exact_while_running.rs` checks the bound while
+//! threads add deltas up to 10^6 units, on items in units of 1 and 4096,
+//! and flush.
 //!
 //! The periodic flusher (default every 2 s, [`Builder::periodic_flush`])
 //! flushes every controller's root regardless of policy and thresholds.
@@ -59,6 +89,7 @@
 //! [`ControllerHandle::set_flush_policy`]: crate::ControllerHandle::set_flush_policy
 //! [`ControllerHandle::read_exact`]: crate::ControllerHandle::read_exact
 //! [`Builder::periodic_flush`]: crate::Builder::periodic_flush
+//! [`Controller::stat_units`]: crate::Controller::stat_units
 
 use std::fmt;
 use std::str::FromStr;
@@ -74,7 +105,8 @@ pub enum FlushPolicy {
     /// Every read flushes its subtree: exact.
     Always,
     /// Kernel v6.8 (the default): flush the subtree only when its pending
-    /// updates exceed 64 × nr_cpus units.
+    /// updates exceed 64 × nr_cpus units (each item counted in its
+    /// declared unit).
     #[default]
     Threshold,
     /// Kernel v5.16-6.7: flush the root; skip (stale) if a flush is running.
@@ -103,17 +135,31 @@ impl FlushPolicy {
         }
     }
 
-    /// The documented staleness bound of a read, in units (with or without
-    /// concurrent flushes), for a subtree of `groups` groups with `items` stat
-    /// items on `nr_cpus` CPU slots; `None` where the policy has no bound in
-    /// units (`UnifiedRoot`; `Coalesced`, whose reads are exact when they
-    /// flush but unbounded when they wait or give up).
-    pub fn staleness_bound(self, nr_cpus: usize, groups: usize, items: usize) -> Option<u64> {
-        let (c, g, n) = (nr_cpus as u64, groups as u64, items as u64);
+    /// The documented staleness bound of a read for one stat item declared
+    /// in `unit` ([`Controller::stat_units`](crate::Controller::stat_units);
+    /// 1 for plain counts), in the item's own value terms (bytes, for a
+    /// byte counter in units of 4096), with or without concurrent flushes,
+    /// for a subtree of `groups` groups on `nr_cpus` CPU slots. `Threshold`:
+    /// `unit × 64 × nr_cpus + (64 × unit − 1) × nr_cpus × groups`, less
+    /// than 64 × nr_cpus × (groups + 1) units, whatever the controller's
+    /// other items and their units; add `64 × unit − 1` for each update of
+    /// the item in the subtree in progress when the read began (see the
+    /// [module docs](self) for why, and the proof). Saturates at
+    /// `u64::MAX`. `None` where the policy has no
+    /// bound in units (`UnifiedRoot`; `Coalesced`, whose reads are exact
+    /// when they flush but unbounded when they wait or give up).
+    pub fn staleness_bound(self, nr_cpus: usize, groups: usize, unit: u64) -> Option<u64> {
+        let (c, g) = (nr_cpus as u64, groups as u64);
         match self {
             FlushPolicy::Always => Some(0),
             FlushPolicy::Threshold => {
-                Some(UPDATE_BATCH * c + (UPDATE_BATCH - 1) * c * g.saturating_mul(n))
+                let batch = UPDATE_BATCH.saturating_mul(unit);
+                let slots = c.saturating_mul(g);
+                Some(
+                    batch
+                        .saturating_mul(c)
+                        .saturating_add(batch.saturating_sub(1).saturating_mul(slots)),
+                )
             }
             FlushPolicy::UnifiedRoot | FlushPolicy::Coalesced => None,
         }

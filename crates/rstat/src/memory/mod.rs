@@ -190,6 +190,29 @@ pub const MAX_RECLAIM_ROUNDS: u32 = 256;
 /// The largest [`MemoryConfig::batch`] (2³²).
 pub const MAX_BATCH: u64 = 1 << 32;
 
+/// The declared unit ([`Controller::stat_units`](crate::Controller::stat_units))
+/// of the `memory.stat` items counted in charge units (`charged`,
+/// `uncharged`, `reclaimed`, `forced`) for a [`MemoryConfig::batch`]:
+/// `batch / 64` rounded down to a power of two, at least 1.
+///
+/// Why: the batch is the caller's statement of its charge granularity (64
+/// of it, as the kernel's `MEMCG_CHARGE_BATCH` is 64 pages): a caller
+/// charging bytes sets 64 pages of bytes (256 KiB) and gets 4096, the
+/// kernel's own normalization of byte stats to pages; one charging pages
+/// keeps the default 64 and gets 1. A CPU then walks the ancestors'
+/// pending-update counters once per batch of change of an item, as often
+/// as its stock refills from the page counter, whatever the charge size;
+/// and a `Threshold` read of `memory.stat` may miss less than one batch of
+/// each item per (group, CPU), besides the 64 × nr_cpus units the
+/// threshold allows: the scale at which `memory.current` is already
+/// inexact (stocks hold up to a batch per (group, CPU) charged but unused).
+pub fn stat_unit(batch: u64) -> u64 {
+    match batch / crate::controller::UPDATE_BATCH {
+        0 => 1,
+        q => 1 << q.ilog2(),
+    }
+}
+
 /// Names of the `memory.stat` items, in index order: units `charged` and
 /// `uncharged` by callers, units `reclaimed` by reclaimers, units `forced`
 /// past `memory.max`, and `failcnt`, charges refused.
@@ -209,6 +232,10 @@ pub struct MemoryConfig {
     /// nr_cpus` units per group may be charged but held by nobody. 0
     /// disables the stock: every charge goes to the page counter. At most
     /// [`MAX_BATCH`]. Default [`MEMCG_CHARGE_BATCH`].
+    ///
+    /// It also sets the declared unit of the `memory.stat` items counted in
+    /// charge units ([`stat_unit`]: `batch / 64`, rounded down to a power
+    /// of two, at least 1; `failcnt` counts refusals, in unit 1).
     pub batch: u64,
     /// Reclaim rounds that free nothing a charge over `memory.max` (or a
     /// `memory.max` / `memory.high` write) makes before giving up. Rounds
@@ -430,7 +457,13 @@ impl Memory {
             stocks: Stocks::new(rs.nr_cpus(), cfg.batch),
             max_retries: cfg.max_reclaim_retries,
         });
-        let stats = rs.register_counters("memory", &MEMORY_STAT_NAMES)?;
+        let unit = stat_unit(cfg.batch);
+        let items: Vec<(&str, u64)> = MEMORY_STAT_NAMES
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (n, if i == STAT_FAILCNT { 1 } else { unit }))
+            .collect();
+        let stats = rs.register_counters_with_units("memory", &items)?;
         let ext = rs.register_ext(MemExt {
             shared: Arc::clone(&shared),
         })?;

@@ -605,3 +605,29 @@ fn stress_charge_uncharge_drain() {
     let s = mem.stat_exact(rs.root()).unwrap();
     assert_eq!(s.get("charged"), s.get("uncharged"));
 }
+
+/// `memory.stat` items counted in charge units declare `batch / 64` (a
+/// power of two) as their unit, `failcnt` 1: a caller charging bytes a
+/// page at a time with the kernel's 64-page batch walks the ancestors'
+/// pending counters once per 64 pages per CPU.
+#[test]
+fn stat_units_follow_the_batch() {
+    assert_eq!(stat_unit(0), 1);
+    assert_eq!(stat_unit(MEMCG_CHARGE_BATCH), 1);
+    assert_eq!(stat_unit(100), 1);
+    assert_eq!(stat_unit(64 * 4096), 4096);
+    assert_eq!(stat_unit(64 * 4096 + 64 * 1000), 4096, "rounded down");
+    assert_eq!(stat_unit(MAX_BATCH), MAX_BATCH / 64);
+    let (_rs, mem) = setup(2, MEMCG_CHARGE_BATCH);
+    assert_eq!(mem.stats().stat_units(), [1; 5]);
+    let (rs, mem) = setup(2, 64 * 4096);
+    assert_eq!(mem.stats().stat_units(), [4096, 4096, 4096, 4096, 1]);
+    let a = rs.root().create_child("a").unwrap();
+    let b = a.create_child("b").unwrap();
+    let pending = || mem.stats().pending_updates(&a).unwrap();
+    for i in 1..=64 {
+        mem.charge_raw_on_cpu(&b, 4096, OnOom::Fail, 0).unwrap();
+        assert_eq!(pending(), if i < 64 { 0 } else { 64 }, "after {i} pages");
+    }
+    assert_eq!(stat(&mem, &a, "charged"), (0, 64 * 4096));
+}
