@@ -193,7 +193,9 @@ fn item_loop(threads: usize, n: u64, item: &rstat::StatItem, delta: i64) -> f64 
 
 /// Run the benchmark.
 pub fn run(cfg: &Config) -> Report {
-    let main = Bench::new(rstat::Rstat::builder());
+    // The rseq path where available (the default is the locked path; see
+    // `Builder::update_path`), beside the locked one.
+    let main = Bench::new(rstat::Rstat::builder().update_path(rstat::UpdatePath::Rseq));
     let locked = Bench::new(rstat::Rstat::builder().update_path(rstat::UpdatePath::Locked));
     let n = cfg.iters;
     let mops_to_ns = |mops: f64| 1e3 / mops;

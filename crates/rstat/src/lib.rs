@@ -6,10 +6,10 @@
 //! side paying only for the groups that changed. The machinery is the Linux
 //! kernel's, in its newest shape, written anew for userspace:
 //!
-//! - **[`engine`]**: rstat. An update is an unlocked add on this CPU's slot
-//!   in a restartable sequence (the kernel's `this_cpu_add`; a locked add
-//!   where rseq is unavailable) and one load; the first update of a group
-//!   after a flush
+//! - **[`engine`]**: rstat. An update is one uncontended locked add on
+//!   this CPU's slot, or, opted in with [`Builder::update_path`], an
+//!   unlocked add in a restartable sequence (the kernel's `this_cpu_add`),
+//!   and one load; the first update of a group after a flush
 //!   pushes it on a lock-free per-(controller, CPU) backlog (kernel v6.17).
 //!   A read flushes: under the controller's own lock (v6.16's separate
 //!   trees) it drains the backlogs into per-CPU *updated trees* and folds

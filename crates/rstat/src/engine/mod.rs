@@ -258,7 +258,7 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             nr_cpus: None,
-            update_path: UpdatePath::Rseq,
+            update_path: UpdatePath::Locked,
             unified: false,
             cpu_controller: true,
             policy: FlushPolicy::default(),
@@ -282,10 +282,21 @@ impl Builder {
         self
     }
 
-    /// The update path to use (default [`UpdatePath::Rseq`], which falls
-    /// back to [`UpdatePath::Locked`] where restartable sequences are not
-    /// available or slots are shared between CPUs; [`Rstat::update_path`]
-    /// tells which one the engine got).
+    /// The update path to use (default [`UpdatePath::Locked`]).
+    /// [`UpdatePath::Rseq`] falls back to the locked path where restartable
+    /// sequences are not available or slots are shared between CPUs
+    /// ([`Rstat::update_path`] tells which one the engine got).
+    ///
+    /// Which to choose, measured on a 2-CPU VM (BENCHMARKS.md): the rseq
+    /// path makes an update about 10% cheaper (2.21 vs 2.43 ns at one
+    /// thread, 468 vs 424 Mops/s at two), and costs every flush that reads
+    /// slots one `membarrier` (0.4-0.6 µs alone, several µs when it
+    /// interrupts CPUs running our threads): exact reads, `Threshold` reads
+    /// that flush, the periodic flusher, and each group removal. With a
+    /// group per request (`rstat demo`, two workers) that cuts throughput
+    /// from 126,000 to 28,000 requests/s, so the default is the locked
+    /// path; choose rseq
+    /// for update-heavy work with few groups created and few exact reads.
     pub fn update_path(mut self, p: UpdatePath) -> Self {
         self.update_path = p;
         self
