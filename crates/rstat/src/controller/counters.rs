@@ -174,7 +174,7 @@ impl ControllerHandle {
         }
         // SAFETY: `css` is this controller's state of `group`, kept alive by
         // `group`; item checked against this controller's items.
-        unsafe { (*css).update_here(item, delta) };
+        unsafe { (*css).update_here(self.engine.nr_cpus, item, delta) };
         Ok(())
     }
 
@@ -207,7 +207,7 @@ impl ControllerHandle {
         self.check_item(item)?;
         let css = self.css_of(group)?;
         // SAFETY: `css` is kept alive by `group`; item checked.
-        unsafe { (*css).update_here(item, delta) };
+        unsafe { (*css).update_here(self.engine.nr_cpus, item, delta) };
         Ok(())
     }
 
@@ -422,7 +422,7 @@ impl StatHandle {
             return false;
         }
         // SAFETY: `self.group` keeps the css alive; item checked.
-        unsafe { (*self.css).update_here(item, delta) };
+        unsafe { (*self.css).update_here(self.nr_cpus, item, delta) };
         true
     }
 
@@ -441,7 +441,7 @@ impl StatHandle {
             for &(item, delta) in items {
                 if item < self.nr_stats {
                     // SAFETY: item checked.
-                    unsafe { css.update_here(item, delta) };
+                    unsafe { css.update_here(self.nr_cpus, item, delta) };
                     applied += 1;
                 }
             }
@@ -556,7 +556,7 @@ impl StatItem {
         // SAFETY: `self.handle` keeps the css alive; `item` was checked
         // against `nr_stats` when this StatItem was made, and a
         // controller's item list never changes.
-        unsafe { (*self.handle.css).update_here(self.item, delta) };
+        unsafe { (*self.handle.css).update_here(self.handle.nr_cpus, self.item, delta) };
     }
 
     /// The item's index in its controller's list.

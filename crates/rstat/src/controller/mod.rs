@@ -565,35 +565,26 @@ impl Css {
     }
 
     /// [`update`](Self::update) on this thread's CPU: the CPU id is read
-    /// only on the locked path (a section reads its own).
+    /// only on the locked path (a section reads its own; the simulated one
+    /// under loom and Miri is given it). `nr_cpus` is the engine's, which
+    /// every caller's handle already holds (no trip through the node).
     ///
     /// # Safety
-    /// The css is live, `item < nr_stats`.
+    /// The css is live, `item < nr_stats`, `nr_cpus` is its engine's.
     #[inline(always)]
-    pub(crate) unsafe fn update_here(&self, item: usize, delta: i64) {
+    pub(crate) unsafe fn update_here(&self, nr_cpus: usize, item: usize, delta: i64) {
+        let this_cpu = || crate::percpu::cpu::fold(crate::percpu::cpu::current(), nr_cpus);
         if self.section_limit != 0 {
-            // SAFETY: caller's guarantees; the simulated section folds its
-            // CPU id below (under loom and Miri only).
-            return unsafe { self.update_in_section(self.sim_cpu(), item, delta) };
+            let cpu = if cfg!(any(rstat_loom, miri)) {
+                this_cpu()
+            } else {
+                0
+            };
+            // SAFETY: caller's guarantees; `cpu` folded where it is used.
+            return unsafe { self.update_in_section(cpu, item, delta) };
         }
-        // SAFETY: a css's node and its domain outlive it.
-        let nr_cpus = unsafe { (*(*self.node).domain).nr_cpus };
-        let cpu = crate::percpu::cpu::fold(crate::percpu::cpu::current(), nr_cpus);
         // SAFETY: caller's guarantees; `cpu` folded.
-        unsafe { self.update_locked(cpu, item, delta) }
-    }
-
-    /// The CPU a simulated section runs on (loom, Miri); unused otherwise.
-    #[inline(always)]
-    fn sim_cpu(&self) -> usize {
-        #[cfg(any(rstat_loom, miri))]
-        {
-            // SAFETY: a css's node and its domain outlive it.
-            let nr_cpus = unsafe { (*(*self.node).domain).nr_cpus };
-            crate::percpu::cpu::fold(crate::percpu::cpu::current(), nr_cpus)
-        }
-        #[cfg(not(any(rstat_loom, miri)))]
-        0
+        unsafe { self.update_locked(this_cpu(), item, delta) }
     }
 
     /// A restartable section on this CPU's slot (see `percpu::rseq`).

@@ -255,6 +255,7 @@ mod imp {
         }
         true
     }
+
     /// As `add_on_this_cpu`, with the unit stride of the per-CPU arena and
     /// the old value and the CPU id as results. The section loads the slot,
     /// adds in a register and commits with its only store. (Outputs and an
