@@ -359,14 +359,15 @@ impl ControllerHandle {
         }
     }
 
-    /// The `Threshold` policy's shared pending-update counter of `group`:
+    /// The `Threshold` policy's pending-update count of `group` (the sum of
+    /// its per-CPU counters):
     /// units (64 per batch boundary crossed, each in its item's declared
     /// unit) folded from per-CPU counters and not yet in its totals.
     #[doc(hidden)]
     pub fn pending_updates(&self, group: &Group) -> Result<u64> {
         let css = self.css_of(group.inner())?;
         // SAFETY: kept alive by `group`.
-        Ok(unsafe { &*css }.updates.load(Ordering::Relaxed))
+        Ok(unsafe { &*css }.pending_units(u64::MAX))
     }
 
     /// This controller's flush policy.

@@ -412,10 +412,9 @@ unsafe impl Sync for CtlEntry {}
 
 /// One per-CPU stat counter and the value it had at the last flush.
 ///
-/// A css has `nr_stats + 1` of them per CPU: the last one's `cur` is the
-/// (css, CPU)'s count of pending-update units folded into the shared
-/// counters and not yet consumed by a flush (see `Css::count_update`); its
-/// `prev` is unused.
+/// A css has `nr_stats + 3` of them per CPU; of the last three only `cur`
+/// is used (see [`COUNTED`], [`UPDATES`], [`CONSUMED`] and
+/// `Css::count_update`).
 #[repr(C)] // `cur` first: restartable sections address it as the slot
 pub(crate) struct StatSlot {
     pub(crate) cur: AtomicI64,
@@ -441,12 +440,9 @@ impl Default for StatSlot {
 ///
 /// Laid out by use (`repr(C)`, on its own cache lines): the first line
 /// holds only what every update reads and nobody writes after
-/// construction; the shared pending-update counters, which any CPU's
-/// crossing writes, sit two lines further, so a fold on one CPU does not
-/// take the line other CPUs' updates of this group read (false sharing
-/// that cost two threads updating one group about a fifth of their rate
-/// on the 2-CPU machine of `BENCHMARKS.md`). Aligning costs 8 bytes per
-/// css: 184, rounded to 192.
+/// construction; what flushes write sits two lines further, so a flush
+/// does not take the line every update reads (the pending-update counters
+/// that crossings write are per CPU, in the arena: see [`UPDATES`]).
 #[repr(C, align(64))]
 pub(crate) struct Css {
     // Line 0: read by every update, written by nobody.
@@ -481,24 +477,10 @@ pub(crate) struct Css {
     pub(crate) published: Box<[AtomicI64]>,
     /// Domain lock.
     pub(crate) totals: UnsafeCell<Totals>,
-    // Line 2: written by flushes and by any CPU's crossings.
+    // Line 2: written by flushes.
     /// The last folded `Totals::overflows`, published with `published`
     /// (stored before `local`, loaded after it).
     pub(crate) published_overflows: AtomicU64,
-    /// Pending-update counter (the `Threshold` policy, kernel v6.8): units
-    /// folded up from this group's and its descendants' per-CPU slots (64
-    /// per batch boundary crossed, in each item's declared unit) that are
-    /// not yet in this group's hierarchical totals. A flush subtracts
-    /// exactly the units it folded (see `fold_node`), never resets: a unit
-    /// folded while the flush runs stays counted. Not padded to a line of
-    /// its own (that would cost every group ~700 bytes); it is written once
-    /// per 64 units of change, and away from the updates' line.
-    pub(crate) updates: AtomicU64,
-    /// Units consumed by flushes of this group's children (their folded
-    /// crossings, now in `totals.pending`), to subtract from `updates` when
-    /// this group folds that pending in. Changed by flushers and by a
-    /// child's release.
-    pub(crate) consumed: AtomicU64,
 }
 
 // SAFETY: pointers are immutable after construction and kept alive by the
@@ -534,8 +516,6 @@ impl Css {
             totals: UnsafeCell::new(Totals::zeroed(n)),
             published: (0..2 * n).map(|_| AtomicI64::new(0)).collect(),
             published_overflows: AtomicU64::new(0),
-            updates: AtomicU64::new(0),
-            consumed: AtomicU64::new(0),
             unit_shifts,
             // The engine checked both fit (`choose_update_path`).
             section_limit: domain.section_limit as u32,
@@ -718,7 +698,8 @@ impl Css {
     /// the stat slot itself. Each time an update moves item `item`'s slot
     /// across a multiple of [`UPDATE_BATCH`] × its declared unit
     /// ([`Controller::stat_units`]), 64 units per boundary crossed are
-    /// folded into the group's and every ancestor's shared counter: the
+    /// added to this CPU's [`UPDATES`] counter of the group and of every
+    /// ancestor (lines no other CPU's updates write): the
     /// count measures significance in the item's unit, not raw magnitude,
     /// as the kernel counts memcg byte stats in pages. One update folds at
     /// most once, whatever its delta, so a CPU walks the ancestors at most
@@ -739,7 +720,7 @@ impl Css {
     ///
     /// Why it bounds staleness: since a slot was last folded (`prev`), its
     /// value moved by less than 64 × unit × (boundaries crossed + 1), and
-    /// the crossings are in the shared counter (the policy module states
+    /// the crossings are in the pending counters (the policy module states
     /// the bound, per item in its unit, and its proof).
     ///
     /// # Safety
@@ -789,22 +770,54 @@ impl Css {
     #[cold]
     #[inline(never)]
     unsafe fn fold_updates(&self, cpu: usize, v: u64) {
+        let n = self.ctl.nr_stats;
         let mut css: *const Css = self;
         // SAFETY: a css keeps its ancestors' alive (through the groups).
         while let Some(c) = unsafe { css.as_ref() } {
-            c.updates.fetch_add(v, Ordering::Relaxed);
+            // This CPU's counter of `c`: a line other CPUs' updates never
+            // write (an RMW, not a store: threads sharing the slot, and
+            // a thread that moved since its stat RMW, may add at once).
+            // SAFETY: caller's guarantees; ancestors have the same items.
+            unsafe { c.stats.elem(cpu, n + UPDATES) }
+                .cur
+                .fetch_add(v as i64, Ordering::Relaxed);
             css = c.parent;
         }
-        // SAFETY: caller's guarantees; slot `nr_stats` is `counted`.
-        let counted = unsafe { self.stats.elem(cpu, self.ctl.nr_stats) };
+        // SAFETY: caller's guarantees.
+        let counted = unsafe { self.stats.elem(cpu, n + COUNTED) };
         counted.cur.fetch_add(v as i64, Ordering::SeqCst);
     }
 
+    /// This group's pending-update units: the sum of its per-CPU
+    /// [`UPDATES`] counters, each loaded `Acquire` (a count that a flush
+    /// lowered comes with the totals that flush published). nr_cpus loads;
+    /// stops early once the sum exceeds `stop_above`.
+    pub(crate) fn pending_units(&self, stop_above: u64) -> u64 {
+        let n = self.ctl.nr_stats;
+        // SAFETY: a controller's domain lives as long as its engine, which
+        // a live css's group holds.
+        let nr_cpus = unsafe { &*self.ctl.domain }.nr_cpus;
+        let mut sum = 0u64;
+        for cpu in 0..nr_cpus {
+            // SAFETY: `cpu < nr_cpus`; the css is live (caller's `&self`).
+            let v = unsafe { self.stats.elem(cpu, n + UPDATES) }
+                .cur
+                .load(Ordering::Acquire);
+            // Never below zero: units are subtracted from the counter of
+            // the CPU that counted them, after their add (see `fold_node`).
+            sum = sum.saturating_add(v.max(0) as u64);
+            if sum > stop_above {
+                break;
+            }
+        }
+        sum
+    }
+
     /// Whether the `Threshold` policy wants a flush before reading: more
-    /// than 64 × nr_cpus units pending. `Acquire`: a count that a flush
-    /// lowered comes with the totals that flush published.
+    /// than 64 × nr_cpus units pending (see
+    /// [`pending_units`](Self::pending_units)).
     pub(crate) fn needs_flush(&self) -> bool {
-        self.updates.load(Ordering::Acquire) > self.ctl.flush_threshold
+        self.pending_units(self.ctl.flush_threshold) > self.ctl.flush_threshold
     }
 
     /// Copy the published totals, without the lock.
@@ -849,10 +862,34 @@ impl Css {
 
 /// Units of |delta| (each in its item's declared unit, see
 /// [`Controller::stat_units`]) a CPU accumulates on an item before folding
-/// them into the shared pending-update counters (the kernel's
+/// them into the pending-update counters (the kernel's
 /// `MEMCG_CHARGE_BATCH`).
 pub const UPDATE_BATCH: u64 = 1 << UPDATE_BATCH_SHIFT;
 pub(crate) const UPDATE_BATCH_SHIFT: u32 = 6;
+
+/// Per (css, CPU), after the `nr_stats` stat slots: the units this
+/// group's own crossings on the CPU folded up and no flush has consumed
+/// (read by the flusher *before* the stat slots).
+pub(crate) const COUNTED: usize = 0;
+/// Per (css, CPU): the `Threshold` policy's pending-update counter, kernel
+/// v6.8's `stats_updates` made per-CPU: units (64 per batch boundary
+/// crossed, in each item's declared unit) counted on this CPU by this
+/// group or a descendant and not yet in this group's hierarchical totals.
+/// A flush of (group, CPU) subtracts exactly the units it folded, never
+/// resets, so a unit counted while it runs stays counted. Per-CPU so that
+/// a crossing writes no line another CPU's updates write (a shared
+/// counter per ancestor made two threads on one group contend on the
+/// group's and the root's counter every 64 units); a `Threshold` read sums
+/// nr_cpus of them.
+pub(crate) const UPDATES: usize = 1;
+/// Per (css, CPU): units that flushes of this group's children on the CPU
+/// consumed (their changes now in this group's `pending`), to subtract
+/// from this group's [`UPDATES`] of the same CPU when its fold takes that
+/// pending in. Changed by flushers (under the domain lock) and by a
+/// child's release.
+pub(crate) const CONSUMED: usize = 2;
+/// Per-(css, CPU) slots after the stat slots.
+pub(crate) const EXTRA_SLOTS: usize = 3;
 
 /// Items whose shift a css keeps inline (`Css::unit_shifts`).
 pub(crate) const INLINE_SHIFTS: usize = 8;
@@ -929,14 +966,30 @@ pub(crate) unsafe fn fold_node(
         // subtracts them when it folds its pending in. A unit counted after
         // our `counted` load stays counted (at worst a later read flushes
         // early); none is subtracted before its change is in the totals.
+        //
+        // Per CPU: the units read above were counted on `cpu`, and so were
+        // the children's in this (group, CPU)'s `CONSUMED` (a child's fold
+        // of `cpu` put them there). Those children's deltas are in our
+        // totals now: the first fold of this group in any flush takes all
+        // of `pending`, and this group stays on `cpu`'s tree from the
+        // child's fold until this one (a cut leaves the cut subtree's
+        // parent on the tree), so this fold comes after the hand-up.
         counted.fetch_sub(units, Ordering::Relaxed);
-        let total = (units as u64).wrapping_add(css.consumed.swap(0, Ordering::Acquire));
+        // SAFETY: live css, `cpu` in range.
+        let consumed = unsafe { css.stats.elem(cpu, css.ctl.nr_stats + CONSUMED) };
+        let total = units.wrapping_add(consumed.cur.swap(0, Ordering::Acquire));
         if total != 0 {
-            // Release: pairs with `needs_flush`'s Acquire (totals above).
-            css.updates.fetch_sub(total, Ordering::Release);
-            // SAFETY: a child's css keeps its parent's alive.
+            // Release: pairs with `pending_units`' Acquire (totals above).
+            // SAFETY: as above.
+            unsafe { css.stats.elem(cpu, css.ctl.nr_stats + UPDATES) }
+                .cur
+                .fetch_sub(total, Ordering::Release);
+            // SAFETY: a child's css keeps its parent's alive; same items.
             if let Some(p) = unsafe { css.parent.as_ref() } {
-                p.consumed.fetch_add(total, Ordering::Release);
+                // SAFETY: the parent is live (above), `cpu` in range.
+                unsafe { p.stats.elem(cpu, p.ctl.nr_stats + CONSUMED) }
+                    .cur
+                    .fetch_add(total, Ordering::Release);
             }
         }
     }
@@ -1114,12 +1167,10 @@ mod tests {
         ] {
             assert!(at < 64, "{field} at {at}: off the updates' line");
         }
-        for (field, at) in [
-            ("updates", offset_of!(Css, updates)),
-            ("consumed", offset_of!(Css, consumed)),
-            ("published_overflows", offset_of!(Css, published_overflows)),
-        ] {
-            assert!(at >= 128, "{field} at {at}: near the updates' line");
-        }
+        let at = offset_of!(Css, published_overflows);
+        assert!(
+            at >= 128,
+            "published_overflows at {at}: near the updates' line"
+        );
     }
 }

@@ -25,7 +25,8 @@ use std::sync::Arc;
 
 use crate::controller::counters::{ControllerHandle, CounterSetController};
 use crate::controller::{
-    Controller, Css, CtlEntry, StatSlot, MAX_STAT_UNIT, UPDATE_BATCH, UPDATE_BATCH_SHIFT,
+    Controller, Css, CtlEntry, StatSlot, EXTRA_SLOTS, MAX_STAT_UNIT, UPDATE_BATCH,
+    UPDATE_BATCH_SHIFT,
 };
 use crate::engine::backlog::{BacklogHead, PcpuLinks};
 use crate::engine::policy::{check_period, Coalescer, FlushPolicy};
@@ -198,8 +199,10 @@ impl EngineInner {
                     .load(Ordering::Relaxed)
                     .cast_const()
             });
-            // One slot per item, plus the pending-update `counted` slot.
-            let stats = arena.alloc::<StatSlot>(ctl.nr_stats + 1, |_, _| StatSlot::default())?;
+            // One slot per item, plus the pending-update counters
+            // (`COUNTED`, `UPDATES`, `CONSUMED`).
+            let stats =
+                arena.alloc::<StatSlot>(ctl.nr_stats + EXTRA_SLOTS, |_, _| StatSlot::default())?;
             // SAFETY: the node was installed above and lives with `g`.
             let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
             g.tables().css[ctl.id].store(Box::into_raw(css), Ordering::Release);
@@ -635,7 +638,7 @@ impl Rstat {
     /// Register a counter set whose items declare their units
     /// ([`Controller::stat_units`]): `("bytes", 4096)` for a byte counter
     /// charged in pages, `("requests", 1)` for a plain count. Updates of
-    /// an item walk the ancestors' shared pending counters once per 64 ×
+    /// an item walk the ancestors' (per-CPU) pending counters once per 64 ×
     /// unit of change on a CPU, and its `Threshold` staleness bound is in
     /// that unit.
     ///

@@ -23,26 +23,36 @@
 //! Where the `Threshold` bound comes from: the per-CPU pending-update
 //! counter is each stat slot itself; every time an update carries a slot of
 //! an item declared in unit u across a multiple of 64 × u, 64 units per
-//! boundary crossed are folded into the group's and every ancestor's shared
-//! counter (see `Css::count_update`), and then into the (group, CPU)'s own
+//! boundary crossed are added to this CPU's pending-update counter of the
+//! group and of every ancestor (kernel v6.8's `stats_updates`, kept per
+//! CPU: see `UPDATES` in `controller`), and then to the (group, CPU)'s own
 //! `counted` slot. One update folds at most once, whatever its delta: a CPU
 //! walks the ancestors at most once per 64 × u of change of the item on it
 //! (plus once), at any depth. A flush of a (group, CPU) reads `counted`
 //! *before* the stat slots, so the units it reads there belong to changes
 //! its slot reads include; it subtracts exactly those units (plus those its
-//! children's flushes handed up with their pending deltas) from the group's
-//! shared counter once they are in the group's totals. It never resets the
-//! counter, so a crossing that races a flush, of any size, stays counted
-//! until a flush folds it.
+//! children's flushes on the same CPU handed up with their pending deltas)
+//! from the group's counter of that CPU once they are in the group's
+//! totals. It never resets a counter, so a crossing that races a flush, of
+//! any size, stays counted until a flush folds it.
+//!
+//! Why per CPU: with one shared counter per group (the kernel's shape), two
+//! threads updating one group contend on the group's and the root's counter
+//! every 64 units, and an exact count cannot take the kernel's way out
+//! (skip ancestors already due for a flush: a skipped unit cannot be
+//! subtracted exactly). Per CPU, a crossing writes only lines its own CPU
+//! owns; a `Threshold` read pays for it by summing nr_cpus counters instead
+//! of loading one.
 //!
 //! **The bound.** Let a `read` of group G begin after a set of updates
-//! completed. If it does not flush, G's shared counter was at most
-//! 64 × nr_cpus when the read loaded it; every boundary those updates
-//! crossed after the value their slot last contributed to G's published
-//! totals was still in that count (counted before the update completed,
-//! subtracted only after a flush that read the slot later had published its
-//! change, and the read's `Acquire` load orders the published totals after
-//! every subtraction it saw). So, all items and slots of G's subtree
+//! completed. If it does not flush, the sum of G's per-CPU counters, each
+//! as the read loaded it, was at most 64 × nr_cpus; every boundary those
+//! updates crossed after the value their slot last contributed to G's
+//! published totals was still in its CPU's counter when the read loaded
+//! that counter (counted before the update completed, subtracted only after
+//! a flush that read the slot later had published its change, and the
+//! read's `Acquire` load of that counter orders the published totals, read
+//! after all the counters, after every subtraction it saw). So, all items and slots of G's subtree
 //! together, at most nr_cpus such crossings. Take one item, declared in
 //! unit u, and one of its slots. Since that value, the completed updates
 //! moved the slot in runs, separated by the adds of updates that were in
