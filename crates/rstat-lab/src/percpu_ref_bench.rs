@@ -41,7 +41,9 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use rstat::percpu::cpu;
-use rstat::percpu_ref::{InitFlags, PercpuRef};
+use rstat::percpu_ref::{FastPath, InitFlags, PercpuRef};
+
+use crate::rseq_aborts::AbortCounter;
 
 /// The seed's copy sizes, in bytes.
 pub const COPY_SIZES: [usize; 6] = [0, 32, 64, 128, 256, 512];
@@ -72,6 +74,13 @@ pub struct Row {
     pub locked_ops: u64,
     /// `(locked_ops / atomic_ops − 1) × 100`.
     pub locked_diff_pct: f64,
+    /// Restartable sections the kernel aborted while the default fast path
+    /// ran this case (all rounds), from the `rseq:rseq_ip_fixup`
+    /// tracepoint; `None` when it could not be counted (see
+    /// `Report::abort_counter`) or the fast path is not rseq.
+    pub rseq_aborts: Option<u64>,
+    /// `rseq_aborts` per million sections (each loop runs two: get, put).
+    pub aborts_per_million_sections: Option<f64>,
 }
 
 /// The benchmark's result.
@@ -88,6 +97,9 @@ pub struct Report {
     pub fast_path: String,
     /// Possible CPUs of the machine (the all-CPUs thread count).
     pub nr_cpus: usize,
+    /// How the abort counts were taken: `rseq:rseq_ip_fixup`, or why they
+    /// could not be.
+    pub abort_counter: String,
 }
 
 /// How long to run.
@@ -147,18 +159,33 @@ pub fn run(cfg: &Config) -> Report {
         Variant::Percpu(&locked),
     ];
 
+    let rseq = pref.fast_path() == FastPath::Rseq;
+    let counter = if rseq {
+        AbortCounter::open()
+    } else {
+        Err("the default fast path is not rseq here".to_string())
+    };
     let mut rows = Vec::new();
     for &threads in &thread_counts {
         for &copy_bytes in &COPY_SIZES {
             let mut ops = [0u64; 3];
+            let mut aborts = 0u64;
             for r in 0..ROUNDS as usize {
                 // Rotate which variant goes first, so none always follows
                 // another's warm-up.
                 for k in 0..variants.len() {
                     let v = (r + k) % variants.len();
+                    // Only the rseq variant's threads run sections; they
+                    // have exited (and handed their counts over) when
+                    // `measure` returns.
+                    let before = counter.as_ref().map_or(0, |c| c.read());
                     ops[v] += measure(&variants[v], threads, copy_bytes, round);
+                    if v == 1 {
+                        aborts += counter.as_ref().map_or(0, |c| c.read()) - before;
+                    }
                 }
             }
+            let counted = counter.is_ok().then_some(aborts);
             let diff = |x: u64| {
                 if ops[0] == 0 {
                     0.0
@@ -174,6 +201,9 @@ pub fn run(cfg: &Config) -> Report {
                 diff_pct: diff(ops[1]),
                 locked_ops: ops[2],
                 locked_diff_pct: diff(ops[2]),
+                rseq_aborts: counted,
+                aborts_per_million_sections: counted
+                    .map(|a| a as f64 * 1e6 / (2 * ops[1]).max(1) as f64),
             });
         }
     }
@@ -199,6 +229,10 @@ pub fn run(cfg: &Config) -> Report {
         cpu_id_source: cpu::source().as_str().to_string(),
         fast_path: pref.fast_path().as_str().to_string(),
         nr_cpus,
+        abort_counter: match &counter {
+            Ok(_) => "rseq:rseq_ip_fixup".to_string(),
+            Err(why) => format!("unavailable: {why}"),
+        },
     }
 }
 
@@ -319,22 +353,31 @@ pub fn table(r: &Report) -> String {
         let _ = writeln!(out, "{what}");
         let _ = writeln!(
             out,
-            "{:>9}  {:>14}  {:>14}  {:>10}  {:>14}  {:>10}",
-            "copy size", "atomic", "percpu_ref", "diff", "locked", "diff"
+            "{:>9}  {:>14}  {:>14}  {:>10}  {:>14}  {:>10}  {:>13}",
+            "copy size", "atomic", "percpu_ref", "diff", "locked", "diff", "aborts/M sec"
         );
         for row in r.rows.iter().filter(|row| row.threads == t) {
+            let aborts = row
+                .aborts_per_million_sections
+                .map_or_else(|| "-".to_string(), |a| format!("{a:.3}"));
             let _ = writeln!(
                 out,
-                "{:>9}  {:>14}  {:>14}  {:>+9.2}%  {:>14}  {:>+9.2}%",
+                "{:>9}  {:>14}  {:>14}  {:>+9.2}%  {:>14}  {:>+9.2}%  {:>13}",
                 row.copy_bytes,
                 row.atomic_ops,
                 row.percpu_ops,
                 row.diff_pct,
                 row.locked_ops,
-                row.locked_diff_pct
+                row.locked_diff_pct,
+                aborts
             );
         }
     }
+    let _ = writeln!(
+        out,
+        "\naborts/M sec: restartable sections of the rseq fast path the kernel aborted, per million ({})",
+        r.abort_counter
+    );
     out
 }
 
