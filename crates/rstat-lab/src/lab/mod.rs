@@ -203,65 +203,73 @@ pub fn run_all(
     let started_utc = host::utc_now();
     let loadavg_start = host::loadavg();
     let t0 = host::now();
-    let mut experiments = Vec::new();
     let repeat = opts.repeat.max(1);
-    for e in chosen {
-        let args = args_for(e, opts);
-        let mut out = Outcome {
-            name: e.name.to_owned(),
-            status: "ok".into(),
-            reason: String::new(),
-            args: args.clone(),
-            runs: Vec::new(),
-            median: Value::Null,
-            min: Value::Null,
-            max: Value::Null,
-            load: Vec::new(),
-            targets: Vec::new(),
-            plot: String::new(),
-        };
-        if let Some(why) = cannot_run(e, opts.cpus, machine.online_cpus) {
-            progress(&format!("{}: cannot run here: {why}", e.name));
-            out.status = "cannot_run".into();
-            out.reason = why;
-            experiments.push(out);
-            continue;
-        }
-        for i in 0..repeat {
+    let mut experiments: Vec<Outcome> = chosen
+        .iter()
+        .map(|e| {
+            let mut out = Outcome {
+                name: e.name.to_owned(),
+                status: "ok".into(),
+                reason: String::new(),
+                args: args_for(e, opts),
+                runs: Vec::new(),
+                median: Value::Null,
+                min: Value::Null,
+                max: Value::Null,
+                load: Vec::new(),
+                targets: Vec::new(),
+                plot: String::new(),
+            };
+            if let Some(why) = cannot_run(e, opts.cpus, machine.online_cpus) {
+                progress(&format!("{}: cannot run here: {why}", e.name));
+                out.status = "cannot_run".into();
+                out.reason = why;
+            }
+            out
+        })
+        .collect();
+    // Round after round through every experiment, so that a drift in the
+    // machine's load spreads over all of them instead of hitting one.
+    for i in 0..repeat {
+        for (e, out) in chosen.iter().zip(experiments.iter_mut()) {
+            if out.status != "ok" {
+                continue;
+            }
             progress(&format!(
                 "{}: run {} of {repeat}: rstat bench {} {}",
                 e.name,
                 i + 1,
                 e.name,
-                args.join(" ")
+                out.args.join(" ")
             ));
             let a = host::now();
-            let r = runner(e.name, &args);
+            let r = runner(e.name, &out.args);
             out.load.push(host::between(&a, &host::now()));
             match r {
                 Ok(v) => out.runs.push(v),
                 Err(RunError::NotInBuild) => {
+                    progress(&format!("{}: not in this build of rstat", e.name));
                     out.status = "not_in_build".into();
                     out.reason = format!(
                         "this build of rstat has no `rstat bench {}` yet; the report shows it once \
                          the experiment is added",
                         e.name
                     );
-                    break;
                 }
                 Err(RunError::Failed(why)) => {
                     out.status = "failed".into();
                     out.reason = why;
-                    break;
                 }
             }
         }
+    }
+    for (e, out) in chosen.iter().zip(experiments.iter_mut()) {
         if out.status == "ok" {
             let (med, lo, hi) = combine(&out.runs);
             out.median = med;
             out.min = lo;
             out.max = hi;
-            let fig = Fig::new(&out);
+            let fig = Fig::new(out);
             out.targets = (e.targets)(&fig)
                 .into_iter()
                 .map(|t| t.judge(&out.runs, &out.median))
@@ -269,7 +277,6 @@ pub fn run_all(
         } else {
             out.runs.clear();
         }
-        experiments.push(out);
     }
     let load = host::between(&t0, &host::now());
     let mut lab = Lab {
@@ -676,13 +683,13 @@ impl Lab {
                         &["", "figure"],
                         &[
                             vec![format!("seed {}", seed.id), seed.figure.to_owned()],
-                            vec!["rstat, this run".into(), v.ours.clone()],
+                            vec!["rstat, here".into(), v.ours.clone()],
                         ],
                     );
                     s.push('\n');
                 }
                 None if !v.ours.is_empty() => {
-                    s += &format!("No seed measured this; this run: {}\n\n", v.ours);
+                    s += &format!("No seed measured this. Here: {}\n\n", v.ours);
                 }
                 None => {}
             }
@@ -730,9 +737,12 @@ impl Lab {
         s
     }
 
-    /// `results.json`.
+    /// `results.json`: one line (the latency distributions make the
+    /// indented form several times larger), then a newline.
     pub fn json(&self) -> Result<String, String> {
-        serde_json::to_string_pretty(self).map_err(|e| format!("encoding results.json: {e}"))
+        serde_json::to_string(self)
+            .map(|s| s + "\n")
+            .map_err(|e| format!("encoding results.json: {e}"))
     }
 }
 

@@ -85,9 +85,9 @@ pub static EXPERIMENTS: &[Experiment] = &[
     Experiment {
         name: "flush-scaling",
         title: "Flush cost follows changed groups, not tree size",
-        measures: "µs to flush the root after 10 active leaves (depth 4) changed on every CPU \
-                   slot, in trees from only those leaves and their ancestors up to 100,000 \
-                   groups.",
+        measures: "µs to flush the root after a few active leaves (depth 4) changed on every \
+                   CPU slot, in trees from only those leaves and their ancestors up to the big \
+                   tree (100,000 groups; 5,000 with --quick).",
         seed: Some(Seed {
             id: "003",
             figure: "no timing: the seed's argument is that rstat aggregates only the parts of \
@@ -128,9 +128,10 @@ pub static EXPERIMENTS: &[Experiment] = &[
     Experiment {
         name: "read-latency",
         title: "Read latency and staleness per flush policy",
-        measures: "Latency of reads of random groups by 64 readers (each every 10 ms) while \
-                   writers update random leaves of a 1,000-group tree, per flush policy; and \
-                   how stale each read was against a shadow count of completed updates.",
+        measures: "Latency of reads of random groups by many readers while writers (one per \
+                   CPU) update random leaves of a 1,000-group tree, per flush policy; and how \
+                   stale each read was against a shadow count of completed updates (the \
+                   numbers of readers and writers are under the table).",
         seed: Some(Seed {
             id: "004",
             figure: "384 CPUs, 10k reader threads every 100 ms: 98.8% of reads < 100 µs, \
@@ -752,11 +753,13 @@ fn latency_view(f: &Fig) -> View {
             &rows,
         ),
         notes: format!(
-            "{} groups, {} writers, {} s per policy. `bound` is the policy's documented \
+            "{} groups, {} writers, {} readers each reading every {} ms, {} s per policy. `bound` is the policy's documented \
              staleness bound for a read of the root; `max stale` and `mean stale` are how far \
              behind the completed updates a read was.",
             f.s("/groups"),
             f.s("/writers"),
+            f.s("/readers"),
+            f.s("/period_ms"),
             f.s("/seconds_per_policy")
         ),
     }
