@@ -605,6 +605,50 @@ impl Lab {
         s
     }
 
+    /// The VM state in a few words, from the `update` experiment's
+    /// reference pair (bare per-CPU counter vs shared atomic).
+    fn vm_state_short(&self) -> String {
+        let ratio = self
+            .experiments
+            .iter()
+            .find(|o| o.name == "update" && o.status == "ok")
+            .and_then(|o| o.median.get("bare_ratio_vs_shared_atomic_2t")?.as_f64());
+        match ratio {
+            Some(x) if x >= VM_NORMAL_RATIO => format!("normal (bare per-CPU {x:.2}x atomic)"),
+            Some(x) => format!("degraded (bare per-CPU {x:.2}x atomic)"),
+            None => "not measured".into(),
+        }
+    }
+
+    /// One experiment's machine line: the machine, the VM state and the
+    /// load other processes put on it during each of its runs.
+    fn experiment_machine_line(&self, o: &Outcome) -> String {
+        let m = &self.machine;
+        let loads: Vec<String> = o
+            .load
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} ({:.1} s)",
+                    l.other_cpus.map_or("?".into(), |c| format!("{c:.2}")),
+                    l.seconds
+                )
+            })
+            .collect();
+        format!(
+            "Machine: {} | {} online / {} possible CPUs | Linux {} | {} | CPU ids: {} | VM state: \
+             {} | other processes' CPUs during each run (wall time): {}.\n",
+            m.cpu_model,
+            m.online_cpus,
+            m.possible_cpus,
+            m.kernel,
+            self.rustc,
+            m.cpu_id_source,
+            self.vm_state_short(),
+            loads.join(", ")
+        )
+    }
+
     /// The report (`report.md`), with plot links prefixed by `img_prefix`
     /// (`""` when the report sits beside the plots).
     pub fn report(&self, img_prefix: &str) -> String {
@@ -712,23 +756,12 @@ impl Lab {
                 s += &md_table(&["target", "from", "median", "", "runs met"], &rows);
                 s.push('\n');
             }
-            let loads: Vec<String> = o
-                .load
-                .iter()
-                .map(|l| {
-                    format!(
-                        "{:.1} s, others {}",
-                        l.seconds,
-                        l.other_cpus.map_or("?".into(), |c| format!("{c:.2} CPUs"))
-                    )
-                })
-                .collect();
-            s += &format!(
-                "Runs (wall time, CPUs' worth of other processes' work meanwhile): {}.\n",
-                loads.join("; ")
-            );
+            s += &self.experiment_machine_line(o);
             if !v.notes.is_empty() {
                 s += &format!("\n{}\n", v.notes);
+            }
+            if !e.remarks.is_empty() {
+                s += &format!("\n{}\n", e.remarks);
             }
             if !o.plot.is_empty() {
                 s += &format!("\n![{}]({img_prefix}{})\n", o.name, o.plot);

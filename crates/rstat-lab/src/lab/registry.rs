@@ -33,6 +33,9 @@ pub struct Experiment {
     pub scales_with_cpus: bool,
     /// The fewest CPUs it can run on (when it scales with CPUs).
     pub min_cpus: usize,
+    /// What bounds or explains its figures (no figures: those come from
+    /// the run).
+    pub remarks: &'static str,
     /// Its table (and our figure beside the seed's).
     pub view: fn(&Fig) -> View,
     /// Its targets.
@@ -58,6 +61,7 @@ impl Experiment {
             seed: None,
             scales_with_cpus,
             min_cpus: 1,
+            remarks: "",
             view: generic_view,
             targets: no_targets,
             plot: Some(generic_plot),
@@ -78,6 +82,19 @@ pub static EXPERIMENTS: &[Experiment] = &[
         seed: None,
         scales_with_cpus: true,
         min_cpus: 2,
+        remarks: "What bounds these figures. One thread: the restartable section's \
+                  loop-carried chain (load the slot the previous add stored, add, store) costs \
+                  about what one uncontended locked add costs, so a 1-thread update at most as \
+                  dear as a shared atomic sits at the hardware's edge. Several threads: the \
+                  `Threshold` counting is exact (a flush subtracts what it folded), so once per \
+                  64 units of an item's change per CPU a crossing does a contended \
+                  read-modify-write on the group's and every ancestor's pending counter; kernel \
+                  v6.8 skips ancestors already due for a flush, which rstat cannot do and stay \
+                  exact. The sweep shows that walk: with an item in unit 1, deltas of 64 or more \
+                  cross on every update and the cost grows with depth, while a byte counter \
+                  declared in pages (depth 5, delta 4096, unit 4096) crosses once per 64 pages. \
+                  When the VM state is degraded (a bare per-CPU counter is itself only a small \
+                  multiple of a shared atomic), no per-CPU design reaches the 8x target.",
         view: update_view,
         targets: update_targets,
         plot: Some(update_plot),
@@ -95,6 +112,9 @@ pub static EXPERIMENTS: &[Experiment] = &[
         }),
         scales_with_cpus: false,
         min_cpus: 1,
+        remarks: "Both kinds of tree fold the same (group, CPU) pairs per flush (the \
+                  folds column): the idle groups of the big trees are never touched, whatever \
+                  their number.",
         view: flush_view,
         targets: |_| {
             vec![Target::new(
@@ -121,6 +141,11 @@ pub static EXPERIMENTS: &[Experiment] = &[
         }),
         scales_with_cpus: true,
         min_cpus: 2,
+        remarks: "With separate trees the cpu reads never fold the heavy controller \
+                  (0 heavy folds); unified, every read folds what the writers left pending. The \
+                  speedup depends on how much the writers get done between reads: on a busy \
+                  machine they get less CPU, leave less for the unified read to fold, and the \
+                  gap narrows or vanishes.",
         view: separate_view,
         targets: |_| vec![Target::new("speedup", "/speedup", Op::Ge, 3.0, "issue 2")],
         plot: Some(separate_plot),
@@ -140,6 +165,14 @@ pub static EXPERIMENTS: &[Experiment] = &[
         }),
         scales_with_cpus: true,
         min_cpus: 1,
+        remarks: "In the seed's terms: `unified-root` makes every reader pay for the \
+                  whole tree, and a reader that finds a flush running returns what the last one \
+                  folded (the stalest); `always` flushes only the subtree read (exact); \
+                  `threshold` (the default, kernel v6.8) flushes only past its bound and \
+                  otherwise returns a lock-free copy; `coalesced` waits for a running root \
+                  flush, so its tail pays for whole-tree flushes and its reads are not exact. \
+                  The seed's 384-CPU, 10k-reader scale is out of reach on a small machine: \
+                  compare the policies' shapes, not the absolute buckets.",
         view: latency_view,
         targets: latency_targets,
         plot: Some(latency_plot),
@@ -157,6 +190,9 @@ pub static EXPERIMENTS: &[Experiment] = &[
         }),
         scales_with_cpus: false,
         min_cpus: 1,
+        remarks: "The batching's error grows with CPUs x groups x 32 units; an exact \
+                  read folds every pending per-CPU delta of the subtree under the read and has \
+                  none.",
         view: accuracy_view,
         targets: |_| {
             vec![Target::new(
@@ -182,6 +218,12 @@ pub static EXPERIMENTS: &[Experiment] = &[
         }),
         scales_with_cpus: true,
         min_cpus: 2,
+        remarks: "`percpu_ref` is the default fast path: a restartable sequence (an \
+                  unlocked add on this CPU's slot, restarted by the kernel if the thread \
+                  moves), the kernel's `this_cpu_add`. `locked` is `InitFlags::LOCKED_SLOTS`: a \
+                  `lock xadd` per get and put, whose slot address is computed after the \
+                  previous one completes (the fallback without rseq, and what rstat's groups \
+                  use, because their kills must not call `membarrier`).",
         view: percpu_view,
         targets: percpu_targets,
         plot: Some(percpu_plot),
@@ -199,6 +241,8 @@ pub static EXPERIMENTS: &[Experiment] = &[
         }),
         scales_with_cpus: true,
         min_cpus: 1,
+        remarks: "With few CPUs the false sharing the padded layout removes is small \
+                  and noisy; the seed measured on 72 CPUs.",
         view: page_counter_view,
         targets: |_| vec![Target::new("gain_pct", "/gain_pct", Op::Gt, 0.0, "issue 4")],
         plot: Some(page_counter_plot),
@@ -212,6 +256,12 @@ pub static EXPERIMENTS: &[Experiment] = &[
         seed: None,
         scales_with_cpus: true,
         min_cpus: 2,
+        remarks: "At one thread the stock does more work than the eager baseline: a \
+                  charge + uncharge pair costs two stock-lock attempts and two per-CPU stat \
+                  updates that keep `memory.stat` exact, against the baseline's operations on \
+                  lines no other CPU wants. With several threads the baseline's shared \
+                  counters bounce between CPUs and the stock's lines do not; when the threads \
+                  did not really run at once (see above), that gap is understated.",
         view: charge_view,
         targets: |_| {
             vec![
