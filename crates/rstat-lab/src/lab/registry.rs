@@ -46,7 +46,8 @@ pub struct Experiment {
 
 impl Experiment {
     /// An experiment shown generically: a table of its JSON's numbers, a
-    /// bar plot of its `ns` and `mops` figures, no targets. Adding an
+    /// bar plot of its `ns` and `mops` figures (of its first numbers if no
+    /// field names either), no targets. Adding an
     /// experiment to the lab is one such line in [`EXPERIMENTS`].
     pub const fn generic(
         name: &'static str,
@@ -363,7 +364,26 @@ fn generic_plot(f: &Fig, machine: &str) -> Result<String, String> {
         }
     }
     if panels.is_empty() {
-        return Err("no ns or mops fields to plot".into());
+        // No field names a unit: plot the first numbers as they are.
+        let cats: Vec<Cat> = fields
+            .iter()
+            .take(12)
+            .filter_map(|(p, l)| {
+                Some(Cat {
+                    label: l.clone(),
+                    vals: vec![Some(f.val(p)?)],
+                })
+            })
+            .collect();
+        if cats.is_empty() {
+            return Err("its JSON has no numbers to plot".into());
+        }
+        panels.push(Panel::Bars {
+            title: "its numbers (mixed units)".into(),
+            x_desc: "value".into(),
+            series: vec!["median".into()],
+            cats,
+        });
     }
     figure("generic view", machine, &panels, 2, 640)
 }

@@ -145,6 +145,14 @@ fn a_generic_experiment_is_shown_by_its_numbers() {
     assert!(!r.contains("machine.online_cpus"), "{r}");
     assert!(r.contains("](img/09-enter.svg)"), "{r}");
     assert_eq!(lab.plots.len(), 1);
+    let mut unitless = |_: &str, _: &[String]| Ok(json!({"entries": 3, "depth": 2.5}));
+    let lab = run_all(&opts(&["alloc"], 1, 2), &mut unitless, &mut |_| {}).unwrap();
+    assert_eq!(
+        lab.plots.len(),
+        1,
+        "a generic experiment always gets a plot"
+    );
+    assert!(lab.plots[0].1.contains("entries"));
 }
 
 #[test]
