@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod demo;
+mod lab;
 
 #[derive(Parser)]
 #[command(
@@ -33,7 +34,8 @@ enum Cmd {
         interval: f64,
     },
     /// Run one of the seeds' experiments; `--json` prints one JSON object as
-    /// the last line.
+    /// the last line. `rstat bench all --out DIR` runs every experiment and
+    /// writes DIR/report.md, DIR/results.json and one SVG plot each.
     Bench {
         /// Which experiment.
         #[arg(value_enum)]
@@ -60,6 +62,27 @@ enum Cmd {
         /// read-latency: also write the latency plot (SVG) to this file.
         #[arg(long)]
         plot: Option<std::path::PathBuf>,
+        /// The CPUs an experiment that scales with CPUs spreads its threads
+        /// over (update, charge, percpu-ref, page-counter, separate-trees,
+        /// read-latency; default: their own, 2 or every CPU); at most the
+        /// online CPUs. For `all`: default every online CPU.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4096))]
+        cpus: Option<u16>,
+        /// all: the directory to write report.md, results.json and the plots
+        /// to (created if missing).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// all: run each experiment this many times and report the median
+        /// and the range.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+        repeat: u16,
+        /// all: only these experiments (comma-separated names).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// all: also write the report to this file, its plot links relative
+        /// to it (e.g. `--markdown BENCHMARKS.md`).
+        #[arg(long)]
+        markdown: Option<std::path::PathBuf>,
     },
 }
 
@@ -81,6 +104,30 @@ enum BenchName {
     PercpuRef,
     /// Memory charge/uncharge through the per-CPU stock vs eager atomics.
     Charge,
+    /// Every experiment, into one report (needs `--out DIR`).
+    All,
+}
+
+/// The `--cpus` an experiment gets, refused where it does not apply or
+/// this machine cannot do it.
+fn cpus_for(name: &str, cpus: Option<u16>) -> Result<Option<usize>, ExitCode> {
+    let Some(n) = cpus.map(usize::from) else {
+        return Ok(None);
+    };
+    let Some(e) = rstat_lab::lab::EXPERIMENTS.iter().find(|e| e.name == name) else {
+        return Ok(None);
+    };
+    if !e.scales_with_cpus {
+        eprintln!("error: `rstat bench {name}` does not spread threads over CPUs; drop --cpus");
+        return Err(ExitCode::from(2));
+    }
+    match rstat_lab::lab::cannot_run(e, n, rstat_lab::machine::online_cpus()) {
+        Some(why) => {
+            eprintln!("error: `rstat bench {name}` {why}");
+            Err(ExitCode::from(2))
+        }
+        None => Ok(Some(n)),
+    }
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -160,12 +207,54 @@ fn main() -> ExitCode {
             period_ms,
             seconds,
             plot,
+            cpus,
+            out,
+            repeat,
+            only,
+            markdown,
         } => match name {
+            BenchName::All => {
+                let Some(out) = out else {
+                    eprintln!("error: `rstat bench all` needs --out DIR (where to write report.md, results.json and the plots)");
+                    return ExitCode::from(2);
+                };
+                if json {
+                    eprintln!("error: `rstat bench all` writes DIR/results.json; drop --json");
+                    return ExitCode::from(2);
+                }
+                let args = lab::Args {
+                    out,
+                    quick,
+                    repeat: usize::from(repeat),
+                    cpus: cpus.map(usize::from),
+                    only,
+                    markdown,
+                };
+                match lab::run(&args) {
+                    Ok(true) => ExitCode::SUCCESS,
+                    Ok(false) => ExitCode::FAILURE,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            }
+            _ if out.is_some() || markdown.is_some() => {
+                eprintln!("error: --out and --markdown belong to `rstat bench all`");
+                ExitCode::from(2)
+            }
             BenchName::Update => {
+                let cpus = match cpus_for("update", cpus) {
+                    Ok(c) => c,
+                    Err(code) => return code,
+                };
                 let mut cfg = rstat_lab::update_bench::Config::default();
                 if quick {
                     cfg.iters = 200_000;
                     cfg.samples = 1;
+                }
+                if let Some(n) = cpus {
+                    cfg.threads = n;
                 }
                 emit(
                     json,
@@ -174,10 +263,15 @@ fn main() -> ExitCode {
                 )
             }
             BenchName::FlushScaling => {
+                // Refuses --cpus: this experiment does not use threads per CPU.
+                if let Err(code) = cpus_for("flush-scaling", cpus) {
+                    return code;
+                }
                 let mut cfg = rstat_lab::flush_scaling::Config::default();
                 if quick {
                     cfg.groups = 5_000;
                     cfg.rounds = 200;
+                    cfg.sweep = vec![2_000];
                 }
                 emit(
                     json,
@@ -186,7 +280,14 @@ fn main() -> ExitCode {
                 )
             }
             BenchName::SeparateTrees => {
-                let mut cfg = rstat_lab::separate_trees::Config::default();
+                let cpus = match cpus_for("separate-trees", cpus) {
+                    Ok(c) => c,
+                    Err(code) => return code,
+                };
+                let mut cfg = rstat_lab::separate_trees::Config {
+                    cpus,
+                    ..Default::default()
+                };
                 if quick {
                     cfg.reads = 2_000;
                 }
@@ -197,6 +298,10 @@ fn main() -> ExitCode {
                 )
             }
             BenchName::ReadLatency => {
+                let cpus = match cpus_for("read-latency", cpus) {
+                    Ok(c) => c,
+                    Err(code) => return code,
+                };
                 let policies = match policies(&policy) {
                     Ok(p) => p,
                     Err(e) => {
@@ -215,6 +320,9 @@ fn main() -> ExitCode {
                     cfg.duration = Duration::from_millis(200);
                     cfg.readers = cfg.readers.min(8);
                 }
+                if let Some(n) = cpus {
+                    cfg.writers = n;
+                }
                 let report = rstat_lab::read_latency::run(&cfg);
                 if let Some(path) = plot {
                     if let Err(e) = std::fs::write(&path, rstat_lab::read_latency::svg(&report)) {
@@ -225,6 +333,10 @@ fn main() -> ExitCode {
                 emit(json, &report, rstat_lab::read_latency::table)
             }
             BenchName::Accuracy => {
+                // Refuses --cpus: this experiment does not use threads per CPU.
+                if let Err(code) = cpus_for("accuracy", cpus) {
+                    return code;
+                }
                 let mut cfg = rstat_lab::accuracy::Config::default();
                 if quick {
                     cfg.updates = 20_000;
@@ -236,7 +348,14 @@ fn main() -> ExitCode {
                 )
             }
             BenchName::PercpuRef => {
-                let mut cfg = rstat_lab::percpu_ref_bench::Config::default();
+                let cpus = match cpus_for("percpu-ref", cpus) {
+                    Ok(c) => c,
+                    Err(code) => return code,
+                };
+                let mut cfg = rstat_lab::percpu_ref_bench::Config {
+                    threads: cpus,
+                    ..Default::default()
+                };
                 if quick {
                     cfg.seconds_per_case = 0.02;
                 }
@@ -247,10 +366,17 @@ fn main() -> ExitCode {
                 )
             }
             BenchName::Charge => {
+                let cpus = match cpus_for("charge", cpus) {
+                    Ok(c) => c,
+                    Err(code) => return code,
+                };
                 let mut cfg = rstat_lab::charge_bench::Config::default();
                 if quick {
                     cfg.iters = 100_000;
                     cfg.samples = 1;
+                }
+                if let Some(n) = cpus {
+                    cfg.threads = n;
                 }
                 emit(
                     json,
@@ -259,7 +385,14 @@ fn main() -> ExitCode {
                 )
             }
             BenchName::PageCounter => {
-                let mut cfg = rstat_lab::page_counter_bench::Config::default();
+                let cpus = match cpus_for("page-counter", cpus) {
+                    Ok(c) => c,
+                    Err(code) => return code,
+                };
+                let mut cfg = rstat_lab::page_counter_bench::Config {
+                    cpus,
+                    ..Default::default()
+                };
                 if quick {
                     cfg.seconds = 0.2;
                 }

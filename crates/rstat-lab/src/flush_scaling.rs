@@ -5,6 +5,10 @@
 //! a tree holding only those 10 leaves and their ancestors. Both get the same
 //! updates (each active leaf on every CPU slot), then the root is flushed;
 //! only the flush is timed. The two trees alternate, so noise hits both.
+//!
+//! The sweep (`sweep`) times the same flush on trees of intermediate sizes
+//! (`Config::sweep`), `rounds / 4` flushes each, for a flush-cost-vs-size
+//! curve.
 
 use std::time::Instant;
 
@@ -21,6 +25,9 @@ pub struct Config {
     pub active: usize,
     /// Timed flushes per tree.
     pub rounds: usize,
+    /// Tree sizes of the sweep (groups, root included; at least 1,200 so
+    /// that the tree has its active leaves).
+    pub sweep: Vec<usize>,
 }
 
 impl Default for Config {
@@ -29,8 +36,20 @@ impl Default for Config {
             groups: 100_000,
             active: 10,
             rounds: 20_000,
+            sweep: vec![2_000, 10_000, 30_000],
         }
     }
+}
+
+/// One tree size of the sweep.
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepRow {
+    /// Groups in the tree, root included.
+    pub groups: usize,
+    /// Median flush of the root, µs.
+    pub flush_us: f64,
+    /// (group, CPU) pairs folded per flush.
+    pub folds_per_flush: f64,
 }
 
 /// Results.
@@ -56,6 +75,8 @@ pub struct Report {
     pub folds_per_flush_big: f64,
     /// Same, small tree.
     pub folds_per_flush_small: f64,
+    /// Flush cost at the sweep's tree sizes.
+    pub sweep: Vec<SweepRow>,
     /// The machine.
     pub machine: Machine,
 }
@@ -161,6 +182,32 @@ pub fn run(cfg: &Config) -> Report {
     let total = |t: &Tree| must(t.ctl.read_exact(t.rs.root())).hierarchical().to_vec();
     assert_eq!(total(&big), total(&small), "the two trees disagree");
     let (b, s) = (median(bt), median(st));
+    let sweep = cfg
+        .sweep
+        .iter()
+        .map(|&groups| {
+            let t = build(groups.max(1_200), active, false);
+            for _ in 0..20 {
+                round_of(&t);
+            }
+            let f0 = t.ctl.flush_counts();
+            let rounds = (cfg.rounds / 4).max(20);
+            let times: Vec<f64> = (0..rounds).map(|_| round_of(&t)).collect();
+            let f1 = t.ctl.flush_counts();
+            // Every round added 1 per active leaf, CPU slot and item.
+            let want = (rounds + 20) as i64 * (t.active.len() * nr) as i64;
+            assert_eq!(
+                total(&t)[0],
+                want,
+                "the sweep tree lost updates ({groups} groups)"
+            );
+            SweepRow {
+                groups: t.groups,
+                flush_us: round(median(times), 3),
+                folds_per_flush: per(f0, f1),
+            }
+        })
+        .collect();
     Report {
         big_tree_flush_us: round(b, 3),
         small_tree_flush_us: round(s, 3),
@@ -172,6 +219,7 @@ pub fn run(cfg: &Config) -> Report {
         cpus_updated: nr,
         folds_per_flush_big: per(fb0, fb1),
         folds_per_flush_small: per(fs0, fs1),
+        sweep,
         machine: Machine::detect(),
     }
 }

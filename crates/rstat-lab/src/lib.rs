@@ -7,6 +7,7 @@
 pub mod accuracy;
 pub mod charge_bench;
 pub mod flush_scaling;
+pub mod lab;
 pub mod machine;
 pub mod page_counter_bench;
 pub mod percpu_ref_bench;

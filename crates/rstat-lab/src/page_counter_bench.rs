@@ -56,7 +56,7 @@ pub struct Report {
     pub gain_pct: f64,
     /// Charging threads (2 × `nr_cpus`).
     pub threads: usize,
-    /// Possible CPUs of the machine.
+    /// CPUs loaded (possible CPUs of the machine unless set).
     pub nr_cpus: usize,
     /// Total measured time, both layouts, seconds.
     pub seconds: f64,
@@ -71,17 +71,22 @@ pub struct Report {
 pub struct Config {
     /// Total measured time, split evenly over both layouts' rounds.
     pub seconds: f64,
+    /// CPUs to load, two threads each (`None`: every possible CPU).
+    pub cpus: Option<usize>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { seconds: 2.0 }
+        Config {
+            seconds: 2.0,
+            cpus: None,
+        }
     }
 }
 
 /// Run the benchmark: both layouts, alternating rounds, median of each.
 pub fn run(cfg: &Config) -> Report {
-    let nr_cpus = possible_cpus();
+    let nr_cpus = cfg.cpus.unwrap_or_else(possible_cpus).max(1);
     let threads = 2 * nr_cpus;
     let seconds = if cfg.seconds.is_finite() && cfg.seconds > 0.0 {
         cfg.seconds
@@ -260,7 +265,10 @@ mod tests {
 
     #[test]
     fn short_run_reports_consistent_figures() {
-        let r = run(&Config { seconds: 0.06 });
+        let r = run(&Config {
+            seconds: 0.06,
+            cpus: None,
+        });
         assert!(r.packed_mops > 0.0 && r.padded_mops > 0.0, "{r:?}");
         assert!(r.gain_pct.is_finite() && r.gain_pct > -100.0, "{r:?}");
         assert_eq!(r.threads, 2 * r.nr_cpus);

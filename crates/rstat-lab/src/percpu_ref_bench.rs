@@ -107,12 +107,16 @@ pub struct Report {
 pub struct Config {
     /// Measured time per variant per case (the seed used 15 s).
     pub seconds_per_case: f64,
+    /// Threads of the all-CPUs block, one pinned per CPU (`None`: every
+    /// possible CPU).
+    pub threads: Option<usize>,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             seconds_per_case: 0.5,
+            threads: None,
         }
     }
 }
@@ -141,7 +145,7 @@ pub fn run(cfg: &Config) -> Report {
         Config::default().seconds_per_case
     };
     let round = Duration::from_secs_f64(secs / f64::from(ROUNDS));
-    let mut thread_counts = vec![1, nr_cpus];
+    let mut thread_counts = vec![1, cfg.threads.unwrap_or(nr_cpus).max(1)];
     thread_counts.dedup();
 
     let atomic = PaddedCount(AtomicUsize::new(1));
@@ -389,6 +393,7 @@ mod tests {
     fn a_short_run_fills_every_case_and_the_table() {
         let rep = run(&Config {
             seconds_per_case: 0.02,
+            threads: None,
         });
         let blocks = if rep.nr_cpus > 1 { 2 } else { 1 };
         assert_eq!(rep.rows.len(), COPY_SIZES.len() * blocks);

@@ -76,6 +76,10 @@ pub struct PolicyRow {
     pub max_error_units: i64,
     /// Mean of the same over all reads.
     pub mean_error_units: f64,
+    /// The latency distribution: `[fraction of reads, µs]` pairs, the
+    /// latency at or below which that fraction of the reads finished
+    /// (fractions 0.01 to 0.99 in steps of 0.01, then 0.999 and 1).
+    pub cdf_us: Vec<[f64; 2]>,
 }
 
 /// Results.
@@ -298,6 +302,11 @@ fn run_policy(cfg: &Config, policy: FlushPolicy) -> PolicyRow {
             },
             2,
         ),
+        cdf_us: (1..=99)
+            .map(|i| f64::from(i) / 100.0)
+            .chain([0.999, 1.0])
+            .map(|p| [p, round(q(p), 2)])
+            .collect(),
     }
 }
 

@@ -25,11 +25,17 @@ pub const HEAVY_ITEMS: usize = 48;
 pub struct Config {
     /// Reads of the parent's cpu stats per mode.
     pub reads: usize,
+    /// CPUs to use: the reader's and `cpus - 1` writers' (`None`: every
+    /// online CPU).
+    pub cpus: Option<usize>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { reads: 200_000 }
+        Config {
+            reads: 200_000,
+            cpus: None,
+        }
     }
 }
 
@@ -66,7 +72,7 @@ fn must<T>(r: rstat::Result<T>) -> T {
     }
 }
 
-fn measure(unified: bool, reads: usize) -> (f64, u64, usize) {
+fn measure(unified: bool, reads: usize, cpus: usize) -> (f64, u64, usize) {
     let rs = Arc::new(must(rstat::Rstat::builder().unified(unified).build()));
     let names: Vec<String> = (0..HEAVY_ITEMS).map(|i| format!("stat{i}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -76,8 +82,7 @@ fn measure(unified: bool, reads: usize) -> (f64, u64, usize) {
     let children: Vec<_> = (0..2 * nr)
         .map(|i| must(parent.create_child(&format!("child{i}"))))
         .collect();
-    let online = crate::machine::online_cpus();
-    let writers = online.saturating_sub(1).max(1);
+    let writers = cpus.saturating_sub(1).max(1);
     let stop = Arc::new(AtomicBool::new(false));
     let hs: Vec<_> = (0..writers)
         .map(|w| {
@@ -128,8 +133,9 @@ fn measure(unified: bool, reads: usize) -> (f64, u64, usize) {
 
 /// Run the benchmark.
 pub fn run(cfg: &Config) -> Report {
-    let (u, fu, writers) = measure(true, cfg.reads);
-    let (s, fs, _) = measure(false, cfg.reads);
+    let cpus = cfg.cpus.unwrap_or_else(crate::machine::online_cpus);
+    let (u, fu, writers) = measure(true, cfg.reads, cpus);
+    let (s, fs, _) = measure(false, cfg.reads, cpus);
     let nr = rstat::percpu::cpu::possible_cpus();
     Report {
         unified_read_ns: round(u, 1),

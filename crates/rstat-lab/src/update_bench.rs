@@ -19,6 +19,16 @@
 //!   section), for comparison with the path the default engine took
 //!   (`update_path`).
 //!
+//! The sweep (`shapes`) measures the same update at depths 1, 2, 4 and 8
+//! with deltas 1, 64 and 4096 on an item in unit 1: a delta of 64 or more
+//! crosses the `Threshold` count on every update, so it shows what the
+//! walk over the ancestors costs as the tree deepens.
+//!
+//! The multi-thread figures (`*_2t`) run on `Config::threads` pinned
+//! threads: 2 unless `rstat bench update --cpus N` says otherwise (the
+//! names keep the `2t` of the issue that defined them; `threads` in the
+//! report says how many ran).
+//!
 //! Every engine's totals are checked after the run: an exact read must
 //! equal the sum of every update made (the honesty check).
 
@@ -37,6 +47,11 @@ pub struct Config {
     pub iters: u64,
     /// Samples per figure (the median is reported).
     pub samples: usize,
+    /// Threads of the multi-thread figures (`*_2t`), one pinned per CPU.
+    pub threads: usize,
+    /// Run the depth x delta sweep (`shapes`), `iters / 8` updates per
+    /// thread per cell.
+    pub sweep: bool,
 }
 
 impl Default for Config {
@@ -44,8 +59,28 @@ impl Default for Config {
         Config {
             iters: 20_000_000,
             samples: 5,
+            threads: 2,
+            sweep: true,
         }
     }
+}
+
+/// Depths of the sweep (group depth below the root).
+pub const SWEEP_DEPTHS: [usize; 4] = [1, 2, 4, 8];
+/// Deltas of the sweep (item unit 1).
+pub const SWEEP_DELTAS: [i64; 3] = [1, 64, 4096];
+
+/// One cell of the depth x delta sweep.
+#[derive(Clone, Debug, Serialize)]
+pub struct ShapeRow {
+    /// Depth of the updated group below the root.
+    pub depth: usize,
+    /// Delta of each update (item unit 1).
+    pub delta: i64,
+    /// ns per update, 1 thread.
+    pub ns_1t: f64,
+    /// Million updates per second, `threads` threads on the same group.
+    pub mops_nt: f64,
 }
 
 /// Results (field names are the issue's).
@@ -57,14 +92,15 @@ pub struct Report {
     pub shared_atomic_ns_1t: f64,
     /// ns per increment of a per-thread plain counter, 1 thread.
     pub plain_thread_local_ns_1t: f64,
-    /// Million rstat updates per second, 2 threads on one group.
+    /// Million rstat updates per second, `threads` threads on one group.
     pub rstat_mops_2t: f64,
-    /// Million `fetch_add`s per second, 2 threads on one shared atomic.
+    /// Million `fetch_add`s per second, `threads` threads on one shared
+    /// atomic.
     pub shared_atomic_mops_2t: f64,
     /// Reference: ns per update of a bare per-CPU counter (rseq CPU id, one
     /// relaxed `fetch_add` on a cache-padded per-CPU slot, nothing else), 1t.
     pub bare_percpu_ns_1t: f64,
-    /// Reference: the bare per-CPU counter, 2 threads, Mops/s.
+    /// Reference: the bare per-CPU counter, `threads` threads, Mops/s.
     pub bare_percpu_mops_2t: f64,
     /// `bare_percpu_mops_2t / shared_atomic_mops_2t`: the ceiling this
     /// machine allows for the rstat ratio.
@@ -103,6 +139,10 @@ pub struct Report {
     pub flush_policy: String,
     /// Updates per thread per sample.
     pub iters: u64,
+    /// Threads of the multi-thread (`*_2t`) figures.
+    pub threads: usize,
+    /// The depth x delta sweep (empty if not run).
+    pub shapes: Vec<ShapeRow>,
     /// The machine.
     pub machine: Machine,
 }
@@ -198,6 +238,7 @@ pub fn run(cfg: &Config) -> Report {
     let main = Bench::new(rstat::Rstat::builder().update_path(rstat::UpdatePath::Rseq));
     let locked = Bench::new(rstat::Rstat::builder().update_path(rstat::UpdatePath::Locked));
     let n = cfg.iters;
+    let t = cfg.threads.max(1);
     let mops_to_ns = |mops: f64| 1e3 / mops;
 
     let mut r1 = Vec::new();
@@ -247,9 +288,9 @@ pub fn run(cfg: &Config) -> Report {
         b1.push(mops_to_ns(per_thread(1, n, |_| {
             bare_loop(Arc::clone(&bare))
         })));
-        b2.push(per_thread(2, n, |_| bare_loop(Arc::clone(&bare))));
-        r2.push(item_loop(2, n, &main.item, 1));
-        a2.push(per_thread(2, n, |_| {
+        b2.push(per_thread(t, n, |_| bare_loop(Arc::clone(&bare))));
+        r2.push(item_loop(t, n, &main.item, 1));
+        a2.push(per_thread(t, n, |_| {
             let s = Arc::clone(&shared);
             move || {
                 let s = black_box(&*s);
@@ -259,7 +300,7 @@ pub fn run(cfg: &Config) -> Report {
             }
         }));
         d1.push(mops_to_ns(item_loop(1, n, &main.deep_item, 4096)));
-        d2.push(item_loop(2, n, &main.deep_item, 4096));
+        d2.push(item_loop(t, n, &main.deep_item, 4096));
         c1.push(mops_to_ns(per_thread(1, n, |_| {
             let (c, g) = (main.ctl.clone(), main.g.clone());
             move || {
@@ -271,26 +312,36 @@ pub fn run(cfg: &Config) -> Report {
             }
         })));
         l1.push(mops_to_ns(item_loop(1, n, &locked.item, 1)));
-        l2.push(item_loop(2, n, &locked.item, 1));
+        l2.push(item_loop(t, n, &locked.item, 1));
     }
+    let shapes = if cfg.sweep {
+        sweep(&main.rs, n / 8, cfg.samples, t)
+    } else {
+        Vec::new()
+    };
     unpin();
     // Honesty check, on every engine and controller measured: per sample,
-    // the unit item took 1 + 2 threads' updates (plus the controller
-    // handle's on the default engine), the deep item 1 + 2 threads' 4096s.
-    let (samples, n_i) = (cfg.samples as i64, n as i64);
+    // the unit item took 1 + `t` threads' updates (plus the controller
+    // handle's on the default engine), the deep item 1 + `t` threads' 4096s.
+    let (samples, n_i, t_i) = (cfg.samples as i64, n as i64, t as i64);
     main.check(
         &main.ctl,
         &main.g,
-        samples * 4 * n_i,
+        samples * (2 + t_i) * n_i,
         "default engine, unit item",
     );
     main.check(
         &main.bytes,
         &main.deep,
-        samples * 3 * n_i * 4096,
+        samples * (1 + t_i) * n_i * 4096,
         "default engine, deep 4096-unit item",
     );
-    locked.check(&locked.ctl, &locked.g, samples * 3 * n_i, "locked engine");
+    locked.check(
+        &locked.ctl,
+        &locked.g,
+        samples * (1 + t_i) * n_i,
+        "locked engine",
+    );
 
     let (ns1, at1, pl1, m2, am2) = (median(r1), median(a1), median(p1), median(r2), median(a2));
     let (bn1, bm2) = (median(b1), median(b2));
@@ -320,8 +371,55 @@ pub fn run(cfg: &Config) -> Report {
         update_path: main.rs.update_path().to_string(),
         flush_policy: policy_of(&[&main.ctl, &main.bytes]),
         iters: n,
+        threads: t,
+        shapes,
         machine: Machine::detect(),
     }
+}
+
+/// The depth x delta sweep on `rs`: per cell, the median of `samples`
+/// samples of `n` updates per thread at 1 and at `threads` threads; the
+/// honesty check runs on every group.
+fn sweep(rs: &rstat::Rstat, n: u64, samples: usize, threads: usize) -> Vec<ShapeRow> {
+    let n = n.max(1);
+    let ctl = must(
+        "registering the sweep controller",
+        rs.register_counters("sweep", &["v"]),
+    );
+    let mut rows = Vec::new();
+    for depth in SWEEP_DEPTHS {
+        let mut g = rs.root().clone();
+        for d in 1..=depth {
+            g = must(
+                "creating the sweep groups",
+                g.create_child(&format!("sweep{depth}-{d}")),
+            );
+        }
+        let item = must(
+            "resolving the sweep item",
+            ctl.stat_handle(&g).and_then(|h| h.item(0)),
+        );
+        // Warm the new group's lines and the code up, unmeasured.
+        item_loop(1, n, &item, 1);
+        let mut want = n as i64;
+        for delta in SWEEP_DELTAS {
+            let (mut one, mut many) = (Vec::new(), Vec::new());
+            for _ in 0..samples.max(1) {
+                one.push(1e3 / item_loop(1, n, &item, delta));
+                many.push(item_loop(threads, n, &item, delta));
+                want += (1 + threads as i64) * n as i64 * delta;
+            }
+            rows.push(ShapeRow {
+                depth,
+                delta,
+                ns_1t: round(median(one), 3),
+                mops_nt: round(median(many), 1),
+            });
+        }
+        let got = must("the sweep's honesty read", ctl.read_exact(&g)).local()[0];
+        assert_eq!(got, want, "rstat lost updates in the sweep (depth {depth})");
+    }
+    rows
 }
 
 /// The measured controllers' flush policy (they share the engine default;
@@ -336,6 +434,7 @@ fn policy_of(ctls: &[&rstat::ControllerHandle]) -> String {
 pub fn table(r: &Report) -> String {
     let row_ns = |name: &str, v: f64| format!("{name:<40} {v:>12.2} ns\n");
     let row_mops = |name: &str, v: f64| format!("{name:<40} {v:>12.1} Mops/s\n");
+    let t = r.threads;
     let mut s = format!(
         "rstat bench update ({} updates per thread per sample, median)\n{}\n\
          update path: {}; flush policy: {}\n\n{:<40} {:>12}\n",
@@ -349,22 +448,31 @@ pub fn table(r: &Report) -> String {
     s += &row_ns("rstat update, 1 thread", r.ns_per_update_1t);
     s += &row_ns("shared AtomicU64::fetch_add, 1t", r.shared_atomic_ns_1t);
     s += &row_ns("per-thread plain counter, 1t", r.plain_thread_local_ns_1t);
-    s += &row_mops("rstat update, 2 threads", r.rstat_mops_2t);
-    s += &row_mops("shared AtomicU64::fetch_add, 2t", r.shared_atomic_mops_2t);
+    s += &row_mops(&format!("rstat update, {t} threads"), r.rstat_mops_2t);
+    s += &row_mops(
+        &format!("shared AtomicU64::fetch_add, {t}t"),
+        r.shared_atomic_mops_2t,
+    );
     s += &row_ns("reference: bare per-CPU counter, 1t", r.bare_percpu_ns_1t);
-    s += &row_mops("reference: bare per-CPU counter, 2t", r.bare_percpu_mops_2t);
+    s += &row_mops(
+        &format!("reference: bare per-CPU counter, {t}t"),
+        r.bare_percpu_mops_2t,
+    );
     s += &row_ns("depth 5, delta 4096 (unit 4096), 1t", r.deep_large_ns_1t);
-    s += &row_mops("depth 5, delta 4096 (unit 4096), 2t", r.deep_large_mops_2t);
+    s += &row_mops(
+        &format!("depth 5, delta 4096 (unit 4096), {t}t"),
+        r.deep_large_mops_2t,
+    );
     s += &row_ns("ControllerHandle::add, 1t", r.controller_handle_ns_1t);
     s += &row_ns("locked update path, 1t", r.locked_ns_1t);
-    s += &row_mops("locked update path, 2t", r.locked_mops_2t);
+    s += &row_mops(&format!("locked update path, {t}t"), r.locked_mops_2t);
     let check = |ok: bool| if ok { "ok" } else { "MISSED" };
     s += &format!(
-        "\nratio vs shared atomic, 2 threads: {:.2}x (target >= 8; bare per-CPU counter: {:.2}x)\n\
+        "\nratio vs shared atomic, {t} threads: {:.2}x (target >= 8; bare per-CPU counter: {:.2}x)\n\
          1-thread cost vs shared atomic:    {:.2}x (target <= 1) {}\n\
-         2-thread rate vs bare per-CPU:     {:.2}x (target >= 0.9) {}\n\
+         {t}-thread rate vs bare per-CPU:     {:.2}x (target >= 0.9) {}\n\
          deep large vs update, 1 thread:    {:.2}x (target <= 1.25) {}\n\
-         deep large vs update, 2 threads:   {:.2}x (target >= 0.8) {}\n\
+         deep large vs update, {t} threads:   {:.2}x (target >= 0.8) {}\n\
          ControllerHandle::add vs update:   {:.2}x (target <= 1.5) {}\n",
         r.ratio_vs_shared_atomic_2t,
         r.bare_ratio_vs_shared_atomic_2t,
@@ -379,5 +487,14 @@ pub fn table(r: &Report) -> String {
         r.controller_handle_vs_update_1t,
         check(r.controller_handle_vs_update_1t <= 1.5),
     );
+    if !r.shapes.is_empty() {
+        s += &format!("\nsweep (item unit 1):  depth  delta     ns 1t   Mops/s {t}t\n");
+        for c in &r.shapes {
+            s += &format!(
+                "                     {:>5} {:>6} {:>9.2} {:>10.1}\n",
+                c.depth, c.delta, c.ns_1t, c.mops_nt
+            );
+        }
+    }
     s
 }

@@ -1,0 +1,69 @@
+//! `rstat bench all` end to end: the child runs, the files, the reasons.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rstat-lab-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("sub")).expect("scratch dir");
+    d
+}
+
+#[test]
+fn all_quick_writes_the_report_the_data_and_the_plots() {
+    let d = scratch("quick");
+    let st = Command::new(env!("CARGO_BIN_EXE_rstat"))
+        .args([
+            "bench",
+            "all",
+            "--quick",
+            "--only",
+            "accuracy,enter",
+            "--out",
+        ])
+        .arg(&d)
+        .arg("--markdown")
+        .arg(d.join("sub/BENCH.md"))
+        .status()
+        .expect("runs");
+    assert!(st.success());
+    let report = std::fs::read_to_string(d.join("report.md")).expect("report.md");
+    assert!(
+        report.contains("## accuracy") && report.contains("seed 003"),
+        "{report}"
+    );
+    assert!(report.contains("no `rstat bench enter` yet"), "{report}");
+    assert!(report.contains("](05-accuracy.svg)"), "{report}");
+    let md = std::fs::read_to_string(d.join("sub/BENCH.md")).expect("--markdown file");
+    assert!(md.contains("](../05-accuracy.svg)"), "{md}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("results.json")).expect("json"))
+            .expect("results.json parses");
+    let acc = &json["experiments"][0];
+    assert_eq!(acc["name"], "accuracy");
+    assert_eq!(acc["status"], "ok");
+    // The child's own JSON, as `rstat bench accuracy --quick --json` printed it.
+    assert_eq!(acc["runs"][0]["updates"], 20_000);
+    assert_eq!(json["experiments"][1]["status"], "not_in_build");
+    let svg = std::fs::read_to_string(d.join("05-accuracy.svg")).expect("plot");
+    assert!(svg.starts_with("<svg"));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn more_cpus_than_the_machine_has_is_a_reason_in_the_report() {
+    let d = scratch("cpus");
+    let st = Command::new(env!("CARGO_BIN_EXE_rstat"))
+        .args([
+            "bench", "all", "--quick", "--cpus", "4096", "--only", "charge", "--out",
+        ])
+        .arg(&d)
+        .status()
+        .expect("runs");
+    assert!(st.success());
+    let report = std::fs::read_to_string(d.join("report.md")).expect("report.md");
+    assert!(report.contains("**No figures: cannot run.**"), "{report}");
+    assert!(report.contains("--cpus 4096"), "{report}");
+    let _ = std::fs::remove_dir_all(&d);
+}
