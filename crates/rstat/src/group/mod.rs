@@ -14,6 +14,7 @@
 //! children, then a child's children, then domain locks, then the arena.
 
 pub mod ext;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -599,6 +600,7 @@ impl Group {
         drop(topo);
         self.flush_into_parent();
         self.inner().offline_exts();
+        self.inner().engine.notify_removed(self);
         // Drop the hierarchy's base reference; `self` still holds one.
         if let Err(e) = self.inner().refcnt.kill() {
             debug_assert!(false, "a group was killed twice: {e}");
