@@ -103,6 +103,7 @@
 
 mod sync;
 
+pub mod attach;
 pub mod controller;
 pub mod engine;
 pub mod error;
@@ -112,6 +113,7 @@ pub mod page_counter;
 pub mod percpu;
 pub mod percpu_ref;
 
+pub use attach::{current_group, EnterGuard};
 pub use controller::counters::{
     ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle, StatItem,
 };
