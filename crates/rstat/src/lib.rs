@@ -108,6 +108,7 @@
 
 mod sync;
 
+pub mod attach;
 pub mod controller;
 pub mod engine;
 pub mod error;
@@ -118,6 +119,7 @@ pub mod percpu;
 pub mod percpu_ref;
 pub mod report;
 
+pub use attach::{current_group, EnterGuard};
 pub use controller::counters::{
     ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle, StatItem,
 };

@@ -402,6 +402,23 @@ impl Group {
         GroupPtr(self.ptr)
     }
 
+    /// The group's address, for code that tracks it without a reference
+    /// (the thread's current group in `attach`).
+    #[inline(always)]
+    pub(crate) fn inner_ptr(&self) -> NonNull<GroupInner> {
+        self.ptr
+    }
+
+    /// A new handle (one more reference) on the group at `ptr`.
+    ///
+    /// # Safety
+    /// Someone holds a reference on the group for the whole call (so its
+    /// count is not zero and its memory is live).
+    pub(crate) unsafe fn clone_from_ptr(ptr: NonNull<GroupInner>) -> Group {
+        let held = core::mem::ManuallyDrop::new(Group { ptr });
+        Group::clone(&held)
+    }
+
     /// A handle for a child found in a children map (whose lock the caller
     /// holds): its base reference is held, so `tryget_live` succeeds unless
     /// it is being removed right now.
