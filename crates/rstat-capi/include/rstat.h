@@ -160,7 +160,7 @@
 // `memory.max`.
 #define RSTAT_CHARGED_FORCED 2
 
-// `rstat_memory_events` flag: the group's own events
+// `rstat_memory_read_events` flag: the group's own events
 // (`memory.events.local`) instead of its subtree's (`memory.events`).
 #define RSTAT_EVENTS_LOCAL 1
 
@@ -222,6 +222,36 @@ typedef struct rstat_memory_events {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// Make `g` this thread's current group until the matching
+// `rstat_group_exit(g)` (enters nest). A removed group is not entered:
+// its nearest live ancestor is.
+//
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`.
+//
+// Cost: the table's read lock, a group reference, two pushes (rstat's
+// per-thread stack and this library's), thread-local stores.
+int rstat_group_enter(struct rstat_group *g);
+
+// Leave the group most recently entered through handle `g` on this
+// thread. The handle may have been put since the enter.
+//
+// Errors: `RSTAT_EBADF` (NULL), `RSTAT_EINVAL` (not entered through `g`
+// on this thread, or exited already).
+//
+// Cost: a scan of this thread's entered groups from the top, a
+// thread-local store, a reference put.
+int rstat_group_exit(struct rstat_group *g);
+
+// A new handle on this thread's current group in `rs`: the innermost
+// group entered and not exited, or `rs`'s root if there is none (or it
+// belongs to another rstat). Put it with `rstat_group_put`.
+//
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`.
+//
+// # Safety
+// `out` must be NULL or valid for one write.
+int rstat_current_group(struct rstat *rs, struct rstat_group **out);
 
 // Register a counter set called `name` on `rs`, with `n_items` items named
 // `items[0..n_items]`. `units` may be NULL (each item counts in units of
@@ -557,7 +587,27 @@ int rstat_memory_drain(struct rstat_group *g);
 //
 // # Safety
 // `out` must be NULL or point to `out->size` writable bytes.
-int rstat_memory_events(struct rstat_group *g, uint32_t flags, struct rstat_memory_events *out);
+int rstat_memory_read_events(struct rstat_group *g, uint32_t flags, struct rstat_memory_events *out);
+
+// Read report file `file` of group `g` into `buf` of `len` bytes,
+// NUL-terminated, in the kernel's cgroup v2 format: `"memory.stat"`,
+// `"memory.events"`, `"memory.events.local"`, `"memory.current"`,
+// `"memory.peak"`, `"memory.max"` (and `high`, `low`, `min`: a number or
+// `max`), `"cpu.stat"`, and `"<name>.stat"` / `"<name>.stat.local"` for
+// every counter set. `*out_len` (may be NULL) gets the text's length, or
+// on `RSTAT_ERANGE` the size needed (call again with a buffer that big).
+//
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
+// `RSTAT_ENOENT` (no such file: `rstat_last_error` lists the files),
+// `RSTAT_ERANGE` (nothing copied).
+//
+// Cost: exact: a `.stat` file flushes its counter set's subtree under
+// `g`; `memory.*` files are a few loads; allocates the text.
+//
+// # Safety
+// `file` must be NULL or NUL-terminated; `buf` NULL or valid for `len`
+// bytes; `out_len` NULL or valid for one write.
+int rstat_read(struct rstat_group *g, const char *file, char *buf, size_t len, size_t *out_len);
 
 #ifdef __cplusplus
 }  // extern "C"

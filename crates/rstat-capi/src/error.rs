@@ -97,7 +97,7 @@ impl From<::rstat::Error> for CError {
         let code = match &e {
             E::InvalidName { .. } | E::InvalidPath { .. } => RSTAT_EINVAL,
             E::NameExists { .. } | E::ControllerExists { .. } => RSTAT_EEXIST,
-            E::NotFound { .. } | E::UnknownStatName { .. } => RSTAT_ENOENT,
+            E::NotFound { .. } | E::UnknownStatName { .. } | E::UnknownFile { .. } => RSTAT_ENOENT,
             E::HasChildren { .. } => RSTAT_EBUSY,
             E::Removed { .. } => RSTAT_ENODEV,
             E::RootNotRemovable => RSTAT_EPERM,

@@ -56,11 +56,13 @@
 #![allow(non_camel_case_types)]
 
 mod args;
+pub mod attach;
 pub mod counters;
 pub mod engine;
 pub mod error;
 pub mod group;
 pub mod memory;
+pub mod report;
 pub mod table;
 
 /// An rstat instance (the engine): opaque, from `rstat_new`.
@@ -80,8 +82,10 @@ pub struct rstat_counters {
     _opaque: [u8; 0],
 }
 
+pub use attach::*;
 pub use counters::*;
 pub use engine::*;
 pub use error::*;
 pub use group::*;
 pub use memory::*;
+pub use report::*;

@@ -41,7 +41,7 @@ pub const RSTAT_CHARGED_OVER_HIGH: u32 = 1;
 /// `memory.max`.
 pub const RSTAT_CHARGED_FORCED: u32 = 2;
 
-/// `rstat_memory_events` flag: the group's own events
+/// `rstat_memory_read_events` flag: the group's own events
 /// (`memory.events.local`) instead of its subtree's (`memory.events`).
 pub const RSTAT_EVENTS_LOCAL: u32 = 1;
 
@@ -122,14 +122,14 @@ pub unsafe extern "C" fn rstat_memory_set_limit(
     value: *const c_char,
 ) -> c_int {
     ffi(|| {
-        // SAFETY: forwarded from the caller.
-        let text = unsafe { str_arg(value, "value")? };
-        let w = which(which_limit)?;
         let (engine, group) = TABLE.read(|t| {
             memory_of(t, g)?;
             let e = t.group(g as usize, "g")?;
             Ok::<_, CError>((e.engine.clone(), e.group.clone()))
         })?;
+        let w = which(which_limit)?;
+        // SAFETY: forwarded from the caller.
+        let text = unsafe { str_arg(value, "value")? };
         let m = engine.memory.as_ref().expect("checked by memory_of");
         m.write_limit(&group, w, text)?;
         Ok(())
@@ -152,10 +152,9 @@ pub unsafe extern "C" fn rstat_memory_limit(
 ) -> c_int {
     ffi(|| {
         check_out(out, "out")?;
-        let w = which(which_limit)?;
         let v = TABLE.read(|t| {
             let (m, e) = memory_of(t, g)?;
-            Ok::<_, CError>(m.limit(&e.group, w)?)
+            Ok::<_, CError>(m.limit(&e.group, which(which_limit)?)?)
         })?;
         // SAFETY: checked above.
         unsafe { write_out(out, v, "out") }
@@ -302,7 +301,7 @@ pub extern "C" fn rstat_memory_drain(g: *mut rstat_group) -> c_int {
 /// # Safety
 /// `out` must be NULL or point to `out->size` writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn rstat_memory_events(
+pub unsafe extern "C" fn rstat_memory_read_events(
     g: *mut rstat_group,
     flags: u32,
     out: *mut rstat_memory_events,

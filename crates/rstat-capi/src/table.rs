@@ -32,7 +32,7 @@
 //!
 //! # Synchronization
 //!
-//! The table is a "big reader" lock: [`SHARDS`] reader-writer locks, each
+//! The table is a "big reader" lock: 16 reader-writer locks (`SHARDS`), each
 //! on its own cache line. A call that only looks entries up (`rstat_add`,
 //! the charge path) takes the read side of *its thread's* shard, given out
 //! round-robin when a thread first calls in, so threads on different
