@@ -162,8 +162,11 @@ pub(crate) fn ffi(body: impl FnOnce() -> CResult) -> c_int {
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".to_owned());
-            // Dropping the payload could itself panic; leak it instead.
-            std::mem::forget(payload);
+            // A payload whose drop panics would unwind into C: drop it
+            // inside a catch, and leak only such a second payload.
+            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+                std::mem::forget(again);
+            }
             set_last_error(format!(
                 "internal error in rstat (a bug, please report it): {what}; \
                  the call was abandoned"

@@ -244,7 +244,7 @@ fn check(rc: i32, want: Option<i32>, what: &str) -> Result<(), TestCaseError> {
 fn new_group_handle(m: &mut Model, value: usize, engine: usize) -> Result<usize, TestCaseError> {
     let mut id = 0u64;
     // SAFETY: a valid out-pointer.
-    let rc = unsafe { rstat_group_id(value as *mut rstat_group, &mut id) };
+    let rc = unsafe { rstat_group_id(ptr::without_provenance_mut::<rstat_group>(value), &mut id) };
     prop_assert_eq!(rc, 0);
     Ok(m.issue(
         value,
@@ -264,6 +264,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let opts = rstat_options {
         size: std::mem::size_of::<rstat_options>() as u32,
         flags: RSTAT_OPT_NO_PERIODIC_FLUSH,
+        // Fewer per-CPU slots keep Miri's run short.
+        nr_cpus: if cfg!(miri) { 2 } else { 0 },
         ..Default::default()
     };
     for op in std::iter::once(Op::New).chain(ops) {
@@ -307,7 +309,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Free(s) => {
                 let (v, idx) = m.pick(s);
                 let want = m.handle_error(idx, Kind::Engine);
-                let rc = rstat_free(v as *mut rstat);
+                let rc = rstat_free(ptr::without_provenance_mut::<rstat>(v));
                 check(rc, want.or(Some(0)), "free")?;
                 if rc == 0 {
                     let e = m.handles[idx.unwrap()].1.engine;
@@ -318,7 +320,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let (v, idx) = m.pick(s);
                 let want = m.handle_error(idx, Kind::Engine);
                 // SAFETY: valid out-pointer.
-                let rc = unsafe { rstat_root(v as *mut rstat, &mut out) };
+                let rc = unsafe { rstat_root(ptr::without_provenance_mut::<rstat>(v), &mut out) };
                 check(rc, want.or(Some(0)), "root")?;
                 if rc == 0 {
                     let e = m.handles[idx.unwrap()].1.engine;
@@ -330,8 +332,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let want = m.handle_error(idx, Kind::Group);
                 let name = CString::new(NAMES[n as usize % NAMES.len()]).unwrap();
                 // SAFETY: valid pointers.
-                let rc =
-                    unsafe { rstat_group_create(v as *mut rstat_group, name.as_ptr(), &mut out) };
+                let rc = unsafe {
+                    rstat_group_create(
+                        ptr::without_provenance_mut::<rstat_group>(v),
+                        name.as_ptr(),
+                        &mut out,
+                    )
+                };
                 check(rc, want, "create")?;
                 if want.is_none() {
                     prop_assert!(
@@ -352,7 +359,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let paths = ["a", "/a/b", "/", "a//b", "nope", "b/c"];
                 let path = CString::new(paths[n as usize % paths.len()]).unwrap();
                 // SAFETY: valid pointers.
-                let rc = unsafe { rstat_group_lookup(v as *mut rstat, path.as_ptr(), &mut out) };
+                let rc = unsafe {
+                    rstat_group_lookup(
+                        ptr::without_provenance_mut::<rstat>(v),
+                        path.as_ptr(),
+                        &mut out,
+                    )
+                };
                 check(rc, want, "lookup")?;
                 if want.is_none() {
                     prop_assert!(
@@ -368,7 +381,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Remove(s) => {
                 let (v, idx) = m.pick(s);
                 let want = m.handle_error(idx, Kind::Group);
-                let rc = rstat_group_remove(v as *mut rstat_group);
+                let rc = rstat_group_remove(ptr::without_provenance_mut::<rstat_group>(v));
                 check(rc, want, "remove")?;
                 if rc == 0 {
                     let key = m.group_id(idx.unwrap());
@@ -384,7 +397,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Get(s) => {
                 let (v, idx) = m.pick(s);
                 let want = m.handle_error(idx, Kind::Group);
-                let rc = rstat_group_get(v as *mut rstat_group);
+                let rc = rstat_group_get(ptr::without_provenance_mut::<rstat_group>(v));
                 check(rc, want.or(Some(0)), "get")?;
                 if rc == 0 {
                     m.handles[idx.unwrap()].1.refs += 1;
@@ -393,7 +406,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Put(s) => {
                 let (v, idx) = m.pick(s);
                 let want = m.handle_error(idx, Kind::Group);
-                let rc = rstat_group_put(v as *mut rstat_group);
+                let rc = rstat_group_put(ptr::without_provenance_mut::<rstat_group>(v));
                 check(rc, want.or(Some(0)), "put")?;
                 if rc == 0 {
                     m.handles[idx.unwrap()].1.refs -= 1;
@@ -408,7 +421,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 // SAFETY: valid pointers and NUL-terminated strings.
                 let rc = unsafe {
                     rstat_counters_register(
-                        v as *mut rstat,
+                        ptr::without_provenance_mut::<rstat>(v),
                         name.as_ptr(),
                         items.as_ptr(),
                         ptr::null(),
@@ -455,8 +468,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     }
                 }
                 let rc = rstat_add(
-                    cv as *mut rstat_counters,
-                    gv as *mut rstat_group,
+                    ptr::without_provenance_mut::<rstat_counters>(cv),
+                    ptr::without_provenance_mut::<rstat_group>(gv),
                     item,
                     i64::from(delta),
                 );
@@ -491,8 +504,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 // SAFETY: `vals` holds `len` <= 4 values.
                 let rc = unsafe {
                     rstat_read_exact(
-                        cv as *mut rstat_counters,
-                        gv as *mut rstat_group,
+                        ptr::without_provenance_mut::<rstat_counters>(cv),
+                        ptr::without_provenance_mut::<rstat_group>(gv),
                         flags,
                         vals.as_mut_ptr(),
                         len as usize,
@@ -523,7 +536,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let flags = if force { RSTAT_CHARGE_FORCE } else { 0 };
                 // SAFETY: valid out-pointer.
                 let rc = unsafe {
-                    rstat_memory_try_charge(v as *mut rstat_group, u64::from(n), flags, &mut fl)
+                    rstat_memory_try_charge(
+                        ptr::without_provenance_mut::<rstat_group>(v),
+                        u64::from(n),
+                        flags,
+                        &mut fl,
+                    )
                 };
                 check(rc, want, "charge")?;
                 if want.is_none() {
@@ -533,7 +551,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Uncharge(s, n) => {
                 let (v, idx) = m.pick(s);
                 let want = m.handle_error(idx, Kind::Group);
-                let rc = rstat_memory_uncharge(v as *mut rstat_group, u64::from(n));
+                let rc = rstat_memory_uncharge(
+                    ptr::without_provenance_mut::<rstat_group>(v),
+                    u64::from(n),
+                );
                 check(rc, want, "uncharge")?;
                 if want.is_none() {
                     prop_assert!([0, RSTAT_EINVAL].contains(&rc), "uncharge: {rc}");
@@ -544,8 +565,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let want = m.handle_error(idx, Kind::Group);
                 let text = CString::new(LIMITS[t as usize % LIMITS.len()]).unwrap();
                 // SAFETY: NUL-terminated.
-                let rc =
-                    unsafe { rstat_memory_set_limit(v as *mut rstat_group, which, text.as_ptr()) };
+                let rc = unsafe {
+                    rstat_memory_set_limit(
+                        ptr::without_provenance_mut::<rstat_group>(v),
+                        which,
+                        text.as_ptr(),
+                    )
+                };
                 check(rc, want, "set_limit")?;
                 if want.is_none() {
                     prop_assert!(
@@ -560,7 +586,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Enter(s) => {
                 let (v, idx) = m.pick(s);
                 let want = m.handle_error(idx, Kind::Group);
-                let rc = rstat_group_enter(v as *mut rstat_group);
+                let rc = rstat_group_enter(ptr::without_provenance_mut::<rstat_group>(v));
                 check(rc, want.or(Some(0)), "enter")?;
                 if rc == 0 {
                     m.entered.push(v);
@@ -576,7 +602,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 } else {
                     RSTAT_EINVAL
                 };
-                let rc = rstat_group_exit(v as *mut rstat_group);
+                let rc = rstat_group_exit(ptr::without_provenance_mut::<rstat_group>(v));
                 check(rc, Some(want), "exit")?;
                 if let Some(p) = pos {
                     m.entered.remove(p);
@@ -591,7 +617,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 // SAFETY: `buf` holds 256 bytes.
                 let rc = unsafe {
                     rstat_read(
-                        v as *mut rstat_group,
+                        ptr::without_provenance_mut::<rstat_group>(v),
                         file.as_ptr(),
                         buf.as_mut_ptr(),
                         buf.len(),
@@ -607,11 +633,14 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     }
     // Leave nothing behind: exit what is entered, free every live engine.
     for v in m.entered.drain(..).rev() {
-        prop_assert_eq!(rstat_group_exit(v as *mut rstat_group), 0);
+        prop_assert_eq!(
+            rstat_group_exit(ptr::without_provenance_mut::<rstat_group>(v)),
+            0
+        );
     }
     for (v, h) in &m.handles {
         if h.kind == Kind::Engine && m.engines_alive[h.engine] {
-            prop_assert_eq!(rstat_free(*v as *mut rstat), 0);
+            prop_assert_eq!(rstat_free(ptr::without_provenance_mut::<rstat>(*v)), 0);
         }
     }
     Ok(())
