@@ -34,6 +34,9 @@ if [ "$exported" != "$declared" ]; then
 fi
 echo "$(echo "$exported" | wc -l) functions exported, all declared in rstat.h, nothing else"
 readelf -d "$so" | grep -q 'SONAME.*librstat.so.0' || { echo "soname is not librstat.so.0"; exit 1; }
+for f in $declared; do
+  grep -q "$f(" "$crate/tests/c/test_capi.c" || { echo "tests/c/test_capi.c never calls $f"; exit 1; }
+done
 
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 cflags="-std=c11 -Wall -Wextra -Werror -g"
