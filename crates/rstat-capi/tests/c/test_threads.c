@@ -100,6 +100,20 @@ static void *racer(void *arg) {
     return NULL;
 }
 
+/* Enters groups and returns without exiting them: the thread's exit must
+ * drop its guards (in thread-local destructors) without harm. */
+static void *leaves_entered(void *arg) {
+    rstat_group *g = arg;
+    int ok = rstat_group_enter(g) == 0 && rstat_group_enter(tenant) == 0;
+    rstat_group *cur;
+    uint64_t id, want;
+    ok = ok && rstat_current_group(rs, &cur) == 0 && rstat_group_id(cur, &id) == 0 &&
+         rstat_group_id(tenant, &want) == 0 && id == want && rstat_group_put(cur) == 0;
+    if (!ok)
+        atomic_fetch_add(&violations, 1);
+    return NULL;
+}
+
 int main(void) {
     rstat_options o = {.size = sizeof o, .periodic_flush_ms = 10};
     CHECK_OK(rstat_new(&o, &rs));
@@ -141,6 +155,23 @@ int main(void) {
     pthread_join(rd, &reads);
     pthread_join(rc, NULL);
 
+    /* Threads that exit while in groups (one of them removed meanwhile). */
+    rstat_group *gone;
+    CHECK_OK(rstat_group_create(root, "gone", &gone));
+    pthread_t le[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&le[i], NULL, leaves_entered, i % 2 ? gone : root);
+    CHECK_OK(rstat_group_remove(gone)); /* before or after their enters */
+    for (int i = 0; i < 4; i++)
+        pthread_join(le[i], NULL);
+    CHECK_OK(rstat_group_put(gone)); /* after: their handle must stay valid */
+    rstat_group *cur;
+    uint64_t cur_id;
+    CHECK_OK(rstat_current_group(rs, &cur)); /* this thread entered nothing */
+    CHECK_OK(rstat_group_id(cur, &cur_id));
+    CHECK_EQ(cur_id, 1);
+    CHECK_OK(rstat_group_put(cur));
+
     int64_t v[2];
     CHECK_OK(rstat_read_exact(io, tenant, 0, v, 2));
     long want_ops = (long)WORKERS * ITERS + 5L * CHURN * CHURN_ITERS;
@@ -153,9 +184,9 @@ int main(void) {
     CHECK_OK(rstat_read_exact(io, tenant, RSTAT_READ_LOCAL, v, 2));
     CHECK_EQ(v[0], 0);
     CHECK_OK(rstat_memory_drain(root));
-    uint64_t cur = 1;
-    CHECK_OK(rstat_memory_current(root, &cur));
-    CHECK_EQ(cur, 0);
+    uint64_t usage = 1;
+    CHECK_OK(rstat_memory_current(root, &usage));
+    CHECK_EQ(usage, 0);
     CHECK_EQ(atomic_load(&violations), 0);
     CHECK_EQ(atomic_load(&bad_codes), 0);
     CHECK_EQ((long)reads > 0, 1);
