@@ -149,6 +149,7 @@ fn set_last_error(msg: String) {
 /// Run an exported function's body: its error becomes a code (and this
 /// thread's last error message), and a panic is caught here, so no Rust
 /// unwind ever crosses into C.
+#[inline(always)]
 pub(crate) fn ffi(body: impl FnOnce() -> CResult) -> c_int {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => RSTAT_OK,

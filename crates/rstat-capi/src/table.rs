@@ -165,7 +165,9 @@ fn decode(h: usize) -> (usize, usize, u32) {
 }
 
 impl Table {
-    /// The live entry `h` names, if `h` is a current handle of any kind.
+    /// The live entry `h` names, if `h` is a current handle of any kind
+    /// (never for 0: no entry has kind 0).
+    #[inline(always)]
     fn live(&self, h: usize) -> Option<&Entry> {
         let (kind, index, generation) = decode(h);
         let slot = self.slots.get(index)?;
@@ -174,28 +176,38 @@ impl Table {
     }
 
     /// Look `h` up as a handle of kind `want`; `what` names the argument in
-    /// the error message.
+    /// the error message. The hit is inline; errors are built out of line.
+    #[inline(always)]
     pub(crate) fn get(&self, h: usize, want: Kind, what: &str) -> CResult<&Entry> {
-        if h == 0 {
-            return Err(CError::new(
-                RSTAT_EBADF,
-                format!("{what} is NULL; pass {} handle", want.name()),
-            ));
-        }
         match self.live(h) {
             Some(e) if e.kind() == want => Ok(e),
-            Some(e) => Err(CError::new(
+            _ => Err(self.get_error(h, want, what)),
+        }
+    }
+
+    /// Why `h` is not a live handle of kind `want`.
+    #[cold]
+    #[inline(never)]
+    fn get_error(&self, h: usize, want: Kind, what: &str) -> CError {
+        if h == 0 {
+            return CError::new(
+                RSTAT_EBADF,
+                format!("{what} is NULL; pass {} handle", want.name()),
+            );
+        }
+        match self.live(h) {
+            Some(e) => CError::new(
                 RSTAT_EPROTOTYPE,
                 format!(
                     "{what} is {} handle, but this call needs {}; check the argument order and casts",
                     e.kind().name(),
                     want.name()
                 ),
-            )),
+            ),
             None => {
                 let (_, index, _) = decode(h);
                 let known = index < self.slots.len();
-                Err(CError::new(
+                CError::new(
                     RSTAT_EBADF,
                     if known {
                         format!(
@@ -205,7 +217,7 @@ impl Table {
                     } else {
                         format!("{what} ({h:#x}) is not a handle rstat issued")
                     },
-                ))
+                )
             }
         }
     }
@@ -368,6 +380,7 @@ fn my_shard() -> usize {
 
 impl HandleTable {
     /// Run `f` with shared access to the table.
+    #[inline(always)]
     pub(crate) fn read<R>(&self, f: impl FnOnce(&Table) -> R) -> R {
         let _guard: RwLockReadGuard<'_, ()> = self.shards[my_shard()]
             .0
