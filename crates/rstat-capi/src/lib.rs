@@ -38,13 +38,14 @@
 //! takes the read side of the handle table's lock on this thread's shard
 //! (one uncontended atomic read-modify-write each way, no shared cache line
 //! between threads on different shards), checks its handles, and then
-//! costs what the Rust call costs. Measured (`cargo run --release -p
-//! rstat-capi --example add_cost`, a busy 2-CPU VM): `rstat_add` 24-40 ns
-//! against 3-4 ns for `ControllerHandle::add`, at one thread; with one
-//! shard instead of 16, two threads' `rstat_add`s cost about twice as
-//! much as with 16 (98 against 45-63 ns), the reader count's cache line
-//! bouncing between them. A hot loop in C that needs the Rust call's cost
-//! is better served by batching its deltas. A call that makes or releases a handle (`rstat_group_create`,
+//! costs what the Rust call costs. Measured side by side (`cargo run
+//! --release -p rstat-capi --example add_cost`, a 2-CPU VM shared with
+//! other builds, so noisy): `rstat_add` 20-29 ns against 7-8 ns for
+//! `ControllerHandle::add` in the same run (3-4x; the lock's two atomics
+//! and the rstat update are each about a quarter of a C call's samples).
+//! The 16 shards keep two threads' lock words on different cache lines;
+//! with one shard, two threads' `rstat_add`s took 98 ns against 45-63 ns
+//! in one run (in a busier run the difference was lost in the noise). A call that makes or releases a handle (`rstat_group_create`,
 //! `rstat_group_lookup`, `rstat_root`, `rstat_group_get`/`_put`) takes the
 //! write side of all 16 shards. Reads that flush clone what they need and
 //! flush without the table lock.
