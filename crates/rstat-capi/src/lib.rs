@@ -45,7 +45,8 @@
 //! and the rstat update are each about a quarter of a C call's samples).
 //! The 16 shards keep two threads' lock words on different cache lines;
 //! with one shard, two threads' `rstat_add`s took 98 ns against 45-63 ns
-//! in one run (in a busier run the difference was lost in the noise). A call that makes or releases a handle (`rstat_group_create`,
+//! in one run (in a busier run the difference was lost in the noise).
+//! A call that makes or releases a handle (`rstat_group_create`,
 //! `rstat_group_lookup`, `rstat_root`, `rstat_group_get`/`_put`) takes the
 //! write side of all 16 shards. Reads that flush clone what they need and
 //! flush without the table lock.
