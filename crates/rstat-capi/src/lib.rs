@@ -44,8 +44,9 @@
 //! `ControllerHandle::add` in the same run (3-4x; the lock's two atomics
 //! and the rstat update are each about a quarter of a C call's samples).
 //! The 16 shards keep two threads' lock words on different cache lines;
-//! with one shard, two threads' `rstat_add`s took 98 ns against 45-63 ns
-//! in one run (in a busier run the difference was lost in the noise).
+//! a build with one shard, run minutes apart (so a weaker comparison),
+//! took 98 ns per two-thread `rstat_add` against 45-63 ns with 16, and in
+//! a busier hour the difference was lost in the noise.
 //! A call that makes or releases a handle (`rstat_group_create`,
 //! `rstat_group_lookup`, `rstat_root`, `rstat_group_get`/`_put`) takes the
 //! write side of all 16 shards. Reads that flush clone what they need and
