@@ -15,6 +15,7 @@ cd "$root"
 
 echo "--- header: regenerate include/rstat.h with cbindgen and compare"
 cargo test -q -p rstat-capi --test header
+RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps -p rstat-capi
 
 echo "--- build and install into $prefix"
 "$crate/scripts/install.sh" "$prefix" release
