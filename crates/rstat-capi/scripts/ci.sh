@@ -66,5 +66,11 @@ cc $cflags -o "$out/example-static" "$crate/examples/example.c" \
 "$out/example-static" | cmp - "$out/example.out"
 if ldd "$out/example-static" | grep -q librstat; then echo "example-static links librstat.so"; exit 1; fi
 
+echo "--- the header from C++ (extern \"C\", nullptr handles)"
+printf '#include "rstat.h"\nint main() { rstat *rs = nullptr; int rc = rstat_new(nullptr, &rs);\n  return rc == 0 ? rstat_free(rs) : 1; }\n' > "$out/cxx_smoke.cc"
+# shellcheck disable=SC2046
+c++ -std=c++11 -Wall -Wextra -Werror -o "$out/cxx_smoke" "$out/cxx_smoke.cc" $(link)
+"$out/cxx_smoke"
+
 echo "--- fuzz: random call sequences with random, stale and foreign handles (bounded)"
 PROPTEST_CASES=${RSTAT_CAPI_FUZZ_CASES:-1000} cargo test -q -p rstat-capi --test fuzz
