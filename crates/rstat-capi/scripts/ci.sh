@@ -34,7 +34,9 @@ if [ "$exported" != "$declared" ]; then
   echo "exported and declared functions differ:"; diff <(echo "$declared") <(echo "$exported") || true; exit 1
 fi
 echo "$(echo "$exported" | wc -l) functions exported, all declared in rstat.h, nothing else"
-readelf -d "$so" | grep -q 'SONAME.*librstat.so.0' || { echo "soname is not librstat.so.0"; exit 1; }
+# (grep -q reads a captured string: with pipefail, a writer cut off by
+# grep's early exit would fail the pipeline.)
+grep -q 'SONAME.*librstat.so.0' <<< "$(readelf -d "$so")" || { echo "soname is not librstat.so.0"; exit 1; }
 for f in $declared; do
   grep -q "$f(" "$crate/tests/c/test_capi.c" || { echo "tests/c/test_capi.c never calls $f"; exit 1; }
 done
@@ -50,7 +52,7 @@ echo "--- C tests under ASan + UBSan, against the shared library"
 cc $cflags $san -I"$crate/tests/c" -o "$out/test_capi" "$crate/tests/c/test_capi.c" $(link)
 # shellcheck disable=SC2046,SC2086
 cc $cflags $san -pthread -I"$crate/tests/c" -o "$out/test_threads" "$crate/tests/c/test_threads.c" $(link)
-ldd "$out/test_capi" | grep -q "librstat.so.0 => $prefix/lib/" || { echo "test_capi is not linked to the shared library"; exit 1; }
+grep -q "librstat.so.0 => $prefix/lib/" <<< "$(ldd "$out/test_capi")" || { echo "test_capi is not linked to the shared library"; exit 1; }
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 "$out/test_capi"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 "$out/test_threads"
 
@@ -64,7 +66,7 @@ grep -q "tenant-a: requests 1, bytes_out 1500" "$out/example.out"
 cc $cflags -o "$out/example-static" "$crate/examples/example.c" \
   $(pkg-config --cflags rstat) "$prefix/lib/librstat.a" $(pkg-config --static --libs-only-l rstat | sed 's/-lrstat //')
 "$out/example-static" | cmp - "$out/example.out"
-if ldd "$out/example-static" | grep -q librstat; then echo "example-static links librstat.so"; exit 1; fi
+if grep -q librstat <<< "$(ldd "$out/example-static")"; then echo "example-static links librstat.so"; exit 1; fi
 
 echo "--- the header from C++ (extern \"C\", nullptr handles)"
 printf '#include "rstat.h"\nint main() { rstat *rs = nullptr; int rc = rstat_new(nullptr, &rs);\n  return rc == 0 ? rstat_free(rs) : 1; }\n' > "$out/cxx_smoke.cc"
