@@ -116,6 +116,16 @@ pub enum Error {
     },
     /// The per-CPU arena could not allocate.
     Arena(ArenaError),
+    /// A [`report`](crate::report) file name that this engine does not
+    /// have.
+    UnknownFile {
+        /// The name given.
+        file: String,
+        /// Why it is not there.
+        reason: String,
+        /// The files this engine has, in [`Reporter::files`](crate::report::Reporter::files) order.
+        files: Vec<String>,
+    },
 }
 
 impl fmt::Display for Error {
@@ -214,6 +224,17 @@ impl fmt::Display for Error {
                 "could not start the periodic flush thread ({reason}); raise the thread limit or turn periodic flushing off"
             ),
             Error::Arena(e) => write!(f, "{e}"),
+            Error::UnknownFile {
+                file,
+                reason,
+                files,
+            } => {
+                write!(f, "no report file {file:?}: {reason}; the files are: ")?;
+                for (i, n) in files.iter().enumerate() {
+                    write!(f, "{}{n}", if i > 0 { ", " } else { "" })?;
+                }
+                Ok(())
+            }
         }
     }
 }

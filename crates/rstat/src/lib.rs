@@ -34,6 +34,11 @@
 //!   (seed 001): handles are per-CPU references; removal kills the ref; the
 //!   last put flushes the group into its parent and frees it, so a removed
 //!   subtree loses no history. [`GroupExt`] attaches subsystem state.
+//! - **[`report`]**: each group as cgroupfs-style files (`cpu.stat`,
+//!   `memory.current`, `memory.max`, `memory.events`, `memory.stat`, every
+//!   controller's `<name>.stat`) and snapshots of a subtree (JSON with the
+//!   `serde` feature); [`group::watch`] tells a reader which groups were
+//!   removed, so none is missed.
 //! - **[`page_counter`]**: hierarchical charging with max/high/low/min and
 //!   the kernel's effective protection (seed 002's padded layout).
 //!
@@ -103,6 +108,7 @@
 
 mod sync;
 
+pub mod attach;
 pub mod controller;
 pub mod engine;
 pub mod error;
@@ -111,7 +117,9 @@ pub mod memory;
 pub mod page_counter;
 pub mod percpu;
 pub mod percpu_ref;
+pub mod report;
 
+pub use attach::{current_group, EnterGuard};
 pub use controller::counters::{
     ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle, StatItem,
 };

@@ -91,6 +91,12 @@ pub(crate) struct EngineInner {
     pub(crate) zombies: AtomicUsize,
     /// The next group id ([`Group::id`]); ids are never reused.
     pub(crate) next_group_id: AtomicU64,
+    /// Queues told of every group removal ([`Rstat::watch_removals`]).
+    pub(crate) removal_watchers: Mutex<Vec<std::sync::Weak<crate::group::watch::RemovalQueue>>>,
+    /// The memory controller registered on this engine, if any (set once
+    /// by [`Memory::register`](crate::memory::Memory::register); weak, as
+    /// the controller holds the engine).
+    pub(crate) memory: std::sync::OnceLock<std::sync::Weak<crate::memory::MemoryInner>>,
 }
 
 impl EngineInner {
@@ -348,6 +354,8 @@ impl Builder {
             default_policy: self.policy,
             zombies: AtomicUsize::new(0),
             next_group_id: AtomicU64::new(ROOT_GROUP_ID),
+            removal_watchers: Mutex::new(Vec::new()),
+            memory: std::sync::OnceLock::new(),
             arena: Mutex::new(Arena::new(nr_cpus)),
             topo: Mutex::new(Topology {
                 controllers: Vec::new(),
@@ -468,6 +476,10 @@ impl Rstat {
     /// The root group.
     pub fn root(&self) -> &Group {
         &self.root
+    }
+
+    pub(crate) fn engine(&self) -> &Arc<EngineInner> {
+        &self.inner
     }
 
     /// Number of per-CPU slots.
@@ -659,6 +671,29 @@ impl Rstat {
         items: &[(&str, u64)],
     ) -> Result<ControllerHandle> {
         self.register(CounterSetController::with_units(name, items))
+    }
+
+    /// Every registered controller, in registration order: the built-in
+    /// `cpu` (if enabled), `memory`'s stat items (if a
+    /// [`Memory`](crate::memory::Memory) is registered) and user ones.
+    /// Cost: the topology lock, two reference counts per controller.
+    pub fn controllers(&self) -> Vec<ControllerHandle> {
+        sync::lock(&self.inner.topo)
+            .controllers
+            .iter()
+            .map(|c| ControllerHandle::new(Arc::clone(&self.inner), Arc::clone(c)))
+            .collect()
+    }
+
+    /// Be told of every group removed from now on: each successful
+    /// [`Group::remove`] (including those made when the engine is dropped)
+    /// appends a handle to the removed group to the returned queue, for a
+    /// reader (an exporter) to report the group's final values once and
+    /// drop it. See [`RemovalWatch`](crate::group::watch::RemovalWatch)
+    /// for the cost and the bound (`capacity` groups held at most; beyond
+    /// it removals are counted as lost, not queued).
+    pub fn watch_removals(&self, capacity: usize) -> crate::group::watch::RemovalWatch {
+        crate::group::watch::RemovalWatch::new(&self.inner, capacity)
     }
 
     /// The built-in `cpu` controller (items [`CPU_STAT_NAMES`]).

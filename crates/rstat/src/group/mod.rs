@@ -14,6 +14,7 @@
 //! children, then a child's children, then domain locks, then the arena.
 
 pub mod ext;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -411,6 +412,23 @@ impl Group {
         GroupPtr(self.ptr)
     }
 
+    /// The group's address, for code that tracks it without a reference
+    /// (the thread's current group in `attach`).
+    #[inline(always)]
+    pub(crate) fn inner_ptr(&self) -> NonNull<GroupInner> {
+        self.ptr
+    }
+
+    /// A new handle (one more reference) on the group at `ptr`.
+    ///
+    /// # Safety
+    /// Someone holds a reference on the group for the whole call (so its
+    /// count is not zero and its memory is live).
+    pub(crate) unsafe fn clone_from_ptr(ptr: NonNull<GroupInner>) -> Group {
+        let held = core::mem::ManuallyDrop::new(Group { ptr });
+        Group::clone(&held)
+    }
+
     /// A handle for a child found in a children map (whose lock the caller
     /// holds): its base reference is held, so `tryget_live` succeeds unless
     /// it is being removed right now.
@@ -609,6 +627,7 @@ impl Group {
         drop(topo);
         self.flush_into_parent();
         self.inner().offline_exts();
+        self.inner().engine.notify_removed(self);
         // Drop the hierarchy's base reference; `self` still holds one.
         if let Err(e) = self.inner().refcnt.kill() {
             debug_assert!(false, "a group was killed twice: {e}");

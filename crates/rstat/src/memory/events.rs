@@ -61,6 +61,7 @@ impl MemoryEvent {
 /// A snapshot of one group's `memory.events` (hierarchical) or
 /// `memory.events.local`. `Display` prints the cgroupfs format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MemoryEvents {
     /// [`MemoryEvent::Low`] count.
     pub low: u64,

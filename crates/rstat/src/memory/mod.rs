@@ -391,7 +391,8 @@ impl GroupExt for MemExt {
     }
 }
 
-struct Inner {
+/// A memory controller's shared state (what a [`Memory`] handle points at).
+pub(crate) struct MemoryInner {
     ext: Ext<MemExt>,
     stats: ControllerHandle,
     shared: Arc<Shared>,
@@ -406,7 +407,7 @@ struct Inner {
 /// per owner, not per charge; [`Charge`] borrows it). See the module docs.
 #[derive(Clone)]
 pub struct Memory {
-    inner: Arc<Inner>,
+    inner: Arc<MemoryInner>,
 }
 
 impl std::fmt::Debug for Memory {
@@ -468,16 +469,31 @@ impl Memory {
             shared: Arc::clone(&shared),
         })?;
         let root = Arc::clone(ext.get(rs.root())?);
-        Ok(Memory {
-            inner: Arc::new(Inner {
-                root,
-                ext,
-                stats,
-                shared,
-                nr_cpus: rs.nr_cpus(),
-                cfg,
-            }),
-        })
+        let inner = Arc::new(MemoryInner {
+            root,
+            ext,
+            stats,
+            shared,
+            nr_cpus: rs.nr_cpus(),
+            cfg,
+        });
+        // Registering the `memory` counters above succeeded, so this is the
+        // engine's first memory controller and the cell is empty.
+        let _ = rs.engine().memory.set(Arc::downgrade(&inner));
+        Ok(Memory { inner })
+    }
+
+    /// The memory controller registered on `rs`, while some handle to it
+    /// is alive (the engine keeps only a weak reference). This is how
+    /// [`report`](crate::report) finds `memory.*` files from an engine or
+    /// a group alone. Cost: the upgrade of a weak reference.
+    pub fn of(rs: &Rstat) -> Option<Memory> {
+        Self::of_engine(rs.engine())
+    }
+
+    pub(crate) fn of_engine(engine: &crate::engine::EngineInner) -> Option<Memory> {
+        let inner = engine.memory.get()?.upgrade()?;
+        Some(Memory { inner })
     }
 
     /// The settings.

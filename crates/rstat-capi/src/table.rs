@@ -1,0 +1,477 @@
+//! The handle table: what a C handle stands for, and why a bad one can
+//! never be dereferenced.
+//!
+//! A handle is not a pointer. It is a 64-bit value (carried in a pointer
+//! type so C keeps `rstat *`, `rstat_group *` and `rstat_counters *`
+//! apart) made of three fields:
+//!
+//! ```text
+//!  63            32 31              4 3     0
+//! +----------------+-----------------+-------+
+//! |   generation   |   slot index    | kind  |
+//! +----------------+-----------------+-------+
+//! ```
+//!
+//! The slot index picks an entry of one process-wide table; the entry is
+//! used only if it is occupied, its generation equals the handle's and its
+//! kind equals both the handle's and the kind the call expects. Releasing
+//! an entry bumps its slot's generation, so every copy of the old handle is
+//! *stale* from then on and fails the check, however the slot is reused. A
+//! slot whose generation would wrap is retired for good instead of being
+//! reused, so a stale handle can never come back to life, even after 2^32
+//! reuses. Freed slots are reused oldest first. The kind is never 0, so no
+//! handle is NULL, and a NULL handle is simply one that fails the check.
+//!
+//! The entry says which engine it belongs to, so handles of two `rstat`
+//! instances mixed in one call are refused (`RSTAT_EXDEV`), and a handle
+//! cast to the wrong pointer type (`RSTAT_EPROTOTYPE`) is told apart from
+//! one that is stale or made up (`RSTAT_EBADF`). No value a caller passes
+//! is ever dereferenced: the worst a made-up handle can do is match a live
+//! entry of the right kind (a 1 in 2^32 guess of its generation), and then
+//! it acts on that live entry, which is memory-safe.
+//!
+//! # Synchronization
+//!
+//! The table is a "big reader" lock: 16 reader-writer locks (`SHARDS`), each
+//! on its own cache line. A call that only looks entries up (`rstat_add`,
+//! the charge path) takes the read side of *its thread's* shard, given out
+//! round-robin when a thread first calls in, so threads on different
+//! shards share no cache line: the lock costs one uncontended atomic
+//! read-modify-write each way. A call that changes the table (a handle made
+//! or released) takes the write side of every shard, in index order, so it
+//! excludes all readers. Entries are used while the read lock is held,
+//! which is what keeps them alive; calls that do slow work (a flush, a
+//! group creation) clone what they need (a group reference, an `Arc`) and
+//! let go of the lock first, so writers never wait behind a flush. Entries
+//! taken out of the table are dropped after the write lock is released
+//! (dropping the last handle of a group flushes it into its parent).
+//!
+//! Poisoning is ignored: a panic while holding the lock (caught at the
+//! boundary) cannot leave the table half-changed, because each change is a
+//! single store into a slot after everything that can fail.
+
+use std::cell::{Cell, UnsafeCell};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use ::rstat::memory::Memory;
+use ::rstat::{ControllerHandle, Group, Rstat};
+
+use crate::error::{CError, CResult, RSTAT_EBADF, RSTAT_EMFILE, RSTAT_EPROTOTYPE, RSTAT_EXDEV};
+
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("rstat's C handles are 64-bit values carried in pointers: 64-bit targets only");
+
+/// Reader shards of the table lock.
+pub(crate) const SHARDS: usize = if cfg!(miri) { 2 } else { 16 };
+
+const KIND_BITS: u32 = 4;
+const INDEX_BITS: u32 = 28;
+/// Slots the table can hold (2^28).
+pub(crate) const MAX_SLOTS: usize = 1 << INDEX_BITS;
+
+/// What a handle stands for. The values are the handle's low four bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Engine = 1,
+    Group = 2,
+    Counters = 3,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Engine => "an rstat",
+            Kind::Group => "a group",
+            Kind::Counters => "a counter set",
+        }
+    }
+}
+
+/// One `rstat` instance as C sees it.
+pub(crate) struct Engine {
+    pub(crate) rs: Rstat,
+    /// The memory controller, unless created with `RSTAT_OPT_NO_MEMORY`.
+    pub(crate) memory: Option<Memory>,
+}
+
+/// A group handle: one reference on the group, shared by `refs` C owners.
+pub(crate) struct GroupEntry {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) group: Group,
+    /// `rstat_group_get` adds one, `rstat_group_put` takes one; the handle
+    /// is released at 0. Changed only under the write lock.
+    pub(crate) refs: u64,
+}
+
+/// A counter-set handle (lives as long as its engine).
+pub(crate) struct CountersEntry {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) ctl: ControllerHandle,
+}
+
+pub(crate) enum Entry {
+    Engine {
+        engine: Arc<Engine>,
+        /// The handle of the built-in `cpu` counter set, if any.
+        cpu: usize,
+    },
+    Group(GroupEntry),
+    Counters(Arc<CountersEntry>),
+}
+
+impl Entry {
+    fn kind(&self) -> Kind {
+        match self {
+            Entry::Engine { .. } => Kind::Engine,
+            Entry::Group(_) => Kind::Group,
+            Entry::Counters(_) => Kind::Counters,
+        }
+    }
+
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        match self {
+            Entry::Engine { engine, .. } => engine,
+            Entry::Group(g) => &g.engine,
+            Entry::Counters(c) => &c.engine,
+        }
+    }
+}
+
+struct Slot {
+    generation: u32,
+    entry: Option<Entry>,
+}
+
+/// The slots; only reached through [`HandleTable::read`] and
+/// [`HandleTable::write`].
+pub(crate) struct Table {
+    slots: Vec<Slot>,
+    /// Free slot indices, oldest first.
+    free: VecDeque<u32>,
+}
+
+fn encode(kind: Kind, index: usize, generation: u32) -> usize {
+    (kind as usize) | (index << KIND_BITS) | ((generation as usize) << 32)
+}
+
+fn decode(h: usize) -> (usize, usize, u32) {
+    (
+        h & ((1 << KIND_BITS) - 1),
+        (h >> KIND_BITS) & (MAX_SLOTS - 1),
+        (h >> 32) as u32,
+    )
+}
+
+impl Table {
+    /// The live entry `h` names, if `h` is a current handle of any kind
+    /// (never for 0: no entry has kind 0).
+    #[inline(always)]
+    fn live(&self, h: usize) -> Option<&Entry> {
+        let (kind, index, generation) = decode(h);
+        let slot = self.slots.get(index)?;
+        let entry = slot.entry.as_ref()?;
+        (slot.generation == generation && entry.kind() as usize == kind).then_some(entry)
+    }
+
+    /// Look `h` up as a handle of kind `want`; `what` names the argument in
+    /// the error message. The hit is inline; errors are built out of line.
+    #[inline(always)]
+    pub(crate) fn get(&self, h: usize, want: Kind, what: &str) -> CResult<&Entry> {
+        match self.live(h) {
+            Some(e) if e.kind() == want => Ok(e),
+            _ => Err(self.get_error(h, want, what)),
+        }
+    }
+
+    /// Why `h` is not a live handle of kind `want`.
+    #[cold]
+    #[inline(never)]
+    fn get_error(&self, h: usize, want: Kind, what: &str) -> CError {
+        if h == 0 {
+            return CError::new(
+                RSTAT_EBADF,
+                format!("{what} is NULL; pass {} handle", want.name()),
+            );
+        }
+        match self.live(h) {
+            Some(e) => CError::new(
+                RSTAT_EPROTOTYPE,
+                format!(
+                    "{what} is {} handle, but this call needs {}; check the argument order and casts",
+                    e.kind().name(),
+                    want.name()
+                ),
+            ),
+            None => {
+                let (_, index, _) = decode(h);
+                let known = index < self.slots.len();
+                CError::new(
+                    RSTAT_EBADF,
+                    if known {
+                        format!(
+                            "{what} is stale: it was released (put, or freed with its rstat); \
+                             use a handle you still hold a reference on"
+                        )
+                    } else {
+                        format!("{what} ({h:#x}) is not a handle rstat issued")
+                    },
+                )
+            }
+        }
+    }
+
+    pub(crate) fn engine(&self, h: usize, what: &str) -> CResult<(&Arc<Engine>, usize)> {
+        match self.get(h, Kind::Engine, what)? {
+            Entry::Engine { engine, cpu } => Ok((engine, *cpu)),
+            _ => unreachable!("kind checked"),
+        }
+    }
+
+    pub(crate) fn group(&self, h: usize, what: &str) -> CResult<&GroupEntry> {
+        match self.get(h, Kind::Group, what)? {
+            Entry::Group(g) => Ok(g),
+            _ => unreachable!("kind checked"),
+        }
+    }
+
+    pub(crate) fn group_mut(&mut self, h: usize, what: &str) -> CResult<&mut GroupEntry> {
+        self.get(h, Kind::Group, what)?;
+        let (_, index, _) = decode(h);
+        match self.slots[index].entry.as_mut() {
+            Some(Entry::Group(g)) => Ok(g),
+            _ => unreachable!("checked by get"),
+        }
+    }
+
+    pub(crate) fn counters(&self, h: usize, what: &str) -> CResult<&Arc<CountersEntry>> {
+        match self.get(h, Kind::Counters, what)? {
+            Entry::Counters(c) => Ok(c),
+            _ => unreachable!("kind checked"),
+        }
+    }
+
+    /// Store `entry` and return its handle.
+    pub(crate) fn insert(&mut self, entry: Entry) -> CResult<usize> {
+        let kind = entry.kind();
+        let index = match self.free.pop_front() {
+            Some(i) => i as usize,
+            None => {
+                if self.slots.len() >= MAX_SLOTS {
+                    return Err(CError::new(
+                        RSTAT_EMFILE,
+                        format!(
+                            "{MAX_SLOTS} handles are open; put group handles you no longer need"
+                        ),
+                    ));
+                }
+                self.slots.push(Slot {
+                    generation: 0,
+                    entry: None,
+                });
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        slot.entry = Some(entry);
+        Ok(encode(kind, index, slot.generation))
+    }
+
+    /// Take the entry of the (checked, live) handle `h` out of the table,
+    /// making every copy of `h` stale. The caller drops the entry after
+    /// releasing the write lock.
+    pub(crate) fn remove(&mut self, h: usize) -> Option<Entry> {
+        self.live(h)?;
+        let (_, index, _) = decode(h);
+        let slot = &mut self.slots[index];
+        let entry = slot.entry.take();
+        // At the last generation the slot is retired: never reused, so no
+        // stale handle matches again.
+        if let Some(g) = slot.generation.checked_add(1) {
+            slot.generation = g;
+            self.free.push_back(index as u32);
+        }
+        entry
+    }
+
+    /// Take out every entry belonging to `engine` (its own included).
+    pub(crate) fn remove_engine(&mut self, engine: &Arc<Engine>) -> Vec<Entry> {
+        let handles: Vec<usize> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let e = s.entry.as_ref()?;
+                Arc::ptr_eq(e.engine(), engine).then(|| encode(e.kind(), i, s.generation))
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| self.remove(h)).collect()
+    }
+
+    /// Handles in use (for tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.entry.is_some()).count()
+    }
+}
+
+/// Refuse handles of two engines in one call.
+pub(crate) fn same_engine(a: &Arc<Engine>, b: &Arc<Engine>) -> CResult {
+    if Arc::ptr_eq(a, b) {
+        Ok(())
+    } else {
+        Err(CError::new(
+            RSTAT_EXDEV,
+            "the handles belong to different rstat instances; use handles made from the same rstat",
+        ))
+    }
+}
+
+#[repr(align(128))]
+struct Shard(RwLock<()>);
+
+/// The process-wide table behind its sharded lock (module docs).
+pub(crate) struct HandleTable {
+    shards: [Shard; SHARDS],
+    table: UnsafeCell<Table>,
+}
+
+// SAFETY: `table` is reached only through `read` (shared, while one shard's
+// read lock is held) and `write` (exclusive, while every shard's write lock
+// is held); a writer excludes every reader and every other writer, so the
+// cell is never accessed mutably and otherwise at once. Its contents are
+// `Send + Sync` (checked below), so sharing them between threads is sound.
+unsafe impl Sync for HandleTable {}
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Table>();
+};
+
+pub(crate) static TABLE: HandleTable = HandleTable {
+    shards: [const { Shard(RwLock::new(())) }; SHARDS],
+    table: UnsafeCell::new(Table {
+        slots: Vec::new(),
+        free: VecDeque::new(),
+    }),
+};
+
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static MY_SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// This thread's reader shard, given out round-robin on first use.
+fn my_shard() -> usize {
+    MY_SHARD
+        .try_with(|s| {
+            let mut v = s.get();
+            if v == usize::MAX {
+                v = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+                s.set(v);
+            }
+            v
+        })
+        // In a thread-local destructor after ours: any shard is correct.
+        .unwrap_or(0)
+}
+
+impl HandleTable {
+    /// Run `f` with shared access to the table.
+    #[inline(always)]
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&Table) -> R) -> R {
+        let _guard: RwLockReadGuard<'_, ()> = self.shards[my_shard()]
+            .0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: a read lock is held, so no writer (which needs every
+        // shard's write lock) runs; others may read too (see `Sync`).
+        f(unsafe { &*self.table.get() })
+    }
+
+    /// Run `f` with exclusive access to the table.
+    pub(crate) fn write<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
+        let _guards: Vec<RwLockWriteGuard<'_, ()>> = self
+            .shards
+            .iter()
+            .map(|s| s.0.write().unwrap_or_else(PoisonError::into_inner))
+            .collect();
+        // SAFETY: every shard's write lock is held (taken in index order,
+        // so two writers cannot deadlock): no reader or other writer runs.
+        f(unsafe { &mut *self.table.get() })
+    }
+}
+
+/// The handle of a live entry as the C pointer type it travels in.
+pub(crate) fn to_ptr<T>(h: usize) -> *mut T {
+    // An integer carried in a pointer type, never dereferenced (module
+    // docs); `without_provenance` says exactly that.
+    std::ptr::without_provenance_mut(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding_round_trips_and_is_never_null() {
+        for (kind, index, gen) in [
+            (Kind::Engine, 0, 0),
+            (Kind::Group, MAX_SLOTS - 1, u32::MAX),
+            (Kind::Counters, 12345, 7),
+        ] {
+            let h = encode(kind, index, gen);
+            assert_ne!(h, 0);
+            assert_eq!(decode(h), (kind as usize, index, gen));
+        }
+    }
+
+    #[test]
+    fn a_released_slot_is_reused_with_a_new_generation_and_retired_at_wrap() {
+        let engine = Arc::new(Engine {
+            rs: Rstat::builder().periodic_flush(None).build().unwrap(),
+            memory: None,
+        });
+        let mut t = Table {
+            slots: Vec::new(),
+            free: VecDeque::new(),
+        };
+        let cpu = 0;
+        let a = t
+            .insert(Entry::Engine {
+                engine: engine.clone(),
+                cpu,
+            })
+            .unwrap();
+        assert!(t.remove(a).is_some());
+        assert!(t.remove(a).is_none(), "a stale handle removes nothing");
+        let b = t
+            .insert(Entry::Engine {
+                engine: engine.clone(),
+                cpu,
+            })
+            .unwrap();
+        assert_ne!(a, b);
+        assert_eq!(decode(a).1, decode(b).1, "same slot, reused");
+        assert_eq!(t.get(a, Kind::Engine, "x").err().unwrap().code, RSTAT_EBADF);
+        assert!(t.get(b, Kind::Engine, "x").is_ok());
+        assert_eq!(
+            t.get(b, Kind::Group, "x").err().unwrap().code,
+            RSTAT_EPROTOTYPE
+        );
+        // Force the generation to its last value: releasing retires the slot.
+        let (_, i, _) = decode(b);
+        t.slots[i].generation = u32::MAX;
+        let c = encode(Kind::Engine, i, u32::MAX);
+        assert!(t.remove(c).is_some());
+        assert!(
+            t.free.is_empty(),
+            "a slot at the last generation is retired"
+        );
+        let d = t.insert(Entry::Engine { engine, cpu }).unwrap();
+        assert_ne!(decode(d).1, i);
+        assert_eq!(t.len(), 1);
+    }
+}

@@ -1,0 +1,273 @@
+//! Attach a program to groups: the current group of a thread.
+//!
+//! `let _g = group.enter();` makes `group` the calling thread's *current
+//! group* until the guard drops; [`current_group`] returns it. This is how
+//! work done by a thread is attributed to a tenant, a request or a job: the
+//! accounting allocator charges the current group, and so on.
+//!
+//! # Entering and leaving
+//!
+//! 1. [`Group::enter`] takes a reference on the group (the guard holds it),
+//!    pushes it on the thread's stack of entered groups and makes it
+//!    current.
+//! 2. Guards nest: dropping the innermost guard makes the group entered
+//!    before it current again.
+//! 3. The guard is `!Send`: it belongs to the thread that entered (see the
+//!    compile-fail example on [`EnterGuard`]).
+//!
+//! A thread that never entered a group, or left them all, is in no group:
+//! [`current_group`] returns `None`, and an engine treats the thread as in
+//! its root ([`Rstat::current_group`](crate::Rstat::current_group)).
+//!
+//! # At the edges
+//!
+//! - **Guards dropped out of order.** The current group is always the
+//!   group of the innermost guard still alive. Dropping a guard that is
+//!   not the innermost removes only its own level: nothing changes until
+//!   the inner guards drop too (entered A, then B; dropping A keeps B
+//!   current; dropping B then leaves the thread in no group).
+//! - **A guard that is leaked** (`mem::forget`) keeps its level, so its
+//!   group stays current on that thread under any later enters, like a
+//!   leaked lock guard keeps its lock.
+//! - **Removed groups.** [`Group::enter`] on a group that was removed
+//!   enters its nearest live ancestor instead (the root is live while its
+//!   `Rstat` is); [`Group::try_enter`] refuses with [`Error::Removed`]
+//!   instead. A group removed while threads are inside stays current for
+//!   them: what they charge to it reaches its ancestors' totals and, when
+//!   its last reference drops, its parent's (a removed subtree loses no
+//!   history), so nothing is lost.
+//! - **Groups of another `Rstat`.** A thread has one current group, of any
+//!   engine: entering a group of engine B inside a group of engine A makes
+//!   B's group current; A's group is current again when that guard drops.
+//!   [`Rstat::current_group`](crate::Rstat::current_group) of engine A
+//!   answers A's root while the thread is in B's group.
+//! - **Thread exit.** A thread whose guard is still alive when its
+//!   thread-locals are destroyed (a guard kept in a thread-local, or
+//!   leaked) keeps that group current through the destructors; the
+//!   thread's record goes back to a pool once its last guard is gone.
+//!
+//! # Cost
+//!
+//! | call | cost |
+//! |---|---|
+//! | [`Group::enter`] | a group reference (one uncontended add on this CPU's slot), a push on the thread's stack (allocation-free after the first few levels), two thread-local stores; the first enter on a thread also takes a record from a pool (a lock, at most one allocation) |
+//! | dropping an [`EnterGuard`] | a pop (a scan when dropped out of order), a thread-local store, the reference put |
+//! | [`current_group`] | a thread-local load and, when in a group, a reference get |
+//!
+//! # Synchronization
+//!
+//! The current group and the stack are per thread and touched only by
+//! their thread, so they need no atomics. A thread's record moves between
+//! threads only through the pool's lock. The group a stack entry points at
+//! stays allocated because its guard holds a reference, which it drops
+//! only after the entry is gone and the current group updated.
+
+pub(crate) mod current;
+
+use core::marker::PhantomData;
+use core::ptr;
+
+use crate::error::{Error, Result};
+use crate::group::Group;
+use crate::Rstat;
+use current::{release_rec, this_thread_rec, Entry, ThreadRec, CURRENT};
+
+// The accounting allocator's read of the current group (issue 12).
+#[allow(unused_imports)]
+pub(crate) use current::current_group_ptr;
+
+#[cfg(test)]
+mod tests;
+
+/// The calling thread's current group: the group of its innermost live
+/// [`EnterGuard`], or `None` if it is in no group (then each engine counts
+/// it in its root: see [`Rstat::current_group`]). The group may belong to
+/// any engine. Cost: a thread-local load and, when in a group, a reference
+/// get (one uncontended add on this CPU's slot).
+///
+/// ```
+/// let rs = rstat::Rstat::new();
+/// let tenant = rs.root().create_child("tenant")?;
+/// assert_eq!(rstat::current_group(), None);
+/// {
+///     let _g = tenant.enter();
+///     assert_eq!(rstat::current_group(), Some(tenant.clone()));
+/// }
+/// assert_eq!(rstat::current_group(), None);
+/// # Ok::<(), rstat::Error>(())
+/// ```
+pub fn current_group() -> Option<Group> {
+    current::current_group()
+}
+
+/// Keeps a group current on this thread while it lives; see
+/// [`Group::enter`] and the [module docs](self).
+///
+/// The guard is neither `Send` nor `Sync`: the group is current on the
+/// thread that entered it, and only that thread can leave it.
+///
+/// ```compile_fail,E0277
+/// let rs = rstat::Rstat::new();
+/// let g = rs.root().create_child("a").unwrap();
+/// let guard = g.enter();
+/// std::thread::spawn(move || drop(guard)); // error: `*const ()` cannot be sent
+/// ```
+#[must_use = "the group is current only while the guard lives; `let _g = group.enter();`"]
+pub struct EnterGuard {
+    /// The entered group; the reference keeps it allocated while its stack
+    /// entry exists. `None` for a guard that entered nothing (the
+    /// impossible case of an unavailable thread-local).
+    group: Option<Group>,
+    /// This thread's record (never freed).
+    rec: *const ThreadRec,
+    /// This level's token on the record's stack.
+    token: u64,
+    /// `!Send` and `!Sync` (the raw pointer above already is; explicit for
+    /// readers).
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for EnterGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnterGuard")
+            .field("group", &self.group)
+            .finish()
+    }
+}
+
+impl EnterGuard {
+    /// The group this guard entered (for a removed group, the live
+    /// ancestor [`Group::enter`] fell back to).
+    pub fn group(&self) -> Option<&Group> {
+        self.group.as_ref()
+    }
+}
+
+impl Group {
+    /// Make this group the calling thread's current group until the
+    /// returned guard drops (see the [module docs](crate::attach)).
+    ///
+    /// A removed group is not entered: its nearest live ancestor is
+    /// ([`EnterGuard::group`] says which); use [`try_enter`](Self::try_enter)
+    /// to get an error instead. Never fails, never panics.
+    ///
+    /// Cost: a reference get, a push on the thread's stack, two
+    /// thread-local stores; the thread's first enter also takes a record
+    /// from a process-wide pool (one lock, at most one allocation).
+    ///
+    /// ```
+    /// let rs = rstat::Rstat::new();
+    /// let a = rs.root().create_child("a")?;
+    /// let b = a.create_child("b")?;
+    /// let outer = a.enter();
+    /// {
+    ///     let _inner = b.enter();
+    ///     assert_eq!(rstat::current_group(), Some(b.clone()));
+    /// }
+    /// assert_eq!(rstat::current_group(), Some(a.clone()));
+    /// drop(outer);
+    /// # Ok::<(), rstat::Error>(())
+    /// ```
+    pub fn enter(&self) -> EnterGuard {
+        let mut g = self;
+        while !g.is_online() {
+            match g.inner().parent.as_ref() {
+                Some(p) => g = p,
+                // A root taken offline (its `Rstat` was dropped): enter it
+                // anyway; charges to it are kept as for any removed group.
+                None => break,
+            }
+        }
+        push(g.clone())
+    }
+
+    /// As [`enter`](Self::enter), but a removed group is an error
+    /// ([`Error::Removed`]) instead of entering its nearest live ancestor.
+    /// The group may still be removed while the guard lives (see the
+    /// [module docs](crate::attach)).
+    pub fn try_enter(&self) -> Result<EnterGuard> {
+        if !self.is_online() {
+            return Err(Error::Removed {
+                path: self.inner().display_path(),
+            });
+        }
+        Ok(push(self.clone()))
+    }
+}
+
+/// Push `group` on this thread's stack and make it current.
+fn push(group: Group) -> EnterGuard {
+    let Some(rec) = this_thread_rec() else {
+        return EnterGuard {
+            group: None,
+            rec: ptr::null(),
+            token: 0,
+            _not_send: PhantomData,
+        };
+    };
+    let p: *const _ = group.inner_ptr().as_ptr();
+    // SAFETY: this thread owns `rec`; the borrow ends in this function.
+    let owner = unsafe { rec.owner_mut() };
+    let token = owner.next_token;
+    owner.next_token = token.wrapping_add(1);
+    owner.stack.push(Entry { token, group: p });
+    let _ = CURRENT.try_with(|c| c.group.set(p));
+    EnterGuard {
+        group: Some(group),
+        rec,
+        token,
+        _not_send: PhantomData,
+    }
+}
+
+impl Drop for EnterGuard {
+    /// Leave this guard's level (see the module docs for out-of-order
+    /// drops), then drop the group reference.
+    fn drop(&mut self) {
+        if self.rec.is_null() {
+            return;
+        }
+        // SAFETY: records are never freed, and a guard is dropped on the
+        // thread that made it (it is `!Send`), which owns the record while
+        // the guard's level is on its stack.
+        let rec: &'static ThreadRec = unsafe { &*self.rec };
+        // SAFETY: as above; the borrow ends before `release_rec`.
+        let owner = unsafe { rec.owner_mut() };
+        match owner.stack.iter().rposition(|e| e.token == self.token) {
+            Some(i) => {
+                owner.stack.remove(i);
+            }
+            None => debug_assert!(false, "an enter guard's level was not on its stack"),
+        }
+        let top = owner.stack.last().map_or(ptr::null(), |e| e.group);
+        let release = owner.stack.is_empty() && owner.exited;
+        let _ = CURRENT.try_with(|c| {
+            c.group.set(top);
+            if release {
+                release_rec(c, rec);
+            }
+        });
+        // `self.group` is dropped after this: the group is no longer
+        // current anywhere it was through this guard.
+    }
+}
+
+impl Rstat {
+    /// The calling thread's current group in this engine: its current
+    /// group if that is one of this engine's, else this engine's root (a
+    /// thread in no group, or in another engine's group, counts in the
+    /// root). Cost: as [`current_group`].
+    pub fn current_group(&self) -> Group {
+        match current_group() {
+            Some(g) if g.belongs_to(self) => g,
+            _ => self.root().clone(),
+        }
+    }
+}
+
+impl Group {
+    /// Whether this group belongs to `rs`.
+    pub fn belongs_to(&self, rs: &Rstat) -> bool {
+        std::sync::Arc::ptr_eq(&self.inner().engine, &rs.root().inner().engine)
+    }
+}

@@ -1,0 +1,93 @@
+//! The allocator-facing accessor's contract: readable without a reference,
+//! null outside groups, valid inside, and readable in thread-local
+//! destructors, including after this module's own exit hook has run.
+
+use std::cell::RefCell;
+use std::ptr;
+
+use super::current_group_ptr;
+use crate::{Group, Rstat};
+
+#[test]
+fn the_raw_accessor_follows_enter_and_drop() {
+    let rs = Rstat::builder().periodic_flush(None).build().unwrap();
+    let a = rs.root().create_child("a").unwrap();
+    assert!(current_group_ptr().is_null());
+    let g = a.enter();
+    assert_eq!(current_group_ptr(), a.inner_ptr().as_ptr().cast_const());
+    // SAFETY: the guard holds a reference; the contract allows the read.
+    assert_eq!(unsafe { &*current_group_ptr() }.id, a.id());
+    drop(g);
+    assert!(current_group_ptr().is_null());
+}
+
+/// A value whose destructor enters a group and reads the accessor while
+/// the thread's thread-locals are being destroyed.
+struct LateUser {
+    group: Group,
+    seen: std::sync::mpsc::Sender<(bool, bool, bool)>,
+}
+
+impl Drop for LateUser {
+    fn drop(&mut self) {
+        let before = current_group_ptr().is_null();
+        let g = self.group.enter();
+        let inside = current_group_ptr() == self.group.inner_ptr().as_ptr().cast_const();
+        drop(g);
+        let after = current_group_ptr().is_null();
+        let _ = self.seen.send((before, inside, after));
+    }
+}
+
+thread_local! {
+    static LATE: RefCell<Option<LateUser>> = const { RefCell::new(None) };
+}
+
+#[test]
+fn entering_works_in_thread_local_destructors() {
+    let rs = Rstat::builder().periodic_flush(None).build().unwrap();
+    let a = rs.root().create_child("a").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let a2 = a.clone();
+    std::thread::spawn(move || {
+        // Enter once first so the exit hook is registered before `LATE`:
+        // destructors run in reverse order of registration on Linux, but
+        // either order must work.
+        drop(a2.enter());
+        LATE.with(|l| {
+            *l.borrow_mut() = Some(LateUser {
+                group: a2,
+                seen: tx,
+            })
+        });
+    })
+    .join()
+    .unwrap();
+    assert_eq!(rx.recv().unwrap(), (true, true, true));
+}
+
+/// A guard kept in a thread-local: the thread exits inside the group.
+struct HeldGuard(#[allow(dead_code)] Option<super::EnterGuard>);
+
+thread_local! {
+    static HELD: RefCell<HeldGuard> = const { RefCell::new(HeldGuard(None)) };
+}
+
+#[test]
+fn a_thread_exiting_inside_a_group_releases_it() {
+    let rs = Rstat::builder().periodic_flush(None).build().unwrap();
+    let a = rs.root().create_child("a").unwrap();
+    let a2 = a.clone();
+    std::thread::spawn(move || {
+        HELD.with(|h| h.borrow_mut().0 = Some(a2.enter()));
+        assert_eq!(current_group_ptr(), a2.inner_ptr().as_ptr().cast_const());
+    })
+    .join()
+    .unwrap();
+    // The guard's reference was dropped with the thread: removing the
+    // group frees it at once (no zombie left behind).
+    a.remove().unwrap();
+    drop(a);
+    assert_eq!(rs.zombie_count(), 0);
+    assert!(ptr::eq(current_group_ptr(), ptr::null()));
+}

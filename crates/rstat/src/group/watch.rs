@@ -1,0 +1,108 @@
+//! Removal watches: be told which groups were removed, to report their
+//! final values once.
+//!
+//! A metrics exporter that walks the live tree at each scrape never sees a
+//! group created and removed between two scrapes (cAdvisor's and netdata's
+//! blind spot for short-lived cgroups). [`Rstat::watch_removals`] gives it
+//! a queue: every successful [`Group::remove`] from then on appends a
+//! handle to the removed group, and the exporter [`take`](RemovalWatch::take)s
+//! them at its next scrape, reads them (a removed group's handle still
+//! reads its totals, and its local ones stay its own), reports them once
+//! and drops them.
+//!
+//! # Cost and bound
+//!
+//! `remove` pays one lock of the engine's watcher list, and per live
+//! watch one lock of its queue and one group reference (a per-CPU add);
+//! nothing when no watch exists. A queued group is a zombie
+//! ([`Rstat::zombie_count`]): its per-CPU state stays allocated until the
+//! watch lets go of it, so each queue holds at most `capacity` groups;
+//! removals past that are counted ([`RemovalWatch::lost`]) and not queued.
+//! Dropping the watch drops its queued handles and stops the queueing.
+//!
+//! [`Rstat::watch_removals`]: crate::Rstat::watch_removals
+//! [`Rstat::zombie_count`]: crate::Rstat::zombie_count
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+
+use crate::engine::EngineInner;
+use crate::group::Group;
+use crate::sync::{self, AtomicU64, Mutex, Ordering};
+
+/// The queue one watch owns; the engine keeps a weak reference.
+pub(crate) struct RemovalQueue {
+    groups: Mutex<VecDeque<Group>>,
+    capacity: usize,
+    lost: AtomicU64,
+}
+
+/// A queue of groups removed since it was created or last emptied; see the
+/// [module docs](self).
+pub struct RemovalWatch {
+    queue: Arc<RemovalQueue>,
+}
+
+impl std::fmt::Debug for RemovalWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemovalWatch")
+            .field("capacity", &self.queue.capacity)
+            .field("lost", &self.lost())
+            .finish()
+    }
+}
+
+impl RemovalWatch {
+    pub(crate) fn new(engine: &EngineInner, capacity: usize) -> Self {
+        let queue = Arc::new(RemovalQueue {
+            groups: Mutex::new(VecDeque::new()),
+            capacity,
+            lost: AtomicU64::new(0),
+        });
+        let mut w = sync::lock(&engine.removal_watchers);
+        w.retain(|q| q.strong_count() > 0);
+        w.push(Arc::downgrade(&queue));
+        RemovalWatch { queue }
+    }
+
+    /// The groups removed since the last call, in removal order (a child
+    /// before its parent). Cost: the queue's lock, a move of its contents.
+    pub fn take(&self) -> Vec<Group> {
+        let taken = core::mem::take(&mut *sync::lock(&self.queue.groups));
+        taken.into()
+    }
+
+    /// Removals not queued because the queue held `capacity` groups. Never
+    /// reset.
+    pub fn lost(&self) -> u64 {
+        self.queue.lost.load(Ordering::Relaxed)
+    }
+
+    /// The most groups the queue holds.
+    pub fn capacity(&self) -> usize {
+        self.queue.capacity
+    }
+}
+
+impl EngineInner {
+    /// Tell every live watch that `g` was removed (called by
+    /// [`Group::remove`] once the group is offline, holding no lock).
+    pub(crate) fn notify_removed(&self, g: &Group) {
+        let mut w = sync::lock(&self.removal_watchers);
+        if w.is_empty() {
+            return;
+        }
+        w.retain(|q: &Weak<RemovalQueue>| match q.upgrade() {
+            Some(q) => {
+                let mut groups = sync::lock(&q.groups);
+                if groups.len() < q.capacity {
+                    groups.push_back(g.clone());
+                } else {
+                    q.lost.fetch_add(1, Ordering::Relaxed);
+                }
+                true
+            }
+            None => false,
+        });
+    }
+}

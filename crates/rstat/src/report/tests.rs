@@ -1,0 +1,217 @@
+use super::*;
+use crate::memory::{Limit, Memory, MemoryEvent, OnOom};
+use crate::{Error, Rstat};
+
+fn setup() -> (Rstat, Memory, ControllerHandle, Group, Group) {
+    let rs = Rstat::new();
+    let mem = Memory::register(&rs).unwrap();
+    let io = rs.register_counters("io", &["rbytes", "wbytes"]).unwrap();
+    let t = rs.root().create_child("tenant").unwrap();
+    let r = t.create_child("req").unwrap();
+    (rs, mem, io, t, r)
+}
+
+#[test]
+fn controller_files_are_key_value_lines_hierarchical_and_local() {
+    let (rs, _mem, io, t, r) = setup();
+    io.add(&r, 0, 4096).unwrap();
+    io.add(&t, 1, 7).unwrap();
+    rs.account_cputime(&r, 30, 12).unwrap();
+    let rep = Reporter::new(&rs);
+    assert_eq!(rep.read(&t, "io.stat").unwrap(), "rbytes 4096\nwbytes 7\n");
+    assert_eq!(
+        rep.read(&t, "io.stat.local").unwrap(),
+        "rbytes 0\nwbytes 7\n"
+    );
+    assert_eq!(
+        rep.read(&t, "cpu.stat").unwrap(),
+        "usage_usec 42\nuser_usec 30\nsystem_usec 12\n"
+    );
+    assert_eq!(
+        read(&rs, rs.root(), "cpu.stat").unwrap(),
+        "usage_usec 42\nuser_usec 30\nsystem_usec 12\n"
+    );
+    assert_eq!(
+        rep.read_path("/tenant/req", "io.stat").unwrap(),
+        "rbytes 4096\nwbytes 0\n"
+    );
+}
+
+#[test]
+fn memory_files_follow_cgroupfs() {
+    let (rs, mem, _io, t, r) = setup();
+    let rep = Reporter::new(&rs);
+    for f in ["memory.max", "memory.high"] {
+        assert_eq!(rep.read(&t, f).unwrap(), "max\n", "{f}");
+    }
+    for f in ["memory.low", "memory.min", "memory.current", "memory.peak"] {
+        assert_eq!(rep.read(&t, f).unwrap(), "0\n", "{f}");
+    }
+    mem.write_limit(&t, Limit::Max, "1000").unwrap();
+    mem.write_limit(&t, Limit::Low, "max").unwrap();
+    mem.write_limit(&t, Limit::Min, "100").unwrap();
+    let c = mem.try_charge(&r, 600).unwrap();
+    assert!(mem.try_charge(&r, 600).is_err());
+    let forced = mem.try_charge_with(&r, 600, OnOom::Force).unwrap();
+    assert_eq!(rep.read(&t, "memory.max").unwrap(), "1000\n");
+    assert_eq!(rep.read(&t, "memory.low").unwrap(), "max\n");
+    assert_eq!(rep.read(&t, "memory.min").unwrap(), "100\n");
+    let cur = mem.current(&t).unwrap();
+    assert_eq!(rep.read(&t, "memory.current").unwrap(), format!("{cur}\n"));
+    assert_eq!(
+        rep.read(&t, "memory.peak").unwrap(),
+        format!("{}\n", mem.peak(&t).unwrap())
+    );
+    let ev = mem.events(&t).unwrap();
+    assert!(ev.get(MemoryEvent::Oom) >= 2 && ev.get(MemoryEvent::Max) >= 2);
+    assert_eq!(
+        rep.read(&t, "memory.events").unwrap(),
+        format!(
+            "low {}\nhigh {}\nmax {}\noom {}\noom_kill {}\n",
+            ev.low, ev.high, ev.max, ev.oom, ev.oom_kill
+        )
+    );
+    // The events were raised on `t` (whose max refused), so `req` has none
+    // locally and the root's hierarchical ones include them.
+    assert_eq!(
+        rep.read(&r, "memory.events.local").unwrap(),
+        "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"
+    );
+    assert_eq!(
+        rep.read(rs.root(), "memory.events").unwrap(),
+        rep.read(&t, "memory.events").unwrap()
+    );
+    let stat = rep.read(&t, "memory.stat").unwrap();
+    let keys: Vec<&str> = stat.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    assert_eq!(keys, crate::memory::MEMORY_STAT_NAMES);
+    let exact = mem.stat_exact(&t).unwrap();
+    assert_eq!(exact.get("forced"), Some(600));
+    let charged = exact.get("charged").unwrap();
+    assert!(stat.contains(&format!("charged {charged}\n")), "{stat}");
+    assert!(stat.contains("failcnt 1\n"), "{stat}");
+    drop((c, forced));
+}
+
+#[test]
+fn unknown_files_are_errors_that_list_the_files() {
+    let (rs, _mem, _io, t, _r) = setup();
+    let rep = Reporter::new(&rs);
+    for bad in [
+        "memory.bogus",
+        "nope.stat",
+        "cpu",
+        "",
+        "cpu.stat.locall",
+        "io.stat\n",
+    ] {
+        match rep.read(&t, bad) {
+            Err(Error::UnknownFile { files, .. }) => {
+                assert!(files.contains(&"memory.current".to_string()));
+                assert!(files.contains(&"io.stat.local".to_string()));
+            }
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+    let msg = rep.read(&t, "nope.stat").unwrap_err().to_string();
+    assert!(
+        msg.contains("no controller named \"nope\"") && msg.contains("cpu.stat"),
+        "{msg}"
+    );
+    // Without a memory controller, memory.current says why.
+    let bare = Rstat::new();
+    let e = read(&bare, bare.root(), "memory.current")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Memory::register"), "{e}");
+    // A group of another engine.
+    assert_eq!(read(&bare, &t, "cpu.stat"), Err(Error::ForeignGroup));
+    // A memory controller whose handles are all gone is not found.
+    let rs2 = Rstat::new();
+    drop(Memory::register(&rs2).unwrap());
+    assert!(read(&rs2, rs2.root(), "memory.current").is_err());
+    assert!(read(&rs2, rs2.root(), "memory.stat").is_ok()); // the stat items stay
+}
+
+#[test]
+fn snapshot_has_paths_in_preorder_and_local_and_hierarchical_values() {
+    let (rs, mem, io, t, r) = setup();
+    let b = rs.root().create_child("b").unwrap();
+    let odd = t.create_child("we\"ird\\ name\nx").unwrap();
+    io.add(&r, 0, 5).unwrap();
+    io.add(&odd, 0, 1).unwrap();
+    io.add(&b, 1, 2).unwrap();
+    let _c = mem.try_charge(&r, 10).unwrap();
+    let rep = Reporter::new(&rs);
+    let s = rep.snapshot_all().unwrap();
+    let paths: Vec<&str> = s.groups.iter().map(|g| g.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/",
+            "/b",
+            "/tenant",
+            "/tenant/req",
+            "/tenant/we\"ird\\ name\nx"
+        ]
+    );
+    assert_eq!(s.get("/tenant", "io", "rbytes"), Some((0, 6)));
+    assert_eq!(s.get("/tenant/req", "io", "rbytes"), Some((5, 5)));
+    assert_eq!(s.get("/", "io", "wbytes"), Some((0, 2)));
+    let names: Vec<&str> = s.controllers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["cpu", "memory", "io"]);
+    let m = s.groups[3].memory.as_ref().unwrap();
+    assert_eq!(m.current, mem.current(&r).unwrap());
+    assert_eq!((m.max, m.low), (None, Some(0)));
+    assert_eq!(s.groups[1].depth, 1);
+    // A subtree.
+    let sub = rep.snapshot(&t).unwrap();
+    assert_eq!(sub.groups.len(), 3);
+    assert_eq!(sub.groups[0].path, "/tenant");
+}
+
+#[test]
+fn removal_watch_hands_over_removed_groups_once_with_final_values() {
+    let (rs, _mem, io, t, r) = setup();
+    let w = rs.watch_removals(2);
+    io.add(&r, 0, 9).unwrap();
+    r.remove().unwrap();
+    io.add(&r, 0, 1).unwrap(); // a late update through a handle still counts
+    drop(r);
+    let gone = w.take();
+    assert_eq!(gone.len(), 1);
+    assert!(w.take().is_empty(), "handed over once");
+    let rep = Reporter::new(&rs);
+    let s = rep.snapshot_groups(&gone).unwrap();
+    assert_eq!(s.groups[0].path, "/tenant/req");
+    assert!(!s.groups[0].online);
+    assert_eq!(s.get("/tenant/req", "io", "rbytes"), Some((10, 10)));
+    drop(gone);
+    assert_eq!(rs.zombie_count(), 0);
+    // The live tree no longer has it; the parent kept its history.
+    assert_eq!(rep.read(&t, "io.stat").unwrap(), "rbytes 10\nwbytes 0\n");
+    // Bounded: past the capacity, removals are counted, not held.
+    for i in 0..5 {
+        t.create_child(&format!("c{i}")).unwrap().remove().unwrap();
+    }
+    assert_eq!(w.take().len(), 2);
+    assert_eq!(w.lost(), 3);
+    // A dropped watch holds nothing and queues nothing.
+    drop(w);
+    t.create_child("late").unwrap().remove().unwrap();
+    assert_eq!(rs.zombie_count(), 0);
+}
+
+#[cfg(feature = "serde")]
+#[test]
+fn snapshot_round_trips_through_json() {
+    let (rs, mem, io, t, _r) = setup();
+    io.add(&t, 0, 3).unwrap();
+    mem.write_limit(&t, Limit::High, "64K").unwrap();
+    let s = Reporter::new(&rs).snapshot_all().unwrap();
+    let json = serde_json::to_string(&s).unwrap();
+    assert!(json.contains("\"path\":\"/tenant\""), "{json}");
+    assert!(json.contains("\"high\":65536"), "{json}");
+    assert!(json.contains("\"max\":null"), "{json}");
+    let back: Snapshot = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, s);
+}
