@@ -686,11 +686,17 @@ impl Rstat {
     /// [`Group::remove`] (including those made when the engine is dropped)
     /// appends a handle to the removed group to the returned queue, for a
     /// reader (an exporter) to report the group's final values once and
-    /// drop it. See [`RemovalWatch`](crate::group::watch::RemovalWatch)
-    /// for the cost and the bound (`capacity` groups held at most; beyond
-    /// it removals are counted as lost, not queued).
-    pub fn watch_removals(&self, capacity: usize) -> crate::group::watch::RemovalWatch {
-        crate::group::watch::RemovalWatch::new(&self.inner, capacity)
+    /// drop it. Only groups at most `max_depth` below the root are queued
+    /// (`usize::MAX` for all). See
+    /// [`RemovalWatch`](crate::group::watch::RemovalWatch) for the cost and
+    /// the bound (`capacity` groups held at most; beyond it removals are
+    /// counted as lost, not queued).
+    pub fn watch_removals(
+        &self,
+        capacity: usize,
+        max_depth: usize,
+    ) -> crate::group::watch::RemovalWatch {
+        crate::group::watch::RemovalWatch::new(&self.inner, capacity, max_depth)
     }
 
     /// The built-in `cpu` controller (items [`CPU_STAT_NAMES`]).

@@ -18,7 +18,10 @@
 //! ([`Rstat::zombie_count`]): its per-CPU state stays allocated until the
 //! watch lets go of it, so each queue holds at most `capacity` groups;
 //! removals past that are counted ([`RemovalWatch::lost`]) and not queued.
-//! Dropping the watch drops its queued handles and stops the queueing.
+//! Groups deeper than the watch's `max_depth` (per-request groups, say,
+//! that an exporter does not report) are not queued: they cost `remove`
+//! the lock and a compare. Dropping the watch drops its queued handles and
+//! stops the queueing.
 //!
 //! [`Rstat::watch_removals`]: crate::Rstat::watch_removals
 //! [`Rstat::zombie_count`]: crate::Rstat::zombie_count
@@ -34,6 +37,7 @@ use crate::sync::{self, AtomicU64, Mutex, Ordering};
 pub(crate) struct RemovalQueue {
     groups: Mutex<VecDeque<Group>>,
     capacity: usize,
+    max_depth: usize,
     lost: AtomicU64,
 }
 
@@ -53,10 +57,11 @@ impl std::fmt::Debug for RemovalWatch {
 }
 
 impl RemovalWatch {
-    pub(crate) fn new(engine: &EngineInner, capacity: usize) -> Self {
+    pub(crate) fn new(engine: &EngineInner, capacity: usize, max_depth: usize) -> Self {
         let queue = Arc::new(RemovalQueue {
             groups: Mutex::new(VecDeque::new()),
             capacity,
+            max_depth,
             lost: AtomicU64::new(0),
         });
         let mut w = sync::lock(&engine.removal_watchers);
@@ -78,6 +83,11 @@ impl RemovalWatch {
         self.queue.lost.load(Ordering::Relaxed)
     }
 
+    /// The deepest groups queued (the root is depth 0).
+    pub fn max_depth(&self) -> usize {
+        self.queue.max_depth
+    }
+
     /// The most groups the queue holds.
     pub fn capacity(&self) -> usize {
         self.queue.capacity
@@ -93,6 +103,7 @@ impl EngineInner {
             return;
         }
         w.retain(|q: &Weak<RemovalQueue>| match q.upgrade() {
+            Some(q) if g.depth() > q.max_depth => true,
             Some(q) => {
                 let mut groups = sync::lock(&q.groups);
                 if groups.len() < q.capacity {
