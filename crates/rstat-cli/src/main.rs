@@ -1,4 +1,5 @@
-//! The `rstat` command: `demo` (the main job) and `bench <experiment>`.
+//! The `rstat` command: `demo` (the main job; `--listen` serves Prometheus
+//! metrics), `top` (a live view of an exporter) and `bench <experiment>`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -6,6 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod demo;
+mod scrape_bench;
 mod serve;
 mod top;
 
@@ -108,6 +110,8 @@ enum BenchName {
     PercpuRef,
     /// Memory charge/uncharge through the per-CPU stock vs eager atomics.
     Charge,
+    /// One Prometheus scrape of 1k/10k/100k groups: series, bytes, time.
+    Scrape,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -308,6 +312,20 @@ fn main() -> ExitCode {
                     &rstat_lab::charge_bench::run(&cfg),
                     rstat_lab::charge_bench::table,
                 )
+            }
+            BenchName::Scrape => {
+                let (sizes, samples): (&[usize], usize) = if quick {
+                    (&[1_000], 1)
+                } else {
+                    (&[1_000, 10_000, 100_000], 5)
+                };
+                match scrape_bench::run(sizes, samples) {
+                    Ok(r) => emit(json, &r, scrape_bench::table),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
             }
             BenchName::PageCounter => {
                 let mut cfg = rstat_lab::page_counter_bench::Config::default();
