@@ -92,6 +92,10 @@ pub(crate) struct EngineInner {
     pub(crate) next_group_id: AtomicU64,
     /// Queues told of every group removal ([`Rstat::watch_removals`]).
     pub(crate) removal_watchers: Mutex<Vec<std::sync::Weak<crate::group::watch::RemovalQueue>>>,
+    /// The largest `max_depth` of any removal watch ever created (0: none;
+    /// the root, depth 0, is never removed): removals deeper than this
+    /// skip the watcher lock.
+    pub(crate) removal_watch_depth: AtomicUsize,
     /// The memory controller registered on this engine, if any (set once
     /// by [`Memory::register`](crate::memory::Memory::register); weak, as
     /// the controller holds the engine).
@@ -352,6 +356,7 @@ impl Builder {
             zombies: AtomicUsize::new(0),
             next_group_id: AtomicU64::new(ROOT_GROUP_ID),
             removal_watchers: Mutex::new(Vec::new()),
+            removal_watch_depth: AtomicUsize::new(0),
             memory: std::sync::OnceLock::new(),
             arena: Mutex::new(Arena::new(nr_cpus)),
             topo: Mutex::new(Topology {

@@ -12,15 +12,15 @@
 //!
 //! # Cost and bound
 //!
-//! `remove` pays one lock of the engine's watcher list, and per live
-//! watch one lock of its queue and one group reference (a per-CPU add);
-//! nothing when no watch exists. A queued group is a zombie
+//! `remove` pays one load when no watch was ever created, or when the
+//! group is deeper than every watch's `max_depth`; otherwise one lock of
+//! the engine's watcher list, and per live watch one lock of its queue and
+//! one group reference (a per-CPU add). A queued group is a zombie
 //! ([`Rstat::zombie_count`]): its per-CPU state stays allocated until the
 //! watch lets go of it, so each queue holds at most `capacity` groups;
 //! removals past that are counted ([`RemovalWatch::lost`]) and not queued.
 //! Groups deeper than the watch's `max_depth` (per-request groups, say,
-//! that an exporter does not report) are not queued: they cost `remove`
-//! the lock and a compare. Dropping the watch drops its queued handles and
+//! that an exporter does not report) are not queued. Dropping the watch drops its queued handles and
 //! stops the queueing.
 //!
 //! [`Rstat::watch_removals`]: crate::Rstat::watch_removals
@@ -67,6 +67,12 @@ impl RemovalWatch {
         let mut w = sync::lock(&engine.removal_watchers);
         w.retain(|q| q.strong_count() > 0);
         w.push(Arc::downgrade(&queue));
+        // Release, after the push: a removal that sees the new depth finds
+        // the queue under the lock anyway; this only lets removals deeper
+        // than every watch skip the lock.
+        engine
+            .removal_watch_depth
+            .fetch_max(max_depth.max(1), Ordering::Release);
         RemovalWatch { queue }
     }
 
@@ -98,6 +104,9 @@ impl EngineInner {
     /// Tell every live watch that `g` was removed (called by
     /// [`Group::remove`] once the group is offline, holding no lock).
     pub(crate) fn notify_removed(&self, g: &Group) {
+        if g.depth() > self.removal_watch_depth.load(Ordering::Acquire) {
+            return;
+        }
         let mut w = sync::lock(&self.removal_watchers);
         if w.is_empty() {
             return;
