@@ -170,7 +170,8 @@ pub struct ServerConfig {
     pub allow_non_loopback: bool,
     /// Connections served at once; more get `503`. Default 8.
     pub max_connections: usize,
-    /// How long a client may take to send its request head. Default 5 s.
+    /// How long a client may take to send its whole request head.
+    /// Default 5 s.
     pub read_timeout: Duration,
 }
 
@@ -316,11 +317,21 @@ fn accept_loop(
 
 /// Read one request head, answer it, close.
 fn serve_connection(mut stream: TcpStream, exporter: &Exporter, timeout: Duration) {
-    let _ = stream.set_read_timeout(Some(timeout));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
+    // One deadline for the whole head, so a client trickling bytes cannot
+    // hold the connection longer than `timeout`.
+    let deadline = std::time::Instant::now() + timeout;
     let req = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            let _ = respond_error(
+                &mut stream,
+                &reject(408, "request head not received in time"),
+            );
+            return;
+        }
         let room = MAX_REQUEST_HEAD - buf.len();
         match stream.read(&mut chunk[..room.min(1024)]) {
             Ok(0) => {
@@ -426,7 +437,7 @@ fn respond(
 }
 
 /// Answer with an error, then read (and drop) what the client still
-/// sends, for a bounded time and amount: closing a socket with unread
+/// sends, for at most 0.5 s and 1 MiB: closing a socket with unread
 /// input resets the connection, and the client could lose the answer.
 fn respond_error(stream: &mut TcpStream, rej: &Reject) -> io::Result<()> {
     let body = format!("{}\n", rej.message);
@@ -437,10 +448,14 @@ fn respond_error(stream: &mut TcpStream, rej: &Reject) -> io::Result<()> {
         body.as_bytes(),
         false,
     )?;
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    let deadline = std::time::Instant::now() + Duration::from_millis(500);
     let mut sink = [0u8; 4096];
-    let mut left = 1 << 20;
+    let mut left = 1usize << 20;
     while left > 0 {
+        let t = deadline.saturating_duration_since(std::time::Instant::now());
+        if t.is_zero() || stream.set_read_timeout(Some(t)).is_err() {
+            break;
+        }
         match stream.read(&mut sink) {
             Ok(0) | Err(_) => break,
             Ok(n) => left -= n.min(left),

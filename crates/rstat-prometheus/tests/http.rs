@@ -111,6 +111,35 @@ fn bad_requests_get_4xx_and_the_server_keeps_serving() {
             String::from_utf8_lossy(&raw[..raw.len().min(60)])
         );
     }
+    // Trickling a byte at a time does not extend the deadline: the answer
+    // comes while the client is still sending.
+    let mut s = TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    for b in b"GET /metrics HTTP/1.1\r\nX: "
+        .iter()
+        .chain([b'a'; 200].iter())
+    {
+        if s.write_all(&[*b]).is_err() {
+            break;
+        }
+        if let Ok(n) = s.read(&mut buf) {
+            answer.extend_from_slice(&buf[..n]);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    let answered_after = t0.elapsed();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answered_after < Duration::from_secs(3),
+        "{answered_after:?}"
+    );
     // Still serving.
     let (st, _, body) = exchange(a, b"GET /metrics HTTP/1.1\r\n\r\n");
     assert_eq!(st, 200);
