@@ -17,6 +17,9 @@ use rstat::report::{GroupSnapshot, Snapshot};
 /// `\` → `\\`, `"` → `\"`, newline → `\n` (everything else, any UTF-8,
 /// as is). `prometheus-client` writes label values verbatim, so this is
 /// where a group name such as `a"b\c` or one with a newline is made safe.
+/// Group names are Rust strings, so always valid UTF-8 (a binding that
+/// takes bytes, such as a C API, validates them when the group is
+/// created): there is no invalid UTF-8 to carry into a label.
 pub struct Escaped<'a>(pub &'a str);
 
 impl EncodeLabelValue for Escaped<'_> {
