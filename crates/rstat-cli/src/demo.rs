@@ -34,6 +34,10 @@ pub struct Options {
     pub duration: Duration,
     pub threads: usize,
     pub interval: Duration,
+    /// Serve the Prometheus exporter here while running.
+    pub listen: Option<String>,
+    /// Allow `listen` on a non-loopback address.
+    pub allow_remote: bool,
 }
 
 /// This thread's CPU time in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`: the
@@ -73,6 +77,10 @@ pub fn run(opts: &Options) -> Result<bool, Box<dyn std::error::Error>> {
             services.push((tg.create_child(s)?, w));
         }
     }
+    let _exporter = match &opts.listen {
+        Some(addr) => Some(crate::serve::start(&rs, addr, opts.allow_remote)?),
+        None => None,
+    };
     let total_weight: u32 = services.iter().map(|(_, w)| w).sum();
     let stop = Arc::new(AtomicBool::new(false));
     let served = Arc::new(AtomicU64::new(0));

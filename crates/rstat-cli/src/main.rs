@@ -1,4 +1,5 @@
-//! The `rstat` command: `demo` (the main job) and `bench <experiment>`.
+//! The `rstat` command: `demo` (the main job; `--listen` serves Prometheus
+//! metrics), `top` (a live view of an exporter) and `bench <experiment>`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -7,6 +8,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod demo;
 mod lab;
+mod scrape_bench;
+mod serve;
+mod top;
 
 #[derive(Parser)]
 #[command(
@@ -32,6 +36,31 @@ enum Cmd {
         /// Seconds between tree printouts.
         #[arg(long, default_value_t = 1.0, value_parser = parse_secs)]
         interval: f64,
+        /// Serve Prometheus metrics (and `rstat top`'s snapshots) at
+        /// HOST:PORT while the demo runs, e.g. 127.0.0.1:9756 (port 0: any).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Allow --listen on a non-loopback address (the metrics name every
+        /// group).
+        #[arg(long, requires = "listen")]
+        allow_remote: bool,
+    },
+    /// Live view of the group tree of a process that serves rstat metrics
+    /// (e.g. `rstat demo --listen 127.0.0.1:9756`): full-screen on a
+    /// terminal, plain tables otherwise or with --once.
+    Top {
+        /// The exporter's URL.
+        #[arg(long, default_value = top::DEFAULT_URL)]
+        url: String,
+        /// Print one table (after two samples an interval apart) and exit.
+        #[arg(long)]
+        once: bool,
+        /// Seconds between samples.
+        #[arg(long, default_value_t = 1.0, value_parser = parse_secs)]
+        interval: f64,
+        /// Sort column: path, cpu, mem, max or events.
+        #[arg(long, default_value = "path", value_parser = top::SortKey::parse)]
+        sort: top::SortKey,
     },
     /// Run one of the seeds' experiments; `--json` prints one JSON object as
     /// the last line. `rstat bench all --out DIR` runs every experiment and
@@ -104,6 +133,8 @@ enum BenchName {
     PercpuRef,
     /// Memory charge/uncharge through the per-CPU stock vs eager atomics.
     Charge,
+    /// One Prometheus scrape of 1k/10k/100k groups: series, bytes, time.
+    Scrape,
     /// Every experiment, into one report (needs `--out DIR`).
     All,
 }
@@ -179,15 +210,39 @@ fn emit<T: serde::Serialize>(json: bool, report: &T, table: impl Fn(&T) -> Strin
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Top {
+            url,
+            once,
+            interval,
+            sort,
+        } => {
+            let opts = top::Options {
+                url,
+                once,
+                interval: Duration::from_secs_f64(interval),
+                sort,
+            };
+            match top::run(&opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Cmd::Demo {
             duration,
             threads,
             interval,
+            listen,
+            allow_remote,
         } => {
             let opts = demo::Options {
                 duration: Duration::from_secs_f64(duration),
                 threads: threads as usize,
                 interval: Duration::from_secs_f64(interval),
+                listen,
+                allow_remote,
             };
             match demo::run(&opts) {
                 Ok(true) => ExitCode::SUCCESS,
@@ -383,6 +438,20 @@ fn main() -> ExitCode {
                     &rstat_lab::charge_bench::run(&cfg),
                     rstat_lab::charge_bench::table,
                 )
+            }
+            BenchName::Scrape => {
+                let (sizes, samples): (&[usize], usize) = if quick {
+                    (&[1_000], 1)
+                } else {
+                    (&[1_000, 10_000, 100_000], 5)
+                };
+                match scrape_bench::run(sizes, samples) {
+                    Ok(r) => emit(json, &r, scrape_bench::table),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
             }
             BenchName::PageCounter => {
                 let cpus = match cpus_for("page-counter", cpus) {

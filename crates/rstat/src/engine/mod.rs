@@ -93,6 +93,10 @@ pub(crate) struct EngineInner {
     pub(crate) next_group_id: AtomicU64,
     /// Queues told of every group removal ([`Rstat::watch_removals`]).
     pub(crate) removal_watchers: Mutex<Vec<std::sync::Weak<crate::group::watch::RemovalQueue>>>,
+    /// The largest `max_depth` of any removal watch ever created (0: none;
+    /// the root, depth 0, is never removed): removals deeper than this
+    /// skip the watcher lock.
+    pub(crate) removal_watch_depth: AtomicUsize,
     /// The memory controller registered on this engine, if any (set once
     /// by [`Memory::register`](crate::memory::Memory::register); weak, as
     /// the controller holds the engine).
@@ -355,6 +359,7 @@ impl Builder {
             zombies: AtomicUsize::new(0),
             next_group_id: AtomicU64::new(ROOT_GROUP_ID),
             removal_watchers: Mutex::new(Vec::new()),
+            removal_watch_depth: AtomicUsize::new(0),
             memory: std::sync::OnceLock::new(),
             arena: Mutex::new(Arena::new(nr_cpus)),
             topo: Mutex::new(Topology {
@@ -689,11 +694,17 @@ impl Rstat {
     /// [`Group::remove`] (including those made when the engine is dropped)
     /// appends a handle to the removed group to the returned queue, for a
     /// reader (an exporter) to report the group's final values once and
-    /// drop it. See [`RemovalWatch`](crate::group::watch::RemovalWatch)
-    /// for the cost and the bound (`capacity` groups held at most; beyond
-    /// it removals are counted as lost, not queued).
-    pub fn watch_removals(&self, capacity: usize) -> crate::group::watch::RemovalWatch {
-        crate::group::watch::RemovalWatch::new(&self.inner, capacity)
+    /// drop it. Only groups at most `max_depth` below the root are queued
+    /// (`usize::MAX` for all). See
+    /// [`RemovalWatch`](crate::group::watch::RemovalWatch) for the cost and
+    /// the bound (`capacity` groups held at most; beyond it removals are
+    /// counted as lost, not queued).
+    pub fn watch_removals(
+        &self,
+        capacity: usize,
+        max_depth: usize,
+    ) -> crate::group::watch::RemovalWatch {
+        crate::group::watch::RemovalWatch::new(&self.inner, capacity, max_depth)
     }
 
     /// The built-in `cpu` controller (items [`CPU_STAT_NAMES`]).

@@ -12,13 +12,16 @@
 //!
 //! # Cost and bound
 //!
-//! `remove` pays one lock of the engine's watcher list, and per live
-//! watch one lock of its queue and one group reference (a per-CPU add);
-//! nothing when no watch exists. A queued group is a zombie
+//! `remove` pays one load when no watch was ever created, or when the
+//! group is deeper than every watch's `max_depth`; otherwise one lock of
+//! the engine's watcher list, and per live watch one lock of its queue and
+//! one group reference (a per-CPU add). A queued group is a zombie
 //! ([`Rstat::zombie_count`]): its per-CPU state stays allocated until the
 //! watch lets go of it, so each queue holds at most `capacity` groups;
 //! removals past that are counted ([`RemovalWatch::lost`]) and not queued.
-//! Dropping the watch drops its queued handles and stops the queueing.
+//! Groups deeper than the watch's `max_depth` (per-request groups, say,
+//! that an exporter does not report) are not queued. Dropping the watch drops its queued handles and
+//! stops the queueing.
 //!
 //! [`Rstat::watch_removals`]: crate::Rstat::watch_removals
 //! [`Rstat::zombie_count`]: crate::Rstat::zombie_count
@@ -34,6 +37,7 @@ use crate::sync::{self, AtomicU64, Mutex, Ordering};
 pub(crate) struct RemovalQueue {
     groups: Mutex<VecDeque<Group>>,
     capacity: usize,
+    max_depth: usize,
     lost: AtomicU64,
 }
 
@@ -53,15 +57,22 @@ impl std::fmt::Debug for RemovalWatch {
 }
 
 impl RemovalWatch {
-    pub(crate) fn new(engine: &EngineInner, capacity: usize) -> Self {
+    pub(crate) fn new(engine: &EngineInner, capacity: usize, max_depth: usize) -> Self {
         let queue = Arc::new(RemovalQueue {
             groups: Mutex::new(VecDeque::new()),
             capacity,
+            max_depth,
             lost: AtomicU64::new(0),
         });
         let mut w = sync::lock(&engine.removal_watchers);
         w.retain(|q| q.strong_count() > 0);
         w.push(Arc::downgrade(&queue));
+        // Release, after the push: a removal that sees the new depth finds
+        // the queue under the lock anyway; this only lets removals deeper
+        // than every watch skip the lock.
+        engine
+            .removal_watch_depth
+            .fetch_max(max_depth.max(1), Ordering::Release);
         RemovalWatch { queue }
     }
 
@@ -78,6 +89,11 @@ impl RemovalWatch {
         self.queue.lost.load(Ordering::Relaxed)
     }
 
+    /// The deepest groups queued (the root is depth 0).
+    pub fn max_depth(&self) -> usize {
+        self.queue.max_depth
+    }
+
     /// The most groups the queue holds.
     pub fn capacity(&self) -> usize {
         self.queue.capacity
@@ -88,11 +104,15 @@ impl EngineInner {
     /// Tell every live watch that `g` was removed (called by
     /// [`Group::remove`] once the group is offline, holding no lock).
     pub(crate) fn notify_removed(&self, g: &Group) {
+        if g.depth() > self.removal_watch_depth.load(Ordering::Acquire) {
+            return;
+        }
         let mut w = sync::lock(&self.removal_watchers);
         if w.is_empty() {
             return;
         }
         w.retain(|q: &Weak<RemovalQueue>| match q.upgrade() {
+            Some(q) if g.depth() > q.max_depth => true,
             Some(q) => {
                 let mut groups = sync::lock(&q.groups);
                 if groups.len() < q.capacity {

@@ -202,6 +202,15 @@ impl Reporter {
     /// Errors: [`Error::ForeignGroup`](crate::Error::ForeignGroup) for a
     /// group of another engine.
     pub fn snapshot(&self, top: &Group) -> Result<Snapshot> {
+        self.snapshot_depth(top, usize::MAX)
+    }
+
+    /// [`snapshot`](Self::snapshot) of the groups under `top` that are at
+    /// most `max_depth` below the root (the root is depth 0): a tree's
+    /// long-lived levels (tenants, services) without its per-request
+    /// leaves. Groups below `max_depth` are not visited at all; their
+    /// history is in their ancestors' hierarchical values.
+    pub fn snapshot_depth(&self, top: &Group, max_depth: usize) -> Result<Snapshot> {
         self.check_engine(top)?;
         let mut r = Reading::new(self);
         for c in &r.ctls {
@@ -211,14 +220,15 @@ impl Reporter {
         // paths built from the parent's, not by walking up.
         let mut stack = vec![(top.clone(), absolute(top))];
         while let Some((g, path)) = stack.pop() {
-            let kids = g.children();
-            for k in kids.into_iter().rev() {
-                let p = if path == "/" {
-                    format!("/{}", k.name())
-                } else {
-                    format!("{path}/{}", k.name())
-                };
-                stack.push((k, p));
+            if g.depth() < max_depth {
+                for k in g.children().into_iter().rev() {
+                    let p = if path == "/" {
+                        format!("/{}", k.name())
+                    } else {
+                        format!("{path}/{}", k.name())
+                    };
+                    stack.push((k, p));
+                }
             }
             r.push(&g, path)?;
         }

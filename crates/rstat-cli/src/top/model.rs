@@ -1,0 +1,376 @@
+//! What `rstat top` shows: rows of the group tree from two snapshots
+//! (rates need two), sorted within each parent, with collapsed subtrees
+//! hidden. Shared by the full-screen and the plain views.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use rstat::report::{GroupSnapshot, Snapshot};
+
+/// A sortable column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    /// Tree order, siblings by name.
+    Path,
+    Cpu,
+    Mem,
+    Max,
+    Events,
+    /// A controller item's rate (index into [`View::extra`]).
+    Extra(usize),
+}
+
+impl SortKey {
+    /// From a `--sort` value.
+    pub fn parse(s: &str) -> Result<SortKey, String> {
+        Ok(match s {
+            "path" | "name" => SortKey::Path,
+            "cpu" => SortKey::Cpu,
+            "mem" | "memory" => SortKey::Mem,
+            "max" => SortKey::Max,
+            "events" => SortKey::Events,
+            _ => {
+                return Err(format!(
+                    "unknown sort column {s:?}; use path, cpu, mem, max or events"
+                ))
+            }
+        })
+    }
+}
+
+/// One group's line.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub path: String,
+    pub name: String,
+    pub depth: usize,
+    pub has_children: bool,
+    /// Hierarchical CPU use, % of one CPU, over the sampling interval.
+    pub cpu: Option<f64>,
+    pub mem: Option<u64>,
+    /// `None`: no memory controller; `Some(None)`: unlimited.
+    pub max: Option<Option<u64>>,
+    /// `memory.events`, all kinds, hierarchical.
+    pub events: Option<u64>,
+    /// Per [`View::extra`] column: change per second.
+    pub extra: Vec<Option<f64>>,
+}
+
+/// Rows in tree order (siblings by name) and the extra columns.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    /// `controller.item` of every controller besides `cpu` and `memory`.
+    pub extra: Vec<String>,
+    pub rows: Vec<Row>,
+}
+
+fn item(snap: &Snapshot, ctl: &str, item: &str) -> Option<(usize, usize)> {
+    let c = snap.controller_index(ctl)?;
+    let i = snap.controllers[c].items.iter().position(|n| n == item)?;
+    Some((c, i))
+}
+
+fn value(g: &GroupSnapshot, at: Option<(usize, usize)>) -> Option<i64> {
+    let (c, i) = at?;
+    g.stats.get(c)?.hierarchical.get(i).copied()
+}
+
+/// Build the rows from the previous and the current snapshot, `dt` apart.
+pub fn build(prev: Option<&Snapshot>, cur: &Snapshot, dt: Duration) -> View {
+    let usage = item(cur, "cpu", "usage_usec");
+    let mut extra_at = Vec::new();
+    let mut extra = Vec::new();
+    for (c, ctl) in cur.controllers.iter().enumerate() {
+        if ctl.name == "cpu" || ctl.name == "memory" {
+            continue;
+        }
+        for (i, it) in ctl.items.iter().enumerate() {
+            extra.push(format!("{}.{it}", ctl.name));
+            extra_at.push((ctl.name.clone(), it.clone(), c, i));
+        }
+    }
+    let prev_by_path: HashMap<&str, &GroupSnapshot> = prev
+        .map(|p| p.groups.iter().map(|g| (g.path.as_str(), g)).collect())
+        .unwrap_or_default();
+    let secs = dt.as_secs_f64();
+    let rate = |now: Option<i64>, before: Option<i64>| -> Option<f64> {
+        match (now, before) {
+            (Some(a), Some(b)) if secs > 0.0 => Some((a - b) as f64 / secs),
+            _ => None,
+        }
+    };
+    let n = cur.groups.len();
+    let rows = cur
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(k, g)| {
+            let p = prev_by_path.get(g.path.as_str()).copied();
+            let cpu = rate(
+                value(g, usage),
+                p.and_then(|p| value(p, prev.and_then(|s| item(s, "cpu", "usage_usec")))),
+            )
+            .map(|usec_per_s| usec_per_s / 1e4);
+            let extra = extra_at
+                .iter()
+                .map(|(cn, iname, c, i)| {
+                    let before = p.and_then(|p| value(p, prev.and_then(|s| item(s, cn, iname))));
+                    rate(value(g, Some((*c, *i))), before)
+                })
+                .collect();
+            let name = if g.depth == 0 {
+                "/".to_owned()
+            } else {
+                g.path.rsplit('/').next().unwrap_or("").to_owned()
+            };
+            Row {
+                path: g.path.clone(),
+                name,
+                depth: g.depth,
+                has_children: k + 1 < n && cur.groups[k + 1].depth > g.depth,
+                cpu,
+                mem: g.memory.as_ref().map(|m| m.current),
+                max: g.memory.as_ref().map(|m| m.max),
+                events: g.memory.as_ref().map(|m| {
+                    let e = m.events;
+                    e.low + e.high + e.max + e.oom + e.oom_kill
+                }),
+                extra,
+            }
+        })
+        .collect();
+    View { extra, rows }
+}
+
+fn key(r: &Row, k: SortKey) -> f64 {
+    let f = |v: Option<f64>| v.unwrap_or(-1.0);
+    match k {
+        SortKey::Path => 0.0,
+        SortKey::Cpu => f(r.cpu),
+        SortKey::Mem => f(r.mem.map(|v| v as f64)),
+        SortKey::Max => match r.max {
+            Some(None) => f64::INFINITY,
+            Some(Some(v)) => v as f64,
+            None => -1.0,
+        },
+        SortKey::Events => f(r.events.map(|v| v as f64)),
+        SortKey::Extra(i) => f(r.extra.get(i).copied().flatten()),
+    }
+}
+
+/// The rows to show: the tree with each parent's children sorted by `by`
+/// (largest first; by name for [`SortKey::Path`]), and the descendants of
+/// `collapsed` paths left out.
+pub fn visible<'v>(view: &'v View, by: SortKey, collapsed: &HashSet<String>) -> Vec<&'v Row> {
+    // Children of each row, from the pre-order depths.
+    let rows = &view.rows;
+    let mut kids: Vec<Vec<usize>> = vec![Vec::new(); rows.len()];
+    let mut roots = Vec::new();
+    let mut stack: Vec<usize> = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        while stack.last().is_some_and(|&p| rows[p].depth >= r.depth) {
+            stack.pop();
+        }
+        match stack.last() {
+            Some(&p) => kids[p].push(i),
+            None => roots.push(i),
+        }
+        stack.push(i);
+    }
+    let order = |v: &mut Vec<usize>| {
+        if by != SortKey::Path {
+            v.sort_by(|&a, &b| {
+                key(&rows[b], by)
+                    .total_cmp(&key(&rows[a], by))
+                    .then_with(|| rows[a].name.cmp(&rows[b].name))
+            });
+        }
+    };
+    order(&mut roots);
+    let mut out = Vec::with_capacity(rows.len());
+    let mut todo: Vec<usize> = roots.into_iter().rev().collect();
+    while let Some(i) = todo.pop() {
+        out.push(&rows[i]);
+        if collapsed.contains(&rows[i].path) {
+            continue;
+        }
+        let mut k = kids[i].clone();
+        order(&mut k);
+        todo.extend(k.into_iter().rev());
+    }
+    out
+}
+
+/// `1.5G`-style binary sizes.
+pub fn bytes(v: u64) -> String {
+    const UNITS: [&str; 5] = ["", "K", "M", "G", "T"];
+    let mut x = v as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v}")
+    } else {
+        format!("{x:.1}{}", UNITS[u])
+    }
+}
+
+/// Column headers (without sort markers).
+pub fn headers(view: &View) -> Vec<String> {
+    let mut h: Vec<String> = ["GROUP", "CPU%", "MEM", "MEM MAX", "EVENTS"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    h.extend(view.extra.iter().map(|e| format!("{e}/s")));
+    h
+}
+
+/// The sort key of header column `i`.
+pub fn column_key(i: usize) -> SortKey {
+    match i {
+        0 => SortKey::Path,
+        1 => SortKey::Cpu,
+        2 => SortKey::Mem,
+        3 => SortKey::Max,
+        4 => SortKey::Events,
+        n => SortKey::Extra(n - 5),
+    }
+}
+
+/// The header column of a sort key.
+pub fn key_column(k: SortKey) -> usize {
+    match k {
+        SortKey::Path => 0,
+        SortKey::Cpu => 1,
+        SortKey::Mem => 2,
+        SortKey::Max => 3,
+        SortKey::Events => 4,
+        SortKey::Extra(i) => 5 + i,
+    }
+}
+
+/// A row's cells; `marker` is shown before the name (tree state).
+pub fn cells(r: &Row, marker: &str) -> Vec<String> {
+    let dash = || "-".to_owned();
+    let mut c = vec![
+        format!("{}{marker}{}", "  ".repeat(r.depth), r.name),
+        r.cpu.map_or_else(dash, |v| format!("{v:.1}")),
+        r.mem.map_or_else(dash, bytes),
+        match r.max {
+            None => dash(),
+            Some(None) => "max".to_owned(),
+            Some(Some(v)) => bytes(v),
+        },
+        r.events.map_or_else(dash, |v| v.to_string()),
+    ];
+    c.extend(
+        r.extra
+            .iter()
+            .map(|v| v.map_or_else(dash, |v| format!("{v:.0}"))),
+    );
+    c
+}
+
+/// The plain-text table (`--once`, or not on a terminal).
+pub fn plain(view: &View, by: SortKey) -> String {
+    let rows = visible(view, by, &HashSet::new());
+    let mut table: Vec<Vec<String>> = vec![headers(view)];
+    let sorted = key_column(by);
+    table[0][sorted].push('*');
+    table.extend(rows.iter().map(|r| cells(r, "")));
+    let ncol = table[0].len();
+    let widths: Vec<usize> = (0..ncol)
+        .map(|c| {
+            table
+                .iter()
+                .map(|r| r[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in &table {
+        for (c, cell) in r.iter().enumerate() {
+            let pad = widths[c] - cell.chars().count();
+            if c == 0 {
+                out.push_str(cell);
+                out.push_str(&" ".repeat(pad));
+            } else {
+                out.push_str("  ");
+                out.push_str(&" ".repeat(pad));
+                out.push_str(cell);
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstat::memory::Memory;
+    use rstat::report::Reporter;
+    use rstat::Rstat;
+
+    fn snap(rs: &Rstat) -> Snapshot {
+        Reporter::new(rs).snapshot_all().unwrap()
+    }
+
+    #[test]
+    fn rates_sorting_and_collapsing() {
+        let rs = Rstat::new();
+        let mem = Memory::register(&rs).unwrap();
+        let io = rs.register_counters("io", &["ops"]).unwrap();
+        let a = rs.root().create_child("a").unwrap();
+        let b = rs.root().create_child("b").unwrap();
+        let a1 = a.create_child("a1").unwrap();
+        let before = snap(&rs);
+        rs.account_cputime(&a1, 100_000, 0).unwrap(); // 0.1 s
+        rs.account_cputime(&b, 300_000, 0).unwrap();
+        io.add(&a1, 0, 50).unwrap();
+        let _c = mem.try_charge(&a, 1 << 20).unwrap();
+        let v = build(Some(&before), &snap(&rs), Duration::from_secs(1));
+        assert_eq!(v.extra, ["io.ops"]);
+        let names = |rows: Vec<&Row>| rows.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        let none = HashSet::new();
+        assert_eq!(
+            names(visible(&v, SortKey::Path, &none)),
+            ["/", "a", "a1", "b"]
+        );
+        assert_eq!(
+            names(visible(&v, SortKey::Cpu, &none)),
+            ["/", "b", "a", "a1"]
+        );
+        assert_eq!(
+            names(visible(&v, SortKey::Mem, &none)),
+            ["/", "a", "a1", "b"]
+        );
+        let rows = visible(&v, SortKey::Path, &none);
+        assert!((rows[1].cpu.unwrap() - 10.0).abs() < 1e-9, "{:?}", rows[1]);
+        assert!((rows[0].cpu.unwrap() - 40.0).abs() < 1e-9);
+        assert_eq!(rows[2].extra, [Some(50.0)]);
+        assert!(rows[1].has_children && !rows[2].has_children);
+        let collapsed: HashSet<String> = ["/a".to_string()].into();
+        assert_eq!(
+            names(visible(&v, SortKey::Path, &collapsed)),
+            ["/", "a", "b"]
+        );
+        let text = plain(&v, SortKey::Cpu);
+        assert!(text.starts_with("GROUP"), "{text}");
+        assert!(text.lines().next().unwrap().contains("CPU%*"), "{text}");
+        assert!(text.contains("io.ops/s"), "{text}");
+        // Without a previous sample there are no rates.
+        let v = build(None, &snap(&rs), Duration::from_secs(1));
+        assert!(v.rows.iter().all(|r| r.cpu.is_none()));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(bytes(512), "512");
+        assert_eq!(bytes(1536), "1.5K");
+        assert_eq!(bytes(3 << 30), "3.0G");
+    }
+}

@@ -1,0 +1,465 @@
+//! The embedded HTTP server: one small thread per connection (bounded),
+//! one request per connection, no async runtime.
+//!
+//! Request heads are parsed by `httparse` (hyper's parser) from a buffer
+//! of at most [`MAX_REQUEST_HEAD`] bytes read with a timeout, so a client
+//! can neither make the server allocate without bound nor hold a thread
+//! forever. (`tiny_http` 0.12, the obvious alternative, reads header lines
+//! without a size limit.) Every malformed or oversized request gets a 4xx
+//! and the connection is closed.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::{Exporter, Format};
+
+/// The largest request head (request line and headers) accepted: 8 KiB,
+/// as common servers allow. Larger heads get `431`.
+pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
+
+/// The most headers accepted in a request (more get `431`).
+pub const MAX_HEADERS: usize = 64;
+
+/// What a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// `/metrics`: the exposition.
+    Metrics,
+    /// `/snapshot.json`: the live tree as JSON (what `rstat top` reads).
+    Snapshot,
+    /// `/`: a short index.
+    Index,
+}
+
+/// A parsed request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// What it asks for.
+    pub route: Route,
+    /// `HEAD`: headers only.
+    pub head_only: bool,
+    /// The exposition format negotiated from `Accept`.
+    pub format: Format,
+}
+
+/// A refused request: the status to answer with and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reject {
+    /// A 4xx status code.
+    pub status: u16,
+    /// Said in the response body.
+    pub message: String,
+}
+
+fn reject(status: u16, message: impl Into<String>) -> Reject {
+    Reject {
+        status,
+        message: message.into(),
+    }
+}
+
+/// Parse a request head from the bytes received so far: `Ok(None)` if
+/// more bytes are needed (the caller answers `431` once it holds
+/// [`MAX_REQUEST_HEAD`] bytes), `Ok(Some(_))` for a complete, acceptable
+/// request, `Err` with the 4xx to send otherwise. Never panics, whatever
+/// the bytes (fuzzed in CI).
+pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Partial) => {
+            return if buf.len() >= MAX_REQUEST_HEAD {
+                Err(too_large())
+            } else {
+                Ok(None)
+            }
+        }
+        Ok(httparse::Status::Complete(_)) => {}
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(reject(
+                431,
+                format!("more than {MAX_HEADERS} request headers"),
+            ))
+        }
+        Err(e) => return Err(reject(400, format!("malformed HTTP request: {e}"))),
+    }
+    let head_only = match req.method {
+        Some("GET") => false,
+        Some("HEAD") => true,
+        _ => return Err(reject(405, "only GET and HEAD are served")),
+    };
+    let path = req.path.unwrap_or("");
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let route = match path {
+        "/metrics" => Route::Metrics,
+        "/snapshot.json" => Route::Snapshot,
+        "/" => Route::Index,
+        _ => return Err(reject(404, "not found; the metrics are at /metrics")),
+    };
+    let mut accept = String::new();
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("accept") {
+            let Ok(v) = std::str::from_utf8(h.value) else {
+                return Err(reject(400, "the Accept header is not UTF-8"));
+            };
+            if !accept.is_empty() {
+                accept.push(',');
+            }
+            accept.push_str(v);
+        }
+    }
+    Ok(Some(Request {
+        route,
+        head_only,
+        format: negotiate(&accept),
+    }))
+}
+
+fn too_large() -> Reject {
+    reject(
+        431,
+        format!("request head larger than {MAX_REQUEST_HEAD} bytes"),
+    )
+}
+
+/// Pick the exposition format from an `Accept` header value: OpenMetrics
+/// if `application/openmetrics-text` is acceptable (q > 0) and preferred at
+/// least as much as `text/plain`, classic text otherwise (also when the
+/// header is absent or unparsable). Prometheus sends OpenMetrics first.
+pub fn negotiate(accept: &str) -> Format {
+    let (mut om, mut text) = (0.0f64, 0.0f64);
+    for part in accept.split(',') {
+        let mut params = part.split(';');
+        let media = params.next().unwrap_or("").trim();
+        let mut q = 1.0;
+        for p in params {
+            if let Some((k, v)) = p.split_once('=') {
+                if k.trim().eq_ignore_ascii_case("q") {
+                    q = match v.trim().parse::<f64>() {
+                        Ok(q) if (0.0..=1.0).contains(&q) => q,
+                        _ => 0.0,
+                    };
+                }
+            }
+        }
+        if media.eq_ignore_ascii_case("application/openmetrics-text") {
+            om = om.max(q);
+        } else if media.eq_ignore_ascii_case("text/plain") {
+            text = text.max(q);
+        }
+    }
+    if om > 0.0 && om >= text {
+        Format::OpenMetrics
+    } else {
+        Format::Classic
+    }
+}
+
+/// Settings of the server.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Where to listen. Default `127.0.0.1:9756`.
+    pub addr: String,
+    /// Listen on a non-loopback address: the metrics name every group, so
+    /// exposing them beyond this machine is an explicit choice. Default
+    /// false.
+    pub allow_non_loopback: bool,
+    /// Connections served at once; more get `503`. Default 8.
+    pub max_connections: usize,
+    /// How long a client may take to send its whole request head.
+    /// Default 5 s.
+    pub read_timeout: Duration,
+}
+
+/// The default listen address.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:9756";
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            addr: DEFAULT_ADDR.to_owned(),
+            allow_non_loopback: false,
+            max_connections: 8,
+            read_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A running server; dropping it (or [`shutdown`](Self::shutdown)) stops
+/// accepting and joins the accept thread (connections being served finish
+/// on their own threads).
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// The address it listens on (with the port the system chose, if `:0`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stop the server.
+    pub fn shutdown(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+pub(crate) fn start(exporter: Exporter, cfg: ServerConfig) -> io::Result<Server> {
+    let addrs: Vec<SocketAddr> = cfg
+        .addr
+        .to_socket_addrs()
+        .map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "cannot resolve listen address {:?} ({e}); give HOST:PORT such as {DEFAULT_ADDR}",
+                    cfg.addr
+                ),
+            )
+        })?
+        .collect();
+    let Some(&addr) = addrs.first() else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("listen address {:?} resolves to nothing", cfg.addr),
+        ));
+    };
+    if !addr.ip().is_loopback() && !cfg.allow_non_loopback {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "refusing to serve metrics on {addr}, which is not a loopback address: they name every group; \
+                 set allow_non_loopback (rstat demo: --allow-remote) to expose them, or listen on 127.0.0.1"
+            ),
+        ));
+    }
+    let listener = TcpListener::bind(addr).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "cannot listen on {addr}: {e}; pick another port (HOST:0 lets the system choose)"
+            ),
+        )
+    })?;
+    let addr = listener.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let active = Arc::new(AtomicUsize::new(0));
+    let thread = {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("rstat-exporter".into())
+            .spawn(move || accept_loop(listener, exporter, cfg, stop, active))?
+    };
+    Ok(Server {
+        addr,
+        stop,
+        thread: Some(thread),
+    })
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    exporter: Exporter,
+    cfg: ServerConfig,
+    stop: Arc<AtomicBool>,
+    active: Arc<AtomicUsize>,
+) {
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(mut stream) = conn else {
+            // Out of file descriptors and the like: back off briefly.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        if active.fetch_add(1, Ordering::SeqCst) >= cfg.max_connections {
+            active.fetch_sub(1, Ordering::SeqCst);
+            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+            let _ = respond_error(&mut stream, &reject(503, "too many connections; retry"));
+            continue;
+        }
+        let (exporter, active2, timeout) =
+            (exporter.clone(), Arc::clone(&active), cfg.read_timeout);
+        let spawned = std::thread::Builder::new()
+            .name("rstat-exporter-conn".into())
+            .spawn(move || {
+                serve_connection(stream, &exporter, timeout);
+                active2.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            active.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Read one request head, answer it, close.
+fn serve_connection(mut stream: TcpStream, exporter: &Exporter, timeout: Duration) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    // One deadline for the whole head, so a client trickling bytes cannot
+    // hold the connection longer than `timeout`.
+    let deadline = std::time::Instant::now() + timeout;
+    let req = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            let _ = respond_error(
+                &mut stream,
+                &reject(408, "request head not received in time"),
+            );
+            return;
+        }
+        let room = MAX_REQUEST_HEAD - buf.len();
+        match stream.read(&mut chunk[..room.min(1024)]) {
+            Ok(0) => {
+                if !buf.is_empty() {
+                    let _ = respond_error(&mut stream, &reject(400, "incomplete request head"));
+                }
+                return;
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                let _ = respond_error(
+                    &mut stream,
+                    &reject(408, "request head not received in time"),
+                );
+                return;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        }
+        match parse_request(&buf) {
+            Ok(Some(r)) => break r,
+            Ok(None) => continue,
+            Err(rej) => {
+                let _ = respond_error(&mut stream, &rej);
+                return;
+            }
+        }
+    };
+    let _ = match req.route {
+        Route::Index => respond(
+            &mut stream,
+            200,
+            "text/plain; charset=utf-8",
+            b"rstat exporter: /metrics (Prometheus text, or OpenMetrics by Accept), /snapshot.json\n",
+            req.head_only,
+        ),
+        Route::Metrics => match exporter.render(req.format) {
+            Ok(s) => respond(
+                &mut stream,
+                200,
+                req.format.content_type(),
+                s.body.as_bytes(),
+                req.head_only,
+            ),
+            Err(e) => respond_error(&mut stream, &reject(500, e.to_string())),
+        },
+        Route::Snapshot => match exporter.snapshot_json() {
+            Ok(s) => respond(
+                &mut stream,
+                200,
+                "application/json",
+                s.as_bytes(),
+                req.head_only,
+            ),
+            Err(e) => respond_error(&mut stream, &reject(500, e.to_string())),
+        },
+    };
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
+fn respond(
+    stream: &mut TcpStream,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    head_only: bool,
+) -> io::Result<()> {
+    let allow = if status == 405 {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        reason(status),
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    if !head_only {
+        stream.write_all(body)?;
+    }
+    stream.flush()?;
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    Ok(())
+}
+
+/// Answer with an error, then read (and drop) what the client still
+/// sends, for at most 0.5 s and 1 MiB: closing a socket with unread
+/// input resets the connection, and the client could lose the answer.
+fn respond_error(stream: &mut TcpStream, rej: &Reject) -> io::Result<()> {
+    let body = format!("{}\n", rej.message);
+    respond(
+        stream,
+        rej.status,
+        "text/plain; charset=utf-8",
+        body.as_bytes(),
+        false,
+    )?;
+    let deadline = std::time::Instant::now() + Duration::from_millis(500);
+    let mut sink = [0u8; 4096];
+    let mut left = 1usize << 20;
+    while left > 0 {
+        let t = deadline.saturating_duration_since(std::time::Instant::now());
+        if t.is_zero() || stream.set_read_timeout(Some(t)).is_err() {
+            break;
+        }
+        match stream.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left -= n.min(left),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,228 @@
+use super::*;
+use rstat::memory::{Limit, Memory};
+
+fn tree() -> (Rstat, Memory, rstat::ControllerHandle, rstat::Group) {
+    let rs = Rstat::new();
+    let mem = Memory::register(&rs).unwrap();
+    let reqs = rs
+        .register_counters("requests", &["requests", "cpu_usec", "in_bytes"])
+        .unwrap();
+    let t = rs.root().create_child("tenant").unwrap();
+    reqs.add(&t, 0, 3).unwrap();
+    reqs.add(&t, 1, 1_500_000).unwrap();
+    reqs.add(&t, 2, 4096).unwrap();
+    rs.account_cputime(&t, 300_000, 200_000).unwrap();
+    mem.write_limit(&t, Limit::Max, "1M").unwrap();
+    (rs, mem, reqs, t)
+}
+
+fn has(body: &str, line: &str) -> bool {
+    body.lines().any(|l| l == line)
+}
+
+#[test]
+fn openmetrics_has_conventional_names_units_and_values() {
+    let (rs, mem, _reqs, t) = tree();
+    let _c = mem.try_charge(&t, 1000).unwrap();
+    let ex = Exporter::new(&rs);
+    let s = ex.render(Format::OpenMetrics).unwrap();
+    let b = &s.body;
+    for line in [
+        "# TYPE rstat_cpu_usage_seconds counter",
+        "# UNIT rstat_cpu_usage_seconds seconds",
+        "rstat_cpu_usage_seconds_total{path=\"/tenant\"} 0.5",
+        "rstat_cpu_user_seconds_total{path=\"/tenant\"} 0.3",
+        "rstat_requests_requests_total{path=\"/tenant\"} 3",
+        "rstat_requests_cpu_seconds_total{path=\"/tenant\"} 1.5",
+        "rstat_requests_in_bytes_total{path=\"/tenant\"} 4096",
+        "rstat_requests_requests_total{path=\"/\"} 3",
+        "rstat_memory_max_bytes{path=\"/tenant\"} 1048576",
+        "rstat_memory_events_total{path=\"/tenant\",event=\"oom\"} 0",
+        "rstat_exporter_groups 2",
+        "# EOF",
+    ] {
+        assert!(has(b, line), "missing {line:?} in\n{b}");
+    }
+    let cur = mem.current(&t).unwrap();
+    assert!(
+        has(
+            b,
+            &format!("rstat_memory_current_bytes{{path=\"/tenant\"}} {cur}")
+        ),
+        "{b}"
+    );
+    // Unlimited: no sample.
+    assert!(!b.contains("rstat_memory_max_bytes{path=\"/\"}"), "{b}");
+    assert!(s.series > 20 && s.groups == 2 && s.removed == 0, "{s:?}");
+}
+
+#[test]
+fn classic_text_names_counters_with_total_and_has_no_openmetrics_lines() {
+    let (rs, _mem, _reqs, _t) = tree();
+    let b = Exporter::new(&rs).render(Format::Classic).unwrap().body;
+    assert!(
+        has(&b, "# TYPE rstat_cpu_usage_seconds_total counter"),
+        "{b}"
+    );
+    assert!(b
+        .lines()
+        .any(|l| l.starts_with("# HELP rstat_cpu_usage_seconds_total ")));
+    assert!(has(&b, "# TYPE rstat_memory_current_bytes gauge"), "{b}");
+    assert!(
+        has(&b, "rstat_cpu_usage_seconds_total{path=\"/tenant\"} 0.5"),
+        "{b}"
+    );
+    assert!(!b.contains("# EOF") && !b.contains("# UNIT"), "{b}");
+}
+
+#[test]
+fn label_values_are_escaped() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("c", &["n"]).unwrap();
+    let g = rs.root().create_child("a\"b\\c\nd é").unwrap();
+    c.add(&g, 0, 1).unwrap();
+    for f in [Format::Classic, Format::OpenMetrics] {
+        let b = Exporter::new(&rs).render(f).unwrap().body;
+        assert!(
+            has(&b, "rstat_c_n_total{path=\"/a\\\"b\\\\c\\nd é\"} 1"),
+            "{b}"
+        );
+    }
+}
+
+#[test]
+fn a_removed_group_is_reported_once_with_its_final_values() {
+    let (rs, _mem, reqs, t) = tree();
+    let ex = Exporter::new(&rs);
+    let _ = ex.render(Format::Classic).unwrap();
+    let short = t.create_child("short-lived").unwrap();
+    reqs.add(&short, 0, 7).unwrap();
+    short.remove().unwrap();
+    drop(short);
+    let line = "rstat_requests_requests_total{path=\"/tenant/short-lived\"} 7";
+    let s = ex.render(Format::Classic).unwrap();
+    assert!(has(&s.body, line), "{}", s.body);
+    assert_eq!(s.removed, 1);
+    assert!(
+        has(&s.body, "rstat_exporter_removed_groups_reported_total 1"),
+        "{}",
+        s.body
+    );
+    // The parent kept the history; the next scrape does not repeat it.
+    assert!(has(
+        &s.body,
+        "rstat_requests_requests_total{path=\"/tenant\"} 10"
+    ));
+    let s = ex.render(Format::Classic).unwrap();
+    assert!(!s.body.contains("short-lived"), "{}", s.body);
+    assert_eq!(
+        rs.zombie_count(),
+        0,
+        "the exporter let go of the removed group"
+    );
+}
+
+#[test]
+fn removed_groups_beyond_capacity_or_colliding_are_counted_lost() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("c", &["n"]).unwrap();
+    let cfg = Config {
+        removed_capacity: 2,
+        ..Config::default()
+    };
+    let ex = Exporter::with_config(&rs, cfg);
+    for i in 0..4 {
+        let g = rs.root().create_child(&format!("g{i}")).unwrap();
+        c.add(&g, 0, 1).unwrap();
+        g.remove().unwrap();
+    }
+    // Same path as a live group by the scrape.
+    let again = rs.root().create_child("g0").unwrap();
+    let b = ex.render(Format::Classic).unwrap().body;
+    assert!(has(&b, "rstat_exporter_removed_groups_lost_total 3"), "{b}");
+    assert!(
+        has(&b, "rstat_exporter_removed_groups_reported_total 1"),
+        "{b}"
+    );
+    assert!(has(&b, "rstat_c_n_total{path=\"/g1\"} 1"), "{b}");
+    assert!(has(&b, "rstat_c_n_total{path=\"/g0\"} 0"), "{b}");
+    drop(again);
+}
+
+#[test]
+fn negative_counters_are_skipped_and_gauges_can_be_declared() {
+    let rs = Rstat::new();
+    let q = rs.register_counters("queue", &["depth", "done"]).unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    q.add(&g, 0, -5).unwrap();
+    q.add(&g, 1, -1).unwrap();
+    let b = Exporter::new(&rs).render(Format::OpenMetrics).unwrap().body;
+    assert!(!b.contains("rstat_queue_depth_total{path=\"/g\"}"), "{b}");
+    assert!(has(&b, "rstat_exporter_skipped_samples_total 4"), "{b}"); // 2 items x (/, /g)
+    let cfg = Config {
+        gauges: vec!["queue.depth".into()],
+        ..Config::default()
+    };
+    let b = Exporter::with_config(&rs, cfg)
+        .render(Format::OpenMetrics)
+        .unwrap()
+        .body;
+    assert!(has(&b, "# TYPE rstat_queue_depth gauge"), "{b}");
+    assert!(has(&b, "rstat_queue_depth{path=\"/g\"} -5"), "{b}");
+}
+
+#[test]
+fn odd_controller_names_are_sanitized_and_collisions_skipped() {
+    let rs = Rstat::new();
+    let a = rs.register_counters("my-ctl", &["a.b"]).unwrap();
+    let _b = rs.register_counters("my_ctl", &["a_b"]).unwrap();
+    a.add(rs.root(), 0, 2).unwrap();
+    let b = Exporter::new(&rs).render(Format::Classic).unwrap().body;
+    assert!(has(&b, "rstat_my_ctl_a_b_total{path=\"/\"} 2"), "{b}");
+    assert!(has(&b, "rstat_exporter_skipped_families 1"), "{b}");
+}
+
+#[test]
+fn scraping_changes_no_stat_of_any_group() {
+    let (rs, mem, _reqs, t) = tree();
+    let _c = mem.try_charge(&t, 5000).unwrap();
+    let rep = rstat::report::Reporter::new(&rs);
+    let before = rep.snapshot_all().unwrap();
+    let ex = Exporter::new(&rs);
+    for f in [Format::Classic, Format::OpenMetrics, Format::Classic] {
+        let _ = ex.render(f).unwrap();
+        let _ = ex.snapshot_json().unwrap();
+    }
+    assert_eq!(rep.snapshot_all().unwrap(), before);
+}
+
+#[test]
+fn depth_limit_hides_deep_groups_and_ignores_their_removal() {
+    let (rs, _mem, reqs, t) = tree();
+    let cfg = Config {
+        max_depth: 1,
+        ..Config::default()
+    };
+    let ex = Exporter::with_config(&rs, cfg);
+    let deep = t.create_child("req-1").unwrap();
+    reqs.add(&deep, 0, 1).unwrap();
+    let b = ex.render(Format::Classic).unwrap().body;
+    assert!(!b.contains("req-1"), "{b}");
+    deep.remove().unwrap();
+    drop(deep);
+    let b = ex.render(Format::Classic).unwrap().body;
+    assert!(!b.contains("req-1"), "{b}");
+    assert!(
+        has(&b, "rstat_requests_requests_total{path=\"/tenant\"} 4"),
+        "{b}"
+    );
+    assert_eq!(rs.zombie_count(), 0);
+}
+
+#[test]
+fn snapshot_json_parses_back() {
+    let (rs, _mem, _reqs, _t) = tree();
+    let j = Exporter::new(&rs).snapshot_json().unwrap();
+    let s: rstat::report::Snapshot = serde_json::from_str(&j).unwrap();
+    assert_eq!(s.get("/tenant", "requests", "requests"), Some((3, 3)));
+}

@@ -1,0 +1,173 @@
+//! The embedded server over real sockets: the good requests, and the bad
+//! ones getting 4xx without taking the server down.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use rstat::Rstat;
+use rstat_prometheus::{Exporter, ServerConfig};
+
+fn start(rs: &Rstat, read_timeout: Duration) -> rstat_prometheus::Server {
+    Exporter::new(rs)
+        .serve(ServerConfig {
+            addr: "127.0.0.1:0".into(),
+            read_timeout,
+            ..ServerConfig::default()
+        })
+        .unwrap()
+}
+
+/// Send `raw`, read the answer to EOF: (status, head, body).
+fn exchange(addr: SocketAddr, raw: &[u8]) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // The server may answer (and stop reading) before all is sent.
+    let _ = s.write_all(raw);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_owned(), body.to_owned())
+}
+
+#[test]
+fn serves_classic_text_and_openmetrics_by_negotiation() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("jobs", &["done"]).unwrap();
+    let g = rs.root().create_child("t").unwrap();
+    c.add(&g, 0, 42).unwrap();
+    let srv = start(&rs, Duration::from_secs(5));
+    let a = srv.addr();
+    assert!(a.ip().is_loopback());
+
+    let (st, head, body) = exchange(a, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(st, 200, "{head}");
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    assert!(
+        body.contains("rstat_jobs_done_total{path=\"/t\"} 42\n"),
+        "{body}"
+    );
+    assert!(!body.contains("# EOF"));
+
+    let prom = "Accept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let (st, head, body) = exchange(
+        a,
+        format!("GET /metrics HTTP/1.1\r\n{prom}\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(st, 200);
+    assert!(
+        head.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
+    assert!(body.ends_with("# EOF\n"), "{body}");
+
+    let (st, head, body) = exchange(a, b"HEAD /metrics HTTP/1.0\r\n\r\n");
+    assert_eq!(st, 200);
+    assert!(head.contains("Content-Length: "), "{head}");
+    assert!(body.is_empty());
+
+    let (st, _, body) = exchange(a, b"GET /snapshot.json?x=1 HTTP/1.1\r\n\r\n");
+    assert_eq!(st, 200);
+    assert!(body.starts_with("{\"controllers\""), "{body}");
+}
+
+#[test]
+fn bad_requests_get_4xx_and_the_server_keeps_serving() {
+    let rs = Rstat::new();
+    let srv = start(&rs, Duration::from_millis(300));
+    let a = srv.addr();
+    let huge_header = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+    let many_headers = format!("GET /metrics HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(100));
+    let long_path = format!("GET /{} HTTP/1.1\r\n\r\n", "p".repeat(9000));
+    let cases: Vec<(&[u8], u16)> = vec![
+        (b"POST /metrics HTTP/1.1\r\n\r\n", 405),
+        (b"GET /nope HTTP/1.1\r\n\r\n", 404),
+        (b"GET /metricsx HTTP/1.1\r\n\r\n", 404),
+        (b"\x00\x01\x02garbage\r\n\r\n", 400),
+        (b"GET /metrics HTTP/9.9\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nBad Header\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nAccept: \xff\xfe\r\n\r\n", 400),
+        (huge_header.as_bytes(), 431),
+        (many_headers.as_bytes(), 431),
+        (long_path.as_bytes(), 431),
+        // Never finishes its head: timed out.
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\n", 408),
+    ];
+    for (raw, want) in cases {
+        let (st, head, _) = exchange(a, raw);
+        assert_eq!(
+            st,
+            want,
+            "{:?} -> {head}",
+            String::from_utf8_lossy(&raw[..raw.len().min(60)])
+        );
+    }
+    // Trickling a byte at a time does not extend the deadline: the answer
+    // comes while the client is still sending.
+    let mut s = TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    for b in b"GET /metrics HTTP/1.1\r\nX: "
+        .iter()
+        .chain([b'a'; 200].iter())
+    {
+        if s.write_all(&[*b]).is_err() {
+            break;
+        }
+        if let Ok(n) = s.read(&mut buf) {
+            answer.extend_from_slice(&buf[..n]);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    let answered_after = t0.elapsed();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answered_after < Duration::from_secs(3),
+        "{answered_after:?}"
+    );
+    // Still serving.
+    let (st, _, body) = exchange(a, b"GET /metrics HTTP/1.1\r\n\r\n");
+    assert_eq!(st, 200);
+    assert!(body.contains("rstat_exporter_scrapes_total 1\n"), "{body}");
+}
+
+#[test]
+fn non_loopback_needs_an_explicit_choice() {
+    let rs = Rstat::new();
+    let e = Exporter::new(&rs)
+        .serve(ServerConfig {
+            addr: "0.0.0.0:0".into(),
+            ..ServerConfig::default()
+        })
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+    assert!(e.to_string().contains("allow_non_loopback"), "{e}");
+    let srv = Exporter::new(&rs)
+        .serve(ServerConfig {
+            addr: "0.0.0.0:0".into(),
+            allow_non_loopback: true,
+            ..ServerConfig::default()
+        })
+        .unwrap();
+    assert!(srv.addr().ip().is_unspecified());
+    let bad = Exporter::new(&rs).serve(ServerConfig {
+        addr: "not an address".into(),
+        ..ServerConfig::default()
+    });
+    assert!(bad.unwrap_err().to_string().contains("HOST:PORT"));
+}
