@@ -53,6 +53,22 @@
 //! system_usec == usage_usec` always, and the split is as good as the
 //! kernel's ticks make it, delayed by at most one sampling interval.
 //!
+//! # Async tasks
+//!
+//! An executor polls a task on whichever worker is free, so a thread's
+//! current group says nothing about a task. [`Group::scope`] (or
+//! [`FutureExt::in_group`]) wraps a future so that each poll enters the
+//! group: the poll's CPU time is charged to it and whatever the poll
+//! allocates sees it as current. It relies only on `poll`, so it works on
+//! any executor, with tasks migrating between workers.
+//!
+//! **Spawned tasks do not inherit a group.** A task spawned from inside a
+//! scoped future is polled by the executor on its own, outside this
+//! future's polls, so it runs in no group. Pass the group on explicitly:
+//! `spawn(group.scope(fut))`, or `spawn(fut.in_current_group())`, which
+//! captures the group current where the future is *created* (inside a
+//! scoped poll: the scope's group).
+//!
 //! # At the edges
 //!
 //! - **Guards dropped out of order.** The current group is always the
@@ -106,17 +122,19 @@ mod charger;
 mod clock;
 pub(crate) mod current;
 mod feed;
+mod scope;
 
 use core::marker::PhantomData;
 use core::ptr;
 
 use crate::error::{Error, Result};
-use crate::group::Group;
+use crate::group::{Group, GroupInner};
 use crate::Rstat;
 use current::{release_rec, switch, this_thread_rec, Entry, ThreadRec, CURRENT};
 
 pub use charger::{charge_all_threads, charge_period, set_charge_period, DEFAULT_CHARGE_PERIOD};
 pub use clock::thread_cpu_time;
+pub use scope::{FutureExt, Scoped};
 
 /// Charge the calling thread's current group for its CPU time up to now,
 /// without leaving it (a guard's drop and the periodic charger do this
@@ -167,14 +185,14 @@ pub fn current_group() -> Option<Group> {
 /// ```
 #[must_use = "the group is current only while the guard lives; `let _g = group.enter();`"]
 pub struct EnterGuard {
-    /// The entered group; the reference keeps it allocated while its stack
-    /// entry exists. `None` for a guard that entered nothing (the
-    /// impossible case of an unavailable thread-local).
-    group: Option<Group>,
-    /// This thread's record (never freed).
-    rec: *const ThreadRec,
-    /// This level's token on the record's stack.
-    token: u64,
+    /// The level on the thread's stack; dropped first (fields drop in
+    /// declaration order), so the group is no longer current when its
+    /// reference goes. Held for its `Drop`.
+    #[allow(dead_code)]
+    level: Level,
+    /// The entered group; the reference keeps it allocated while the
+    /// level exists.
+    group: Group,
     /// `!Send` and `!Sync` (the raw pointer above already is; explicit for
     /// readers).
     _not_send: PhantomData<*const ()>,
@@ -191,8 +209,8 @@ impl std::fmt::Debug for EnterGuard {
 impl EnterGuard {
     /// The group this guard entered (for a removed group, the live
     /// ancestor [`Group::enter`] fell back to).
-    pub fn group(&self) -> Option<&Group> {
-        self.group.as_ref()
+    pub fn group(&self) -> &Group {
+        &self.group
     }
 }
 
@@ -224,7 +242,7 @@ impl Group {
     pub fn enter(&self) -> EnterGuard {
         let mut g = self;
         while !g.is_online() {
-            match g.inner().parent.as_ref() {
+            match g.parent_ref() {
                 Some(p) => g = p,
                 // A root taken offline (its `Rstat` was dropped): enter it
                 // anyway; charges to it are kept as for any removed group.
@@ -248,45 +266,55 @@ impl Group {
     }
 }
 
-/// Push `group` on this thread's stack and make it current.
-fn push(group: Group) -> EnterGuard {
-    let Some(rec) = this_thread_rec() else {
-        return EnterGuard {
-            group: None,
-            rec: ptr::null(),
-            token: 0,
-            _not_send: PhantomData,
+/// One level on this thread's stack: what [`EnterGuard`] and a scoped
+/// future's poll hold. Leaving it (drop) pops the level. `!Send`.
+pub(crate) struct Level {
+    /// This thread's record (never freed); null for a level that entered
+    /// nothing (the impossible case of an unavailable thread-local).
+    rec: *const ThreadRec,
+    /// This level's token on the record's stack.
+    token: u64,
+}
+
+impl Level {
+    /// Push `p` on this thread's stack and make it current.
+    ///
+    /// # Safety
+    /// The caller holds a reference on the group at `p` until the returned
+    /// level is dropped (after which the group may be freed).
+    #[inline]
+    pub(crate) unsafe fn push(p: *const GroupInner) -> Level {
+        let Some(rec) = this_thread_rec() else {
+            return Level {
+                rec: ptr::null(),
+                token: 0,
+            };
         };
-    };
-    let p: *const _ = group.inner_ptr().as_ptr();
-    // SAFETY: this thread owns `rec`; the borrow ends in this function.
-    let owner = unsafe { rec.owner_mut() };
-    let token = owner.next_token;
-    owner.next_token = token.wrapping_add(1);
-    let old_top = owner.stack.last().map_or(ptr::null(), |e| e.group);
-    owner.stack.push(Entry { token, group: p });
-    let _ = CURRENT.try_with(|c| c.group.set(p));
-    if old_top != p {
-        switch(rec, owner, p);
-    }
-    EnterGuard {
-        group: Some(group),
-        rec,
-        token,
-        _not_send: PhantomData,
+        // SAFETY: this thread owns `rec`; the borrow ends in this function.
+        let owner = unsafe { rec.owner_mut() };
+        let token = owner.next_token;
+        owner.next_token = token.wrapping_add(1);
+        let old_top = owner.stack.last().map_or(ptr::null(), |e| e.group);
+        owner.stack.push(Entry { token, group: p });
+        let _ = CURRENT.try_with(|c| c.group.set(p));
+        if old_top != p {
+            switch(rec, owner, p);
+        }
+        Level { rec, token }
     }
 }
 
-impl Drop for EnterGuard {
-    /// Leave this guard's level (see the module docs for out-of-order
-    /// drops), then drop the group reference.
+impl Drop for Level {
+    /// Leave this level (see the module docs for out-of-order drops). The
+    /// caller's reference on the group is dropped after this.
+    #[inline]
     fn drop(&mut self) {
         if self.rec.is_null() {
             return;
         }
-        // SAFETY: records are never freed, and a guard is dropped on the
-        // thread that made it (it is `!Send`), which owns the record while
-        // the guard's level is on its stack.
+        // SAFETY: records are never freed, and a level is dropped on the
+        // thread that pushed it (it is `!Send`), which owns the record
+        // while the level is on its stack.
         let rec: &'static ThreadRec = unsafe { &*self.rec };
         // SAFETY: as above; the borrow ends before `release_rec`.
         let owner = unsafe { rec.owner_mut() };
@@ -309,8 +337,18 @@ impl Drop for EnterGuard {
                 release_rec(c, rec);
             }
         });
-        // `self.group` is dropped after this: the group is no longer
-        // current anywhere it was through this guard.
+    }
+}
+
+/// Push `group` on this thread's stack and make it current.
+fn push(group: Group) -> EnterGuard {
+    // SAFETY: the guard holds `group` and drops the level first (field
+    // order).
+    let level = unsafe { Level::push(group.inner_ptr().as_ptr()) };
+    EnterGuard {
+        level,
+        group,
+        _not_send: PhantomData,
     }
 }
 
@@ -328,6 +366,11 @@ impl Rstat {
 }
 
 impl Group {
+    /// The parent, without taking a reference.
+    pub(crate) fn parent_ref(&self) -> Option<&Group> {
+        self.inner().parent.as_ref()
+    }
+
     /// Whether this group belongs to `rs`.
     pub fn belongs_to(&self, rs: &Rstat) -> bool {
         std::sync::Arc::ptr_eq(&self.inner().engine, &rs.root().inner().engine)
