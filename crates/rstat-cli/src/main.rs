@@ -81,6 +81,9 @@ enum BenchName {
     PercpuRef,
     /// Memory charge/uncharge through the per-CPU stock vs eager atomics.
     Charge,
+    /// Issue 11: enter/exit and scoped-poll cost vs a thread-clock pair;
+    /// accuracy of a hog's CPU time.
+    Enter,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -256,6 +259,19 @@ fn main() -> ExitCode {
                     json,
                     &rstat_lab::charge_bench::run(&cfg),
                     rstat_lab::charge_bench::table,
+                )
+            }
+            BenchName::Enter => {
+                let mut cfg = rstat_lab::enter_bench::Config::default();
+                if quick {
+                    cfg.iters = 20_000;
+                    cfg.samples = 1;
+                    cfg.hog = Duration::from_millis(100);
+                }
+                emit(
+                    json,
+                    &rstat_lab::enter_bench::run(&cfg),
+                    rstat_lab::enter_bench::table,
                 )
             }
             BenchName::PageCounter => {
