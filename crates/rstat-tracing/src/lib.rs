@@ -121,7 +121,10 @@ impl GroupLayer {
 
     /// Values name children of `parent`, created on first sight. A value
     /// that is not a valid group name (empty, with `/`, too long) gives no
-    /// group.
+    /// group. Every distinct value makes a group that lives until someone
+    /// removes it: where values come from outside (request headers), use
+    /// [`by_path`](Self::by_path) over groups you create, or a rule that
+    /// bounds them.
     pub fn children_of(field: &'static str, parent: Group) -> Self {
         Self::new(field, move |v| match parent.child(v) {
             Some(g) => Some(g),

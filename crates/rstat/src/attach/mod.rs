@@ -76,9 +76,11 @@
 //!   not the innermost removes only its own level: nothing changes until
 //!   the inner guards drop too (entered A, then B; dropping A keeps B
 //!   current; dropping B then leaves the thread in no group).
-//! - **A guard that is leaked** (`mem::forget`) keeps its level, so its
-//!   group stays current on that thread under any later enters, like a
-//!   leaked lock guard keeps its lock.
+//! - **A guard that is leaked** (`mem::forget`) keeps its level on the
+//!   thread's stack for the rest of the thread: its group is current
+//!   whenever no level above it is (like a leaked lock guard keeps its
+//!   lock), and its reference is never dropped. The thread is charged up
+//!   to its exit.
 //! - **Removed groups.** [`Group::enter`] on a group that was removed
 //!   enters its nearest live ancestor instead (the root is live while its
 //!   `Rstat` is); [`Group::try_enter`] refuses with [`Error::Removed`]
