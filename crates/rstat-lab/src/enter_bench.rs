@@ -17,10 +17,14 @@
 //! - **poll**: a future that is never ready, polled bare and wrapped by
 //!   [`Group::scope`]; the overhead is the difference.
 //!
+//! - **sampled enter + exit**: the same as enter + exit in
+//!   [`CpuMode::Sampled`], which reads no clock on enter or exit.
+//!
 //! Then a **hog**: one thread enters a group, burns `hog` of its CPU time
 //! (by its own clock), leaves; the error is the group's `usage_usec` (an
 //! exact read) against the thread's clock over the same span. The kernel's
-//! selftest `test_cpucg_stats` allows 1% for a 2 s hog.
+//! selftest `test_cpucg_stats` allows 1% for a 2 s hog. The same hog runs
+//! again in sampled mode with a 10 ms charge period.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -28,7 +32,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use rstat::attach::thread_cpu_time;
+use rstat::attach::{set_charge_period, set_cpu_mode, thread_cpu_time, CpuMode};
 use rstat::{Group, Rstat};
 use serde::Serialize;
 
@@ -85,6 +89,17 @@ pub struct Report {
     pub hog_user_usec: i64,
     /// See `hog_user_usec`.
     pub hog_system_usec: i64,
+    /// ns per `drop(group.enter())` in `CpuMode::Sampled` (no clock read).
+    pub sampled_enter_exit_ns: f64,
+    /// sampled_enter_exit_ns / thread_clock_pair_ns.
+    pub sampled_enter_exit_vs_clock_pair: f64,
+    /// The hog's error in `CpuMode::Sampled` with a 10 ms charge period,
+    /// percent.
+    pub sampled_hog_usage_error_pct: f64,
+    /// The sampled hog's clock and usage, µs.
+    pub sampled_hog_clock_usec: u64,
+    /// See `sampled_hog_clock_usec`.
+    pub sampled_hog_usage_usec: i64,
     /// Operations per figure per sample.
     pub iters: u64,
     /// Samples per figure.
@@ -176,7 +191,7 @@ pub fn run(cfg: &Config) -> Report {
     pin_to_cpu(0);
     // Warm up: the thread's record, the charger, the caches.
     enter_exit(&g, 1000);
-    let mut v: [Vec<f64>; 6] = Default::default();
+    let mut v: [Vec<f64>; 7] = Default::default();
     for _ in 0..samples {
         v[0].push(clock_pair(iters));
         v[1].push(enter_exit(&g, iters));
@@ -190,33 +205,46 @@ pub fn run(cfg: &Config) -> Report {
         });
         v[4].push(polls(Pending(0), iters));
         v[5].push(polls(g.scope(Pending(0)), iters));
+        set_cpu_mode(CpuMode::Sampled);
+        v[6].push(enter_exit(&g, iters));
+        set_cpu_mode(CpuMode::Exact);
     }
-    let [clock, ee, nested, same, bare, scoped] = v.map(median);
+    let [clock, ee, nested, same, bare, scoped, sampled_ee] = v.map(median);
 
+    let cpu = match rs.cpu() {
+        Some(c) => c.clone(),
+        None => panic!("the cpu controller is built in"),
+    };
     // The hog, on a thread of its own (its clock starts near zero).
-    let hog_group = must(rs.root().create_child("hog"));
-    let hg = hog_group.clone();
-    let hog = cfg.hog;
-    let clock_span = std::thread::spawn(move || {
-        pin_to_cpu(0);
-        let _g = hg.enter();
-        burn(hog)
-        // The guard drops after the span is measured: the charge covers
-        // the span plus the exit's own clock read.
-    })
-    .join()
-    .unwrap_or_default();
-    let Some(cpu) = rs.cpu() else {
-        panic!("the cpu controller is built in");
+    let run_hog = |name: &str| {
+        let hog_group = must(rs.root().create_child(name));
+        let hg = hog_group.clone();
+        let hog = cfg.hog;
+        let clock_span = std::thread::spawn(move || {
+            pin_to_cpu(0);
+            let _g = hg.enter();
+            burn(hog)
+            // The guard drops after the span is measured: the charge covers
+            // the span plus the exit's own clock read.
+        })
+        .join()
+        .unwrap_or_default();
+        let s = must(cpu.read_exact(&hog_group));
+        let usage = s.get("usage_usec").unwrap_or(0);
+        let clock_us = clock_span.as_micros() as u64;
+        let err = if clock_us == 0 {
+            f64::NAN
+        } else {
+            (usage - clock_us as i64).unsigned_abs() as f64 / clock_us as f64 * 100.0
+        };
+        (s, usage, clock_us, err)
     };
-    let s = must(cpu.read_exact(&hog_group));
-    let usage = s.get("usage_usec").unwrap_or(0);
-    let clock_us = clock_span.as_micros() as u64;
-    let err = if clock_us == 0 {
-        f64::NAN
-    } else {
-        (usage - clock_us as i64).unsigned_abs() as f64 / clock_us as f64 * 100.0
-    };
+    let (s, usage, clock_us, err) = run_hog("hog");
+    let _ = set_charge_period(Some(Duration::from_millis(10)));
+    set_cpu_mode(CpuMode::Sampled);
+    let (_, s_usage, s_clock_us, s_err) = run_hog("sampled-hog");
+    set_cpu_mode(CpuMode::Exact);
+    let _ = set_charge_period(Some(rstat::attach::DEFAULT_CHARGE_PERIOD));
     unpin();
     Report {
         enter_exit_ns: round(ee, 1),
@@ -232,6 +260,11 @@ pub fn run(cfg: &Config) -> Report {
         hog_usage_usec: usage,
         hog_user_usec: s.get("user_usec").unwrap_or(0),
         hog_system_usec: s.get("system_usec").unwrap_or(0),
+        sampled_enter_exit_ns: round(sampled_ee, 1),
+        sampled_enter_exit_vs_clock_pair: round(sampled_ee / clock, 3),
+        sampled_hog_usage_error_pct: round(s_err, 4),
+        sampled_hog_clock_usec: s_clock_us,
+        sampled_hog_usage_usec: s_usage,
         iters,
         samples,
         loadavg_1m: loadavg(),
@@ -255,7 +288,9 @@ pub fn table(r: &Report) -> String {
          {:<34} {:>10.1}\n{:<34} {:>10.1}\n{:<34} {:>10.1}\n{:<34} {:>10.1}\n\
          {:<34} {:>10.1}\n{:<34} {:>10.1}\n{:<34} {:>10.1}\n\n\
          enter + exit / clock pair: {:.3}x (target <= 1.5)\n\
-         hog: {} µs by its own clock, usage_usec {} (user {}, system {}): error {:.4}% (target <= 1)\n{}",
+         hog: {} µs by its own clock, usage_usec {} (user {}, system {}): error {:.4}% (target <= 1)\n\n\
+         sampled mode (no clock read on enter/exit; 10 ms charge period):\n\
+         enter + exit {:.1} ns = {:.3}x the clock pair; hog {} µs by its clock, usage_usec {}: error {:.4}%\n{}",
         r.iters,
         r.samples,
         r.machine.line(),
@@ -281,6 +316,11 @@ pub fn table(r: &Report) -> String {
         r.hog_user_usec,
         r.hog_system_usec,
         r.hog_usage_error_pct,
+        r.sampled_enter_exit_ns,
+        r.sampled_enter_exit_vs_clock_pair,
+        r.sampled_hog_clock_usec,
+        r.sampled_hog_usage_usec,
+        r.sampled_hog_usage_error_pct,
         busy
     )
 }

@@ -252,6 +252,16 @@ pub(crate) fn release_rec(c: &Current, rec: &'static ThreadRec) {
 /// feed's group up to now, then switch the feed.
 #[inline]
 pub(crate) fn switch(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) {
+    if feed::sampled() {
+        // No clock read: the charger attributes the time at its samples.
+        feed::lock(&rec.feed).group = to;
+        return;
+    }
+    switch_exact(rec, owner, to);
+}
+
+/// [`switch`] with a clock read whatever the mode.
+pub(crate) fn switch_exact(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) {
     let now = clock::thread_cpu_ns();
     let frac = now.and_then(|n| owner.split.resample(n));
     let mut f = feed::lock(&rec.feed);
@@ -276,7 +286,7 @@ pub(crate) fn charge_this_thread() {
         // SAFETY: as above; the borrow ends here.
         let owner = unsafe { rec.owner_mut() };
         let top = owner.stack.last().map_or(ptr::null(), |e| e.group);
-        switch(rec, owner, top);
+        switch_exact(rec, owner, top);
     });
 }
 

@@ -32,6 +32,7 @@
 //! charger never reads the clock of a thread that is gone (a dead thread's
 //! id could name a later thread).
 
+use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::clock::{self, split};
@@ -39,6 +40,59 @@ use crate::controller::counters::add_many_css;
 use crate::engine::CPU_STAT_NAMES;
 use crate::group::GroupInner;
 use crate::sync::Ordering;
+
+/// How a thread's CPU time is attributed to its groups (process-wide).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CpuMode {
+    /// Read the thread's CPU clock at every change of its current group
+    /// and charge the slice to the group it leaves: exact to the µs, one
+    /// `clock_gettime` system call per change (the default).
+    Exact,
+    /// No clock read on enter or exit: the periodic charger reads each
+    /// thread's clock once per charge period and charges the whole
+    /// interval to the group current at that moment (a sampling profiler's
+    /// attribution). Enter and exit cost a lock and a store. Error: each
+    /// interval's time goes to the group current at its end, so a stay in
+    /// a group is charged the time from the last sample before it entered
+    /// to the last sample before it left: off by up to one period at each
+    /// end (over- and under-charge alike, so they cancel on average over
+    /// many stays), and time a thread spends in no group is dropped only
+    /// if it is in no group at a sample. Threads that switch groups many
+    /// times per period are attributed in proportion to the chance of
+    /// being in each group at a sample (their wall-clock share while
+    /// running, not their CPU share if they block inside groups). Set the
+    /// charge period to the granularity wanted ([`set_charge_period`],
+    /// e.g. 10 ms). The user/system split is not re-sampled in this mode.
+    ///
+    /// [`set_charge_period`]: super::set_charge_period
+    Sampled,
+}
+
+static SAMPLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether [`CpuMode::Sampled`] is on (one relaxed load: a mode change
+/// needs no ordering with anything; see [`set_cpu_mode`]).
+#[inline(always)]
+pub(crate) fn sampled() -> bool {
+    SAMPLED.load(StdOrdering::Relaxed)
+}
+
+/// Choose how CPU time is attributed, process-wide ([`CpuMode`]). Takes
+/// effect at each thread's next change of group; a thread's first change
+/// after a switch to [`CpuMode::Exact`] charges the time since the last
+/// sample to the group it leaves.
+pub fn set_cpu_mode(mode: CpuMode) {
+    SAMPLED.store(mode == CpuMode::Sampled, StdOrdering::Relaxed);
+}
+
+/// The current [`CpuMode`].
+pub fn cpu_mode() -> CpuMode {
+    if sampled() {
+        CpuMode::Sampled
+    } else {
+        CpuMode::Exact
+    }
+}
 
 /// Where a thread's CPU time goes now; see the module docs.
 pub(crate) struct Feed {
@@ -133,7 +187,10 @@ fn charge(group: &GroupInner, usec: u64, user_frac: u32) {
 /// and advance its feed (the periodic charger's step).
 pub(crate) fn charge_from_outside(feed: &Mutex<Feed>) {
     let mut f = lock(feed);
-    if f.group.is_null() {
+    // In sampled mode the clock of a thread in no group is read too, so
+    // that its time there is dropped now rather than charged to the group
+    // it enters next.
+    if f.group.is_null() && !sampled() {
         return;
     }
     let Some(id) = f.clock else { return };

@@ -136,6 +136,7 @@ use current::{release_rec, switch, this_thread_rec, Entry, ThreadRec, CURRENT};
 
 pub use charger::{charge_all_threads, charge_period, set_charge_period, DEFAULT_CHARGE_PERIOD};
 pub use clock::thread_cpu_time;
+pub use feed::{cpu_mode, set_cpu_mode, CpuMode};
 pub use scope::{FutureExt, Scoped};
 
 /// Charge the calling thread's current group for its CPU time up to now,
