@@ -45,6 +45,13 @@
 //! and each slice's charge is within 1 µs of its time (see `feed.rs`).
 //! Time outside any group is not charged (enter the root to charge it).
 //!
+//! **A cheaper mode.** [`CpuMode::Sampled`] ([`set_cpu_mode`]) reads no
+//! clock on enter or exit (a lock and a store, tens of ns instead of a
+//! system call): the charger attributes each period's time to the group
+//! current at its end, off by up to one period at each end of a stay in
+//! a group (see [`CpuMode`] for its error). `rstat bench enter` measures
+//! both side by side.
+//!
 //! **User and system time.** `getrusage(RUSAGE_THREAD)` gives the split,
 //! but the kernel only samples it at ticks and scales it to the runtime,
 //! and it costs a second system call. So each charge is split in the
