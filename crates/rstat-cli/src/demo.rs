@@ -1,9 +1,11 @@
 //! `rstat demo`: a small multi-tenant server on rstat.
 //!
 //! Worker threads serve "requests" for three tenants. Each request gets its
-//! own group under `tenant/service/`, is charged the CPU time the thread
-//! really spent on it (`CLOCK_THREAD_CPUTIME_ID`, split into user and system with `getrusage`) and request counters,
-//! and is removed when done: its history folds into the service and tenant,
+//! own group under `tenant/service/`; the worker enters it while serving
+//! (`req.enter()`), so the CPU time the thread spends on it is charged to
+//! it by rstat's attach feed (the thread's own CPU clock, split into user
+//! and system time; no manual accounting), and counts its request
+//! counters. It is removed when done: its history folds into the service and tenant,
 //! so nothing is lost even though the request groups come and go. Each
 //! request also charges its working buffer to the memory controller for as
 //! long as it runs; tenants have `memory.max` limits, and a request whose
@@ -17,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rstat::attach::thread_cpu_time;
 use rstat::memory::{Memory, MemoryError, MemoryEvent};
 use rstat::{Group, Rstat};
 
@@ -38,30 +41,6 @@ pub struct Options {
     pub listen: Option<String>,
     /// Allow `listen` on a non-loopback address.
     pub allow_remote: bool,
-}
-
-/// This thread's CPU time in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`: the
-/// scheduler's exact runtime, unlike rusage's tick-sampled split).
-fn thread_cputime_ns() -> u64 {
-    // SAFETY: a zeroed timespec is a valid output buffer.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer; the clock id is a constant.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// (user, system) microseconds from `getrusage(RUSAGE_THREAD)`.
-fn thread_cputime_usec() -> (u64, u64) {
-    // SAFETY: a zeroed rusage is a valid output buffer.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer; RUSAGE_THREAD is the calling thread.
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
-        return (0, 0);
-    }
-    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    (us(ru.ru_utime), us(ru.ru_stime))
 }
 
 /// Run the demo; returns whether the final totals were exact.
@@ -86,6 +65,10 @@ pub fn run(opts: &Options) -> Result<bool, Box<dyn std::error::Error>> {
     let served = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
+    // CPU time the workers spent from just before entering a request's
+    // group to just after leaving it, in µs: what the groups can have been
+    // charged at most.
+    let around_usec = Arc::new(AtomicU64::new(0));
     println!(
         "rstat demo: {} worker threads, {} tenants x {} services, one group per request; {} CPU slots, cpu id from {}",
         opts.threads,
@@ -96,8 +79,8 @@ pub fn run(opts: &Options) -> Result<bool, Box<dyn std::error::Error>> {
     );
     let workers: Vec<_> = (0..opts.threads)
         .map(|w| {
-            let (rs, reqs, mem, services, stop, served, bytes, refused) = (
-                Arc::clone(&rs),
+            let around_usec = Arc::clone(&around_usec);
+            let (reqs, mem, services, stop, served, bytes, refused) = (
                 reqs.clone(),
                 mem.clone(),
                 services.clone(),
@@ -140,22 +123,27 @@ pub fn run(opts: &Options) -> Result<bool, Box<dyn std::error::Error>> {
                             }
                             Err(e) => return Err(e.into()),
                         };
-                        let (t0, (_, s0)) = (thread_cputime_ns(), thread_cputime_usec());
-                        // The "work": hash the buffer.
-                        let mut h = 0u64;
-                        for i in 0..size * 8 {
-                            h = h.rotate_left(5) ^ (i as u64).wrapping_mul(0x9e3779b97f4a7c15);
+                        let t0 = thread_cpu_time();
+                        {
+                            // The request's group is this thread's current
+                            // group while it is served: its CPU time is
+                            // charged to it when the guard drops (and by
+                            // the periodic charger meanwhile).
+                            let _in = req.enter();
+                            // The "work": hash the buffer.
+                            let mut h = 0u64;
+                            for i in 0..size * 8 {
+                                h = h.rotate_left(5) ^ (i as u64).wrapping_mul(0x9e3779b97f4a7c15);
+                            }
+                            std::hint::black_box(h);
+                            reqs.add(&req, 0, 1)?;
+                            reqs.add(&req, 1, size as i64)?;
+                            reqs.add(&req, 2, (size / 4) as i64)?;
                         }
-                        std::hint::black_box(h);
-                        let (t1, (_, s1)) = (thread_cputime_ns(), thread_cputime_usec());
-                        // Exact total from the scheduler clock; the system share
-                        // from rusage (tick-sampled), the rest is user time.
-                        let total = (t1.saturating_sub(t0) + 500) / 1000;
-                        let system = s1.saturating_sub(s0).min(total);
-                        rs.account_cputime(&req, total - system, system)?;
-                        reqs.add(&req, 0, 1)?;
-                        reqs.add(&req, 1, size as i64)?;
-                        reqs.add(&req, 2, (size / 4) as i64)?;
+                        // Rounded up: a request's charge is cut at µs
+                        // boundaries of the same clock.
+                        let around = (thread_cpu_time() - t0).as_nanos() as u64;
+                        around_usec.fetch_add(around.div_ceil(1000) + 1, Ordering::Relaxed);
                         served.fetch_add(1, Ordering::Relaxed);
                         bytes.fetch_add(size as u64, Ordering::Relaxed);
                         drop(charge);
@@ -188,6 +176,16 @@ pub fn run(opts: &Options) -> Result<bool, Box<dyn std::error::Error>> {
         }
     }
     let root = reqs.read_exact(rs.root())?;
+    let cpu_root = match rs.cpu() {
+        Some(c) => c.read_exact(rs.root())?,
+        None => return Err("the demo's engine has no cpu controller".into()),
+    };
+    let (usage, user, system) = (
+        cpu_root.get("usage_usec").unwrap_or(-1),
+        cpu_root.get("user_usec").unwrap_or(-1),
+        cpu_root.get("system_usec").unwrap_or(-1),
+    );
+    let around = around_usec.load(Ordering::Relaxed) as i64;
     mem.drain_stocks(rs.root())?;
     let mem_left = mem.current(rs.root())?;
     let refused = refused.load(Ordering::Relaxed);
@@ -195,9 +193,18 @@ pub fn run(opts: &Options) -> Result<bool, Box<dyn std::error::Error>> {
         served.load(Ordering::Relaxed) as i64,
         bytes.load(Ordering::Relaxed) as i64,
     );
+    // Every request's CPU time went to its group through the enter guards:
+    // some was charged, no more than the workers spent around the
+    // requests, and user + system add up to usage.
+    let cpu_ok = want_r == 0 || (usage > 0 && usage <= around && user + system == usage);
     let exact = root.get("requests") == Some(want_r)
         && root.get("bytes_in") == Some(want_b)
-        && mem_left == 0;
+        && mem_left == 0
+        && cpu_ok;
+    println!(
+        "\ncpu (charged through enter guards): usage {usage} µs (user {user}, system {system}) of {around} µs the workers spent around requests -> {}",
+        if cpu_ok { "consistent" } else { "MISMATCH" }
+    );
     println!(
         "\nfinal: {} requests served, {} refused at memory.max, {} request groups created and removed;\n       root totals: requests {} bytes_in {}, memory left charged {} B -> {}",
         want_r,
@@ -226,7 +233,13 @@ fn render(
     );
     let mut stack = vec![rs.root().clone()];
     while let Some(g) = stack.pop() {
-        let cpu = rs.cpu_stat(&g)?;
+        // An exact read, as the kernel's `cpu.stat` flushes on every read:
+        // a request's charge (tens of µs) is below the `Threshold` policy's
+        // unit, so lock-free reads would wait for the periodic flush.
+        let cpu = match rs.cpu() {
+            Some(c) => c.read_exact(&g)?,
+            None => return Err("the demo's engine has no cpu controller".into()),
+        };
         let r = reqs.read(&g)?;
         let kids = g.children();
         let name = if g.depth() == 0 {

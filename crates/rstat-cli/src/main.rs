@@ -135,6 +135,9 @@ enum BenchName {
     Charge,
     /// One Prometheus scrape of 1k/10k/100k groups: series, bytes, time.
     Scrape,
+    /// Issue 11: enter/exit and scoped-poll cost vs a thread-clock pair;
+    /// accuracy of a hog's CPU time.
+    Enter,
     /// Every experiment, into one report (needs `--out DIR`).
     All,
 }
@@ -452,6 +455,19 @@ fn main() -> ExitCode {
                         ExitCode::FAILURE
                     }
                 }
+            }
+            BenchName::Enter => {
+                let mut cfg = rstat_lab::enter_bench::Config::default();
+                if quick {
+                    cfg.iters = 20_000;
+                    cfg.samples = 1;
+                    cfg.hog = Duration::from_millis(100);
+                }
+                emit(
+                    json,
+                    &rstat_lab::enter_bench::run(&cfg),
+                    rstat_lab::enter_bench::table,
+                )
             }
             BenchName::PageCounter => {
                 let cpus = match cpus_for("page-counter", cpus) {

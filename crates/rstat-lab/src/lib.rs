@@ -6,6 +6,7 @@
 
 pub mod accuracy;
 pub mod charge_bench;
+pub mod enter_bench;
 pub mod flush_scaling;
 pub mod lab;
 pub mod machine;

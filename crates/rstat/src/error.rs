@@ -109,6 +109,12 @@ pub enum Error {
         /// The period given.
         period: std::time::Duration,
     },
+    /// A periodic CPU-time charger period out of range
+    /// ([`attach::set_charge_period`](crate::attach::set_charge_period)).
+    InvalidChargePeriod {
+        /// The period given.
+        period: std::time::Duration,
+    },
     /// A background thread could not be started.
     Thread {
         /// The system's reason.
@@ -214,6 +220,10 @@ impl fmt::Display for Error {
             Error::UnknownPolicy { name } => write!(
                 f,
                 "unknown flush policy {name:?}; use one of: always, threshold, unified-root, coalesced"
+            ),
+            Error::InvalidChargePeriod { period } => write!(
+                f,
+                "CPU-time charge period {period:?} is out of range; give 1 ms to 24 h, or None to stop the periodic charger"
             ),
             Error::InvalidPeriod { period } => write!(
                 f,

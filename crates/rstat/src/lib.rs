@@ -39,6 +39,10 @@
 //!   controller's `<name>.stat`) and snapshots of a subtree (JSON with the
 //!   `serde` feature); [`group::watch`] tells a reader which groups were
 //!   removed, so none is missed.
+//! - **[`attach`]**: the current group of a thread ([`Group::enter`],
+//!   [`current_group`]) or async task ([`Group::scope`]); the time a
+//!   thread spends inside a group is charged to its `cpu` stats from the
+//!   thread's own CPU clock, on every change of group and periodically.
 //! - **[`page_counter`]**: hierarchical charging with max/high/low/min and
 //!   the kernel's effective protection (seed 002's padded layout).
 //!
@@ -52,6 +56,7 @@
 //! | [`ControllerHandle::read`] | by policy; `Threshold`: nr_cpus loads of the group's per-CPU pending counters, then a lock-free copy (no lock, no system call) unless more than 64 × nr_cpus units (each item in its declared unit) are pending, then as `read_exact` |
 //! | the periodic flusher | one root flush (as `read_exact` of the root) per period |
 //! | [`Group`] clone / drop | one per-CPU reference get / put |
+//! | [`Group::enter`] + drop, a [`Group::scope`]d poll | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` per change of the current group, an uncontended lock and a three-item charge; nothing but the stack push/pop when the group is already current |
 //! | [`Group::create_child`], [`Group::remove`] | the topology lock, arena allocations / one subtree flush per controller |
 //!
 //! # At the edges

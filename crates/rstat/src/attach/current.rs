@@ -22,6 +22,9 @@ use std::cell::{Cell, UnsafeCell};
 use std::ptr::{self, NonNull};
 use std::sync::Mutex;
 
+use super::charger;
+use super::clock::{self, SplitSample};
+use super::feed::{self, Feed};
 use crate::group::{Group, GroupInner};
 
 /// The thread's current group and record. No destructor (checked below).
@@ -109,6 +112,8 @@ pub(crate) struct Owner {
     /// when it first entered): give the record back once the stack is
     /// empty.
     pub(crate) exited: bool,
+    /// Where the user/system split was last sampled.
+    pub(crate) split: SplitSample,
 }
 
 /// A thread's attach state. Lives in [`POOL`]'s storage for the rest of
@@ -117,6 +122,8 @@ pub(crate) struct ThreadRec {
     /// Only the owning thread (the one whose `CURRENT.rec` points here)
     /// reads or writes it.
     owner: UnsafeCell<Owner>,
+    /// Where the thread's CPU time goes; shared with the periodic charger.
+    pub(crate) feed: Mutex<Feed>,
 }
 
 // SAFETY: `owner` is accessed only by the thread the record is assigned
@@ -153,22 +160,44 @@ pub(crate) fn this_thread_rec() -> Option<&'static ThreadRec> {
                 // SAFETY: records are never freed.
                 return unsafe { &*r };
             }
-            let rec: &'static ThreadRec = lock_pool().pop().unwrap_or_else(|| {
-                Box::leak(Box::new(ThreadRec {
-                    owner: UnsafeCell::new(Owner {
-                        stack: Vec::with_capacity(8),
-                        next_token: 0,
-                        exited: false,
-                    }),
-                }))
-            });
+            let pooled = lock_pool().pop();
+            let rec: &'static ThreadRec = match pooled {
+                Some(r) => r,
+                None => {
+                    let r: &'static ThreadRec = Box::leak(Box::new(ThreadRec {
+                        owner: UnsafeCell::new(Owner {
+                            stack: Vec::with_capacity(8),
+                            next_token: 0,
+                            exited: false,
+                            split: SplitSample::default(),
+                        }),
+                        feed: Mutex::new(Feed::new()),
+                    }));
+                    charger::register(r);
+                    r
+                }
+            };
             // Register the exit hook; if this thread's thread-locals are
             // already being destroyed, it never runs: the thread counts as
-            // exited from the start.
+            // exited from the start, and the charger must not read its
+            // clock (it may die without telling).
             let hooked = EXIT.try_with(|_| ()).is_ok();
+            let now = clock::thread_cpu_ns().unwrap_or(0);
+            let (split, user_frac) = SplitSample::first(now);
             // SAFETY: the record was just taken from the pool, so this
             // thread is its only user.
-            unsafe { rec.owner_mut() }.exited = !hooked;
+            let owner = unsafe { rec.owner_mut() };
+            owner.exited = !hooked;
+            owner.split = split;
+            let mut f = feed::lock(&rec.feed);
+            debug_assert!(f.group.is_null(), "a pooled record was in a group");
+            *f = Feed {
+                group: ptr::null(),
+                since_ns: now,
+                clock: if hooked { clock::own_clock_id() } else { None },
+                user_frac,
+            };
+            drop(f);
             c.rec.set(rec);
             rec
         })
@@ -189,6 +218,21 @@ fn thread_exiting() {
         // SAFETY: we own the record; the borrow ends in this block.
         let owner = unsafe { rec.owner_mut() };
         owner.exited = true;
+        // Charge up to now, and stop the charger reading this thread's
+        // clock before the thread can die. Guards that drop later (in other
+        // thread-locals' destructors) still charge from their own clock
+        // reads.
+        let now = clock::thread_cpu_ns();
+        let frac = now.and_then(|n| owner.split.resample(n));
+        let mut f = feed::lock(&rec.feed);
+        if let Some(fr) = frac {
+            f.user_frac = fr;
+        }
+        if let Some(n) = now {
+            f.advance(n);
+        }
+        f.clock = None;
+        drop(f);
         if owner.stack.is_empty() {
             release_rec(c, rec);
         }
@@ -202,6 +246,48 @@ pub(crate) fn release_rec(c: &Current, rec: &'static ThreadRec) {
     let owner = unsafe { rec.owner_mut() };
     owner.exited = false;
     lock_pool().push(rec);
+}
+
+/// The thread's current group changes to `to` (null: none): charge the
+/// feed's group up to now, then switch the feed.
+#[inline]
+pub(crate) fn switch(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) {
+    if feed::sampled() {
+        // No clock read: the charger attributes the time at its samples.
+        feed::lock(&rec.feed).group = to;
+        return;
+    }
+    switch_exact(rec, owner, to);
+}
+
+/// [`switch`] with a clock read whatever the mode.
+pub(crate) fn switch_exact(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) {
+    let now = clock::thread_cpu_ns();
+    let frac = now.and_then(|n| owner.split.resample(n));
+    let mut f = feed::lock(&rec.feed);
+    if let Some(fr) = frac {
+        f.user_frac = fr;
+    }
+    if let Some(n) = now {
+        f.advance(n);
+    }
+    f.group = to;
+}
+
+/// Charge this thread's current group up to now (no switch).
+pub(crate) fn charge_this_thread() {
+    let _ = CURRENT.try_with(|c| {
+        let r = c.rec.get();
+        if r.is_null() {
+            return;
+        }
+        // SAFETY: records are never freed; this thread owns it.
+        let rec = unsafe { &*r };
+        // SAFETY: as above; the borrow ends here.
+        let owner = unsafe { rec.owner_mut() };
+        let top = owner.stack.last().map_or(ptr::null(), |e| e.group);
+        switch_exact(rec, owner, top);
+    });
 }
 
 /// A handle on the current group (one more reference), if any.

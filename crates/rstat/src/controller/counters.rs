@@ -432,39 +432,8 @@ impl StatHandle {
     #[must_use = "items out of range are skipped; compare the count with the number of pairs"]
     #[inline]
     pub fn add_many(&self, items: &[(usize, i64)]) -> usize {
-        let mut applied = 0;
         // SAFETY: `self.group` keeps the css alive.
-        let css = unsafe { &*self.css };
-        if css.section_limit != 0 {
-            // One section per item (the thread may change CPU between two);
-            // the on-list check after each is a load of a line the first
-            // one brought in.
-            for &(item, delta) in items {
-                if item < self.nr_stats {
-                    // SAFETY: item checked.
-                    unsafe { css.update_here(self.nr_cpus, item, delta) };
-                    applied += 1;
-                }
-            }
-            return applied;
-        }
-        let cpu = cpu::fold(cpu::current(), self.nr_cpus);
-        for &(item, delta) in items {
-            if item < self.nr_stats {
-                // SAFETY: cpu folded; item checked.
-                let old = unsafe { css.stats.elem(cpu, item) }
-                    .cur
-                    .fetch_add(delta, crate::sync::Ordering::SeqCst);
-                // SAFETY: as above.
-                unsafe { css.count_update(cpu, item, old, delta) };
-                applied += 1;
-            }
-        }
-        if applied > 0 {
-            // SAFETY: as above.
-            unsafe { css.mark(cpu) };
-        }
-        applied
+        unsafe { add_many_css(&*self.css, self.nr_stats, self.nr_cpus, items) }
     }
 
     /// Item `index` of this handle's controller, checked once: the returned
@@ -645,4 +614,51 @@ impl GroupStats {
     pub fn overflowed(&self) -> bool {
         self.totals.overflows > 0
     }
+}
+
+/// [`StatHandle::add_many`] on a css reached without a handle (the
+/// attach module's CPU-time feed). Items `>= nr_stats` are skipped;
+/// returns how many were applied.
+///
+/// # Safety
+/// `css` is live for the call (its group is referenced by someone) and has
+/// `nr_stats` items; `nr_cpus` is its engine's.
+#[inline]
+pub(crate) unsafe fn add_many_css(
+    css: &Css,
+    nr_stats: usize,
+    nr_cpus: usize,
+    items: &[(usize, i64)],
+) -> usize {
+    let mut applied = 0;
+    if css.section_limit != 0 {
+        // One section per item (the thread may change CPU between two);
+        // the on-list check after each is a load of a line the first
+        // one brought in.
+        for &(item, delta) in items {
+            if item < nr_stats {
+                // SAFETY: item checked.
+                unsafe { css.update_here(nr_cpus, item, delta) };
+                applied += 1;
+            }
+        }
+        return applied;
+    }
+    let cpu = cpu::fold(cpu::current(), nr_cpus);
+    for &(item, delta) in items {
+        if item < nr_stats {
+            // SAFETY: cpu folded; item checked.
+            let old = unsafe { css.stats.elem(cpu, item) }
+                .cur
+                .fetch_add(delta, crate::sync::Ordering::SeqCst);
+            // SAFETY: as above.
+            unsafe { css.count_update(cpu, item, old, delta) };
+            applied += 1;
+        }
+    }
+    if applied > 0 {
+        // SAFETY: as above.
+        unsafe { css.mark(cpu) };
+    }
+    applied
 }

@@ -65,6 +65,9 @@ pub const MAX_CONTROLLERS: usize = if cfg!(rstat_loom) { 4 } else { 16 };
 /// per (group, CPU), 6.5% of a 1 s sample per CPU per group).
 pub const CPU_STAT_NAMES: [&str; 3] = ["usage_usec", "user_usec", "system_usec"];
 
+/// The `cpu` controller's id in an engine that has it (registered first).
+pub(crate) const CPU_CTL_ID: usize = 0;
+
 pub(crate) struct Topology {
     pub(crate) controllers: Vec<Arc<CtlEntry>>,
     pub(crate) exts: Vec<Arc<dyn ErasedExt>>,
@@ -101,6 +104,10 @@ pub(crate) struct EngineInner {
     /// by [`Memory::register`](crate::memory::Memory::register); weak, as
     /// the controller holds the engine).
     pub(crate) memory: std::sync::OnceLock<std::sync::Weak<crate::memory::MemoryInner>>,
+    /// The built-in `cpu` controller's id, if the engine has it (it is
+    /// registered first, so always 0): where the attach module's feed
+    /// charges thread CPU time.
+    pub(crate) cpu_ctl_id: Option<usize>,
 }
 
 impl EngineInner {
@@ -361,6 +368,7 @@ impl Builder {
             removal_watchers: Mutex::new(Vec::new()),
             removal_watch_depth: AtomicUsize::new(0),
             memory: std::sync::OnceLock::new(),
+            cpu_ctl_id: self.cpu_controller.then_some(CPU_CTL_ID),
             arena: Mutex::new(Arena::new(nr_cpus)),
             topo: Mutex::new(Topology {
                 controllers: Vec::new(),
@@ -381,7 +389,12 @@ impl Builder {
             periodic: std::sync::Mutex::new(None),
         };
         if self.cpu_controller {
-            rs.cpu = Some(rs.register(CounterSetController::new("cpu", &CPU_STAT_NAMES))?);
+            let cpu = rs.register(CounterSetController::new("cpu", &CPU_STAT_NAMES))?;
+            debug_assert_eq!(
+                cpu.ctl.id, CPU_CTL_ID,
+                "the cpu controller is registered first"
+            );
+            rs.cpu = Some(cpu);
         }
         if let Some(p) = self.periodic {
             rs.set_periodic_flush(Some(p))?;

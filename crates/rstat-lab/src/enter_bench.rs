@@ -1,0 +1,326 @@
+//! `rstat bench enter`: the cost of attaching work to groups, and the
+//! accuracy of the CPU time charged.
+//!
+//! Measured side by side on one pinned thread, interleaved sample by
+//! sample (the median of the samples is reported):
+//!
+//! - **thread clock pair** (the baseline): two
+//!   `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` calls, the floor under any
+//!   exact per-thread attribution (an enter and an exit each must read the
+//!   clock once);
+//! - **enter + exit**: `drop(group.enter())` from a thread in no group:
+//!   two clock reads, the feed's lock twice, one charge of the slice;
+//! - **nested enter + exit**: the same inside another group: the outer
+//!   group is charged on the way in too;
+//! - **re-enter**: entering the group that is already current (no clock
+//!   read at all);
+//! - **poll**: a future that is never ready, polled bare and wrapped by
+//!   [`Group::scope`]; the overhead is the difference.
+//!
+//! - **sampled enter + exit**: the same as enter + exit in
+//!   [`CpuMode::Sampled`], which reads no clock on enter or exit.
+//!
+//! Then a **hog**: one thread enters a group, burns `hog` of its CPU time
+//! (by its own clock), leaves; the error is the group's `usage_usec` (an
+//! exact read) against the thread's clock over the same span. The kernel's
+//! selftest `test_cpucg_stats` allows 1% for a 2 s hog. The same hog runs
+//! again in sampled mode with a 10 ms charge period.
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use rstat::attach::{set_charge_period, set_cpu_mode, thread_cpu_time, CpuMode};
+use rstat::{Group, Rstat};
+use serde::Serialize;
+
+use crate::machine::{median, pin_to_cpu, round, unpin, Machine};
+
+/// Settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Operations per figure per sample.
+    pub iters: u64,
+    /// Samples per figure (interleaved; the median is reported).
+    pub samples: usize,
+    /// CPU time the hog burns inside its group.
+    pub hog: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            iters: 200_000,
+            samples: 7,
+            hog: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Results.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// ns per `drop(group.enter())` from a thread in no group.
+    pub enter_exit_ns: f64,
+    /// ns per two `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` calls.
+    pub thread_clock_pair_ns: f64,
+    /// enter_exit_ns / thread_clock_pair_ns (target <= 1.5).
+    pub enter_exit_vs_clock_pair: f64,
+    /// ns per enter + exit of a group inside another group.
+    pub nested_enter_exit_ns: f64,
+    /// ns per enter + exit of the group already current (no clock read).
+    pub reenter_ns: f64,
+    /// ns per bare poll of a pending future.
+    pub bare_poll_ns: f64,
+    /// ns per poll of the same future wrapped by `Group::scope`.
+    pub scoped_poll_ns: f64,
+    /// scoped_poll_ns - bare_poll_ns.
+    pub poll_overhead_ns: f64,
+    /// |usage_usec - the hog's own clock| / its clock, in percent
+    /// (target <= 1).
+    pub hog_usage_error_pct: f64,
+    /// The hog's CPU time by its own clock, µs.
+    pub hog_clock_usec: u64,
+    /// The hog group's `usage_usec`.
+    pub hog_usage_usec: i64,
+    /// Its `user_usec` and `system_usec` (sum: `usage_usec`).
+    pub hog_user_usec: i64,
+    /// See `hog_user_usec`.
+    pub hog_system_usec: i64,
+    /// ns per `drop(group.enter())` in `CpuMode::Sampled` (no clock read).
+    pub sampled_enter_exit_ns: f64,
+    /// sampled_enter_exit_ns / thread_clock_pair_ns.
+    pub sampled_enter_exit_vs_clock_pair: f64,
+    /// The hog's error in `CpuMode::Sampled` with a 10 ms charge period,
+    /// percent.
+    pub sampled_hog_usage_error_pct: f64,
+    /// The sampled hog's clock and usage, µs.
+    pub sampled_hog_clock_usec: u64,
+    /// See `sampled_hog_clock_usec`.
+    pub sampled_hog_usage_usec: i64,
+    /// Operations per figure per sample.
+    pub iters: u64,
+    /// Samples per figure.
+    pub samples: usize,
+    /// The 1-minute load average when the run ended (above the online
+    /// CPUs: the machine was busy and the figures are noisy).
+    pub loadavg_1m: f64,
+    /// The machine.
+    pub machine: Machine,
+}
+
+fn must<T>(r: rstat::Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("enter bench setup: {e}"),
+    }
+}
+
+fn ns_per(iters: u64, f: impl FnOnce()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_nanos() as f64 / iters as f64
+}
+
+fn clock_pair(iters: u64) -> f64 {
+    ns_per(iters, || {
+        for _ in 0..iters {
+            black_box(thread_cpu_time());
+            black_box(thread_cpu_time());
+        }
+    })
+}
+
+fn enter_exit(g: &Group, iters: u64) -> f64 {
+    ns_per(iters, || {
+        for _ in 0..iters {
+            drop(black_box(g.enter()));
+        }
+    })
+}
+
+/// A future that is never ready and does a little work per poll.
+struct Pending(u64);
+
+impl Future for Pending {
+    type Output = ();
+    fn poll(mut self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        self.0 = black_box(self.0.wrapping_add(1));
+        Poll::Pending
+    }
+}
+
+fn polls<F: Future>(fut: F, iters: u64) -> f64 {
+    let mut fut = pin!(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    ns_per(iters, || {
+        for _ in 0..iters {
+            black_box(fut.as_mut().poll(&mut cx).is_pending());
+        }
+    })
+}
+
+fn burn(d: Duration) -> Duration {
+    let start = thread_cpu_time();
+    let mut x = 0u64;
+    while thread_cpu_time() - start < d {
+        for i in 0..2000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        black_box(x);
+    }
+    thread_cpu_time() - start
+}
+
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// Run the benchmark.
+pub fn run(cfg: &Config) -> Report {
+    let rs = must(Rstat::builder().periodic_flush(None).build());
+    let outer = must(rs.root().create_child("outer"));
+    let g = must(outer.create_child("bench"));
+    let iters = cfg.iters.max(1);
+    let samples = cfg.samples.max(1);
+    pin_to_cpu(0);
+    // Warm up: the thread's record, the charger, the caches.
+    enter_exit(&g, 1000);
+    let mut v: [Vec<f64>; 7] = Default::default();
+    for _ in 0..samples {
+        v[0].push(clock_pair(iters));
+        v[1].push(enter_exit(&g, iters));
+        v[2].push({
+            let _outer = outer.enter();
+            enter_exit(&g, iters)
+        });
+        v[3].push({
+            let _already = g.enter();
+            enter_exit(&g, iters)
+        });
+        v[4].push(polls(Pending(0), iters));
+        v[5].push(polls(g.scope(Pending(0)), iters));
+        set_cpu_mode(CpuMode::Sampled);
+        v[6].push(enter_exit(&g, iters));
+        set_cpu_mode(CpuMode::Exact);
+    }
+    let [clock, ee, nested, same, bare, scoped, sampled_ee] = v.map(median);
+
+    let cpu = match rs.cpu() {
+        Some(c) => c.clone(),
+        None => panic!("the cpu controller is built in"),
+    };
+    // The hog, on a thread of its own (its clock starts near zero).
+    let run_hog = |name: &str| {
+        let hog_group = must(rs.root().create_child(name));
+        let hg = hog_group.clone();
+        let hog = cfg.hog;
+        let clock_span = std::thread::spawn(move || {
+            pin_to_cpu(0);
+            let _g = hg.enter();
+            burn(hog)
+            // The guard drops after the span is measured: the charge covers
+            // the span plus the exit's own clock read.
+        })
+        .join()
+        .unwrap_or_default();
+        let s = must(cpu.read_exact(&hog_group));
+        let usage = s.get("usage_usec").unwrap_or(0);
+        let clock_us = clock_span.as_micros() as u64;
+        let err = if clock_us == 0 {
+            f64::NAN
+        } else {
+            (usage - clock_us as i64).unsigned_abs() as f64 / clock_us as f64 * 100.0
+        };
+        (s, usage, clock_us, err)
+    };
+    let (s, usage, clock_us, err) = run_hog("hog");
+    let _ = set_charge_period(Some(Duration::from_millis(10)));
+    set_cpu_mode(CpuMode::Sampled);
+    let (_, s_usage, s_clock_us, s_err) = run_hog("sampled-hog");
+    set_cpu_mode(CpuMode::Exact);
+    let _ = set_charge_period(Some(rstat::attach::DEFAULT_CHARGE_PERIOD));
+    unpin();
+    Report {
+        enter_exit_ns: round(ee, 1),
+        thread_clock_pair_ns: round(clock, 1),
+        enter_exit_vs_clock_pair: round(ee / clock, 3),
+        nested_enter_exit_ns: round(nested, 1),
+        reenter_ns: round(same, 1),
+        bare_poll_ns: round(bare, 1),
+        scoped_poll_ns: round(scoped, 1),
+        poll_overhead_ns: round(scoped - bare, 1),
+        hog_usage_error_pct: round(err, 4),
+        hog_clock_usec: clock_us,
+        hog_usage_usec: usage,
+        hog_user_usec: s.get("user_usec").unwrap_or(0),
+        hog_system_usec: s.get("system_usec").unwrap_or(0),
+        sampled_enter_exit_ns: round(sampled_ee, 1),
+        sampled_enter_exit_vs_clock_pair: round(sampled_ee / clock, 3),
+        sampled_hog_usage_error_pct: round(s_err, 4),
+        sampled_hog_clock_usec: s_clock_us,
+        sampled_hog_usage_usec: s_usage,
+        iters,
+        samples,
+        loadavg_1m: loadavg(),
+        machine: Machine::detect(),
+    }
+}
+
+/// Human-readable table.
+pub fn table(r: &Report) -> String {
+    let busy = if r.loadavg_1m > r.machine.online_cpus as f64 {
+        format!(
+            "\nthe machine was busy (load {:.1} on {} CPUs): figures are noisy; compare the ratios\n",
+            r.loadavg_1m, r.machine.online_cpus
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "rstat bench enter: {} operations x {} interleaved samples (median), one pinned thread\n{}\n\n\
+         {:<34} {:>10}\n\
+         {:<34} {:>10.1}\n{:<34} {:>10.1}\n{:<34} {:>10.1}\n{:<34} {:>10.1}\n\
+         {:<34} {:>10.1}\n{:<34} {:>10.1}\n{:<34} {:>10.1}\n\n\
+         enter + exit / clock pair: {:.3}x (target <= 1.5)\n\
+         hog: {} µs by its own clock, usage_usec {} (user {}, system {}): error {:.4}% (target <= 1)\n\n\
+         sampled mode (no clock read on enter/exit; 10 ms charge period):\n\
+         enter + exit {:.1} ns = {:.3}x the clock pair; hog {} µs by its clock, usage_usec {}: error {:.4}%\n{}",
+        r.iters,
+        r.samples,
+        r.machine.line(),
+        "operation",
+        "ns",
+        "thread clock pair (baseline)",
+        r.thread_clock_pair_ns,
+        "enter + exit",
+        r.enter_exit_ns,
+        "nested enter + exit",
+        r.nested_enter_exit_ns,
+        "re-enter the current group",
+        r.reenter_ns,
+        "bare poll",
+        r.bare_poll_ns,
+        "scoped poll",
+        r.scoped_poll_ns,
+        "poll overhead",
+        r.poll_overhead_ns,
+        r.enter_exit_vs_clock_pair,
+        r.hog_clock_usec,
+        r.hog_usage_usec,
+        r.hog_user_usec,
+        r.hog_system_usec,
+        r.hog_usage_error_pct,
+        r.sampled_enter_exit_ns,
+        r.sampled_enter_exit_vs_clock_pair,
+        r.sampled_hog_clock_usec,
+        r.sampled_hog_usage_usec,
+        r.sampled_hog_usage_error_pct,
+        busy
+    )
+}

@@ -1,0 +1,141 @@
+//! Async tasks: a future whose every poll runs inside a group.
+//!
+//! An executor polls a task on whichever worker thread is free, so a
+//! thread's current group says nothing about a task. [`Scoped`] enters its
+//! group around each poll of the future it wraps: the poll's CPU time is
+//! charged to the group (one clock read on entry, one on exit, as for any
+//! change of the current group; nothing if the group is already current),
+//! and allocations made during the poll see it as the current group. This
+//! works on any executor, because it only relies on `poll`.
+//!
+//! # Spawned tasks
+//!
+//! A task spawned from inside a scoped future does **not** inherit the
+//! group: the executor polls it separately, outside this future's polls.
+//! Give it one explicitly: `spawn(group.scope(fut))`, or
+//! `spawn(fut.in_current_group())`, which captures the group that is
+//! current where the future is *created* (inside a scoped poll: the
+//! scope's group).
+
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+
+use super::Level;
+use crate::group::Group;
+
+/// A future that runs each poll of `F` inside a group; see
+/// [`Group::scope`] and the [attach module docs](crate::attach#async-tasks).
+#[must_use = "futures do nothing unless polled"]
+pub struct Scoped<F> {
+    /// `None`: no group (made by [`FutureExt::in_current_group`] outside
+    /// any group); polls run in whatever group the polling thread is in.
+    group: Option<Group>,
+    fut: F,
+}
+
+impl<F> Scoped<F> {
+    /// The group each poll enters.
+    pub fn group(&self) -> Option<&Group> {
+        self.group.as_ref()
+    }
+
+    /// The wrapped future.
+    pub fn into_inner(self) -> F {
+        self.fut
+    }
+}
+
+impl<F: std::fmt::Debug> std::fmt::Debug for Scoped<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scoped")
+            .field("group", &self.group)
+            .field("fut", &self.fut)
+            .finish()
+    }
+}
+
+impl<F: Future> Future for Scoped<F> {
+    type Output = F::Output;
+
+    /// Enter the group, poll, leave. Cost over a bare poll: the change of
+    /// the current group in and out (two thread CPU clock reads and one
+    /// charge), no reference count traffic (the wrapper holds the group).
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // SAFETY: `fut` is structurally pinned: it is never moved out of a
+        // pinned `Scoped` (`into_inner` takes `self` by value, which a
+        // pinned `!Unpin` value cannot give), `Scoped` has no `Drop`, and
+        // it is `Unpin` only when `F` is (`Group` is `Unpin`).
+        let this = unsafe { self.get_unchecked_mut() };
+        let _level = this.group.as_ref().map(|g| {
+            // SAFETY: `this.group` holds a reference for longer than the
+            // level, which is dropped at the end of this poll.
+            unsafe { Level::push(g.inner_ptr().as_ptr()) }
+        });
+        // SAFETY: as above, `fut` is structurally pinned.
+        unsafe { Pin::new_unchecked(&mut this.fut) }.poll(cx)
+    }
+}
+
+impl Group {
+    /// Wrap `fut` so that each of its polls runs inside this group: the
+    /// group is current during the poll and the poll's CPU time is charged
+    /// to it, on any executor and any worker thread. A removed group is
+    /// replaced by its nearest live ancestor when the wrapper is made (as
+    /// [`enter`](Self::enter) does); one removed later stays (its charges
+    /// fold into its parent, nothing is lost).
+    ///
+    /// Tasks spawned inside do not inherit the group; see
+    /// [`FutureExt::in_current_group`].
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// # let rs = rstat::Rstat::new();
+    /// let tenant = rs.root().create_child("tenant")?;
+    /// let fut = tenant.scope(async { rstat::current_group().unwrap().path() });
+    /// // Any executor; here the simplest possible one.
+    /// let mut fut = std::pin::pin!(fut);
+    /// let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// assert_eq!(fut.as_mut().poll(&mut cx), std::task::Poll::Ready("tenant".to_string()));
+    /// # Ok::<(), rstat::Error>(())
+    /// ```
+    pub fn scope<F: Future>(&self, fut: F) -> Scoped<F> {
+        let mut g = self;
+        while !g.is_online() {
+            match g.parent_ref() {
+                Some(p) => g = p,
+                None => break,
+            }
+        }
+        Scoped {
+            group: Some(g.clone()),
+            fut,
+        }
+    }
+}
+
+/// Scoping for any future: `fut.in_group(&g)`, `fut.in_current_group()`.
+pub trait FutureExt: Future + Sized {
+    /// [`group.scope(self)`](Group::scope).
+    fn in_group(self, group: &Group) -> Scoped<Self> {
+        group.scope(self)
+    }
+
+    /// Scope `self` in the group current on this thread now
+    /// ([`current_group`](crate::current_group)), or in none if the thread
+    /// is in no group. The way to pass a group on to a spawned task:
+    /// `spawn(fut.in_current_group())` inside a scoped future gives the
+    /// task the scope's group.
+    fn in_current_group(self) -> Scoped<Self> {
+        match crate::current_group() {
+            Some(g) => g.scope(self),
+            None => Scoped {
+                group: None,
+                fut: self,
+            },
+        }
+    }
+}
+
+impl<F: Future> FutureExt for F {}

@@ -1,0 +1,347 @@
+//! Thread CPU time charged through enter guards: exact totals, nesting,
+//! the periodic charger, thread exit, removed groups, other engines, the
+//! user/system split.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use rstat::attach::{charge_all_threads, thread_cpu_time};
+use rstat::{Group, Rstat};
+
+/// Slack for the time enter/exit themselves take around a measured burn
+/// (Miri runs them thousands of times slower, on the wall clock).
+const SLACK_US: i64 = if cfg!(miri) { 5_000_000 } else { 2_000 };
+
+fn engine() -> Rstat {
+    Rstat::builder().periodic_flush(None).build().unwrap()
+}
+
+/// Burn `d` of this thread's CPU time; returns the clock delta seen.
+fn burn(d: Duration) -> Duration {
+    let start = thread_cpu_time();
+    let mut x = 0u64;
+    while thread_cpu_time() - start < d {
+        for i in 0..1000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+    }
+    thread_cpu_time() - start
+}
+
+fn usage(rs: &Rstat, g: &Group) -> (i64, i64, i64) {
+    let s = rs.cpu().unwrap().read_exact(g).unwrap();
+    (
+        s.get("usage_usec").unwrap(),
+        s.get("user_usec").unwrap(),
+        s.get("system_usec").unwrap(),
+    )
+}
+
+fn local_usage(rs: &Rstat, g: &Group) -> i64 {
+    rs.cpu()
+        .unwrap()
+        .read_exact(g)
+        .unwrap()
+        .get_local("usage_usec")
+        .unwrap()
+}
+
+fn us(d: Duration) -> i64 {
+    d.as_micros() as i64
+}
+
+#[test]
+fn a_hog_is_charged_its_own_clock_to_the_microsecond() {
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let t0 = thread_cpu_time();
+            let g = a.enter();
+            burn(Duration::from_millis(100));
+            drop(g);
+            let t1 = thread_cpu_time();
+            let (usage, user, system) = usage(&rs, &a);
+            // Enter and exit read the clock between t0 and t1: the charge
+            // is at most the outer span, and at least the 100 ms burned.
+            assert!(usage <= us(t1 - t0) + 1, "{usage} > {:?}", t1 - t0);
+            assert!(usage >= 100_000, "{usage}");
+            assert_eq!(user + system, usage);
+        });
+    });
+}
+
+#[test]
+fn nested_groups_are_charged_their_own_slices() {
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    let b = rs.root().create_child("b").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let ga = a.enter();
+            let in_a1 = burn(Duration::from_millis(30));
+            let gb = b.enter();
+            let in_b = burn(Duration::from_millis(50));
+            drop(gb);
+            let in_a2 = burn(Duration::from_millis(20));
+            drop(ga);
+            let (la, lb) = (local_usage(&rs, &a), local_usage(&rs, &b));
+            // Each slice's charge is its burn plus the few µs of enter/exit
+            // around it.
+            let slack = SLACK_US;
+            assert!(
+                la >= us(in_a1 + in_a2) && la < us(in_a1 + in_a2) + slack,
+                "a: {la}"
+            );
+            assert!(lb >= us(in_b) && lb < us(in_b) + slack, "b: {lb}");
+            assert_eq!(usage(&rs, rs.root()).0, la + lb);
+        });
+    });
+}
+
+#[test]
+fn out_of_order_drops_charge_the_group_that_stays_current() {
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    let b = rs.root().create_child("b").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let ga = a.enter();
+            let gb = b.enter();
+            drop(ga);
+            let burned = burn(Duration::from_millis(40));
+            drop(gb);
+            assert!(local_usage(&rs, &a) < SLACK_US);
+            assert!(local_usage(&rs, &b) >= us(burned));
+        });
+    });
+}
+
+#[test]
+// Miri has no thread CPU clocks to read from another thread, nor rusage.
+#[cfg_attr(miri, ignore)]
+fn the_charger_charges_a_thread_that_stays_inside() {
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    let (to_main, from_hog) = std::sync::mpsc::channel();
+    let (to_hog, from_main) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let a = &a;
+        s.spawn(move || {
+            let _g = a.enter();
+            let burned = burn(Duration::from_millis(60));
+            to_main.send(burned).unwrap();
+            // Stay inside until the main thread has read.
+            from_main.recv().unwrap();
+        });
+        // Owned here, so a failed assertion drops it and frees the hog.
+        let to_hog = to_hog;
+        let burned = from_hog.recv().unwrap();
+        charge_all_threads();
+        let (u, user, system) = usage(&rs, a);
+        assert!(u >= us(burned), "{u} < {burned:?}");
+        assert_eq!(user + system, u);
+        to_hog.send(()).unwrap();
+    });
+}
+
+#[test]
+// Miri has no thread CPU clocks to read from another thread, nor rusage.
+#[cfg_attr(miri, ignore)]
+fn the_background_charger_runs_each_period() {
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    let (to_main, from_hog) = std::sync::mpsc::channel();
+    let (to_hog, from_main) = std::sync::mpsc::channel::<()>();
+    assert_eq!(
+        rstat::attach::charge_period(),
+        Some(rstat::attach::DEFAULT_CHARGE_PERIOD)
+    );
+    std::thread::scope(|s| {
+        let a = &a;
+        s.spawn(move || {
+            let _g = a.enter();
+            let burned = burn(Duration::from_millis(30));
+            to_main.send(burned).unwrap();
+            from_main.recv().unwrap();
+        });
+        // Owned here, so a failed assertion drops it and frees the hog.
+        let to_hog = to_hog;
+        let burned = from_hog.recv().unwrap();
+        // Within a period (1 s) plus scheduling delay on a busy machine;
+        // the bound is generous and only guards against a charger that
+        // never runs.
+        let mut waited = Duration::ZERO;
+        while usage(&rs, a).0 < us(burned) {
+            assert!(waited < Duration::from_secs(30), "the charger never ran");
+            std::thread::sleep(Duration::from_millis(20));
+            waited += Duration::from_millis(20);
+        }
+        to_hog.send(()).unwrap();
+    });
+}
+
+struct Held(#[allow(dead_code)] Option<rstat::EnterGuard>);
+
+thread_local! {
+    static HELD: RefCell<Held> = const { RefCell::new(Held(None)) };
+}
+
+#[test]
+fn a_thread_exiting_inside_a_group_is_charged_up_to_its_exit() {
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    let a2 = a.clone();
+    let burned = std::thread::spawn(move || {
+        HELD.with(|h| h.borrow_mut().0 = Some(a2.enter()));
+        burn(Duration::from_millis(50))
+        // The guard is still alive when the thread ends.
+    })
+    .join()
+    .unwrap();
+    assert!(usage(&rs, &a).0 >= us(burned));
+}
+
+#[test]
+fn a_leaked_guard_is_charged_up_to_thread_exit() {
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    let a2 = a.clone();
+    let burned = std::thread::spawn(move || {
+        std::mem::forget(a2.enter());
+        burn(Duration::from_millis(50))
+    })
+    .join()
+    .unwrap();
+    assert!(usage(&rs, &a).0 >= us(burned));
+}
+
+#[test]
+fn time_in_a_group_removed_while_inside_reaches_its_parent() {
+    let rs = engine();
+    let p = rs.root().create_child("p").unwrap();
+    let a = p.create_child("a").unwrap();
+    let a2 = a.clone();
+    let (removed_tx, removed_rx) = std::sync::mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let g = a2.enter();
+        drop(a2);
+        removed_rx.recv().unwrap();
+        let burned = burn(Duration::from_millis(40));
+        drop(g); // the last reference: the zombie folds into `p`
+        burned
+    });
+    a.remove().unwrap();
+    drop(a);
+    removed_tx.send(()).unwrap();
+    let burned = t.join().unwrap();
+    assert_eq!(rs.zombie_count(), 0);
+    let (u, ..) = usage(&rs, &p);
+    assert!(u >= us(burned), "{u} < {burned:?}");
+}
+
+#[test]
+fn a_group_of_another_engine_takes_the_time_while_current() {
+    let rs1 = engine();
+    let rs2 = engine();
+    let a = rs1.root().create_child("a").unwrap();
+    let x = rs2.root().create_child("x").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let ga = a.enter();
+            let gx = x.enter();
+            let in_x = burn(Duration::from_millis(40));
+            drop(gx);
+            drop(ga);
+            assert!(usage(&rs2, &x).0 >= us(in_x));
+            assert!(usage(&rs1, &a).0 < SLACK_US, "{}", usage(&rs1, &a).0);
+        });
+    });
+}
+
+#[test]
+// Miri has no thread CPU clocks to read from another thread, nor rusage.
+#[cfg_attr(miri, ignore)]
+fn system_time_is_split_out() {
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _g = a.enter();
+            let start = thread_cpu_time();
+            // System calls: mostly system time.
+            let f = std::fs::File::open("/dev/zero").unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            while thread_cpu_time() - start < Duration::from_millis(200) {
+                use std::io::Read;
+                (&f).read_exact(&mut buf).unwrap();
+            }
+            rstat::attach::charge_this_thread();
+            let (u, user, system) = usage(&rs, &a);
+            assert_eq!(user + system, u);
+            assert!(system > 0, "user {user} system {system}");
+        });
+    });
+}
+
+#[test]
+fn an_engine_without_the_cpu_controller_is_not_charged() {
+    let rs = Rstat::builder()
+        .periodic_flush(None)
+        .cpu_controller(false)
+        .build()
+        .unwrap();
+    let a = rs.root().create_child("a").unwrap();
+    let g = a.enter();
+    burn(Duration::from_millis(5));
+    drop(g);
+    assert!(rs.cpu().is_none());
+}
+
+#[test]
+// Under Miri the charger is never started, so no period is reported.
+#[cfg_attr(miri, ignore)]
+fn charge_periods_out_of_range_are_refused() {
+    use rstat::attach::set_charge_period;
+    assert!(matches!(
+        set_charge_period(Some(Duration::from_micros(10))),
+        Err(rstat::Error::InvalidChargePeriod { .. })
+    ));
+    assert!(set_charge_period(Some(Duration::from_secs(90_000))).is_err());
+    assert_eq!(
+        rstat::attach::charge_period(),
+        Some(rstat::attach::DEFAULT_CHARGE_PERIOD)
+    );
+}
+
+#[test]
+fn many_short_slices_lose_no_time_to_rounding() {
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    let b = rs.root().create_child("b").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let t0 = thread_cpu_time();
+            let ga = a.enter();
+            let inner0 = thread_cpu_time();
+            // Slices of a few µs each: a per-slice round-down would lose
+            // about half a µs per slice, tens of ms in all.
+            let n = if cfg!(miri) { 50 } else { 40_000 };
+            for _ in 0..n {
+                let _gb = b.enter();
+                std::hint::black_box((0..50u64).sum::<u64>());
+            }
+            let inner1 = thread_cpu_time();
+            drop(ga);
+            let t1 = thread_cpu_time();
+            let total = local_usage(&rs, &a) + local_usage(&rs, &b);
+            assert!(
+                total >= us(inner1 - inner0),
+                "{total} < {:?}",
+                inner1 - inner0
+            );
+            assert!(total <= us(t1 - t0) + 1, "{total} > {:?}", t1 - t0);
+        });
+    });
+}
