@@ -157,7 +157,7 @@ pub fn charge_this_thread() {
 #[allow(unused_imports)]
 pub(crate) use current::current_group_ptr;
 
-#[cfg(test)]
+#[cfg(all(test, not(rstat_loom)))]
 mod tests;
 
 /// The calling thread's current group: the group of its innermost live
