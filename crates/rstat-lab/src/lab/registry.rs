@@ -284,12 +284,39 @@ pub static EXPERIMENTS: &[Experiment] = &[
         },
         plot: Some(charge_plot),
     },
-    Experiment::generic(
-        "enter",
-        "Attaching threads and tasks to groups",
-        "The cost of entering and leaving a group (issue 11).",
-        false,
-    ),
+    Experiment {
+        name: "enter",
+        title: "Attaching threads and tasks to groups",
+        measures: "The cost of entering and leaving a group on one thread (each change of the \
+                   current group reads the thread's CPU clock once) against two \
+                   `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` calls measured in the same run; a \
+                   `scope`d future's poll against a bare poll; and the accuracy of a hog's \
+                   `usage_usec` against the thread's own clock, exact and sampled (issue 11).",
+        seed: None,
+        scales_with_cpus: false,
+        min_cpus: 1,
+        remarks: "",
+        view: generic_view,
+        targets: |_| {
+            vec![
+                Target::new(
+                    "enter_exit_vs_clock_pair",
+                    "/enter_exit_vs_clock_pair",
+                    Op::Le,
+                    1.5,
+                    "issue 11",
+                ),
+                Target::new(
+                    "hog_usage_error_pct",
+                    "/hog_usage_error_pct",
+                    Op::Le,
+                    1.0,
+                    "issue 11",
+                ),
+            ]
+        },
+        plot: Some(enter_plot),
+    },
     Experiment::generic(
         "alloc",
         "The accounting allocator",
@@ -386,6 +413,55 @@ fn generic_plot(f: &Fig, machine: &str) -> Result<String, String> {
         });
     }
     figure("generic view", machine, &panels, 2, 640)
+}
+
+fn enter_plot(f: &Fig, machine: &str) -> Result<String, String> {
+    let bars = |rows: &[(&str, &str)]| -> Vec<Cat> {
+        rows.iter()
+            .filter_map(|(label, p)| {
+                Some(Cat {
+                    label: (*label).into(),
+                    vals: vec![Some(f.val(p)?)],
+                })
+            })
+            .collect()
+    };
+    let cost = bars(&[
+        ("enter + exit", "/enter_exit_ns"),
+        ("two thread-clock reads", "/thread_clock_pair_ns"),
+        ("nested enter + exit", "/nested_enter_exit_ns"),
+        ("re-enter the current group", "/reenter_ns"),
+        ("sampled mode: enter + exit", "/sampled_enter_exit_ns"),
+        ("scoped poll overhead", "/poll_overhead_ns"),
+    ]);
+    let error = bars(&[
+        ("exact (clock on each change)", "/hog_usage_error_pct"),
+        ("sampled", "/sampled_hog_usage_error_pct"),
+    ]);
+    if cost.is_empty() {
+        return Err("its JSON has none of the enter/exit costs".into());
+    }
+    let panels = vec![
+        Panel::Bars {
+            title: "cost per operation".into(),
+            x_desc: "ns".into(),
+            series: vec!["median".into()],
+            cats: cost,
+        },
+        Panel::Bars {
+            title: "a hog's usage_usec vs its own CPU clock".into(),
+            x_desc: "error, %".into(),
+            series: vec!["median".into()],
+            cats: error,
+        },
+    ];
+    figure(
+        "enter: attaching threads to groups",
+        machine,
+        &panels,
+        2,
+        640,
+    )
 }
 
 fn update_view(f: &Fig) -> View {
