@@ -125,4 +125,5 @@ pub use engine::{
 pub use error::{Error, Result};
 pub use group::ext::{Ext, GroupExt};
 pub use group::Group;
+pub use memory::alloc;
 pub use percpu::cpu::CpuIdSource;

@@ -90,6 +90,11 @@ pub(crate) struct EngineInner {
     pub(crate) zombies: AtomicUsize,
     /// The next group id ([`Group::id`]); ids are never reused.
     pub(crate) next_group_id: AtomicU64,
+    /// Groups whose last reference was dropped where releasing them was
+    /// not safe (by the accounting allocator, inside `dealloc`): a
+    /// push-only stack through `GroupInner::deferred_next`, emptied whole
+    /// by [`Group::release_deferred`].
+    pub(crate) deferred: AtomicPtr<GroupInner>,
 }
 
 impl EngineInner {
@@ -345,6 +350,7 @@ impl Builder {
             default_policy: self.policy,
             zombies: AtomicUsize::new(0),
             next_group_id: AtomicU64::new(ROOT_GROUP_ID),
+            deferred: AtomicPtr::new(core::ptr::null_mut()),
             arena: Mutex::new(Arena::new(nr_cpus)),
             topo: Mutex::new(Topology {
                 controllers: Vec::new(),
@@ -465,6 +471,20 @@ impl Rstat {
     /// The root group.
     pub fn root(&self) -> &Group {
         &self.root
+    }
+
+    /// The engine's identity (for the allocator's bindings).
+    pub(crate) fn engine_ptr(&self) -> *const EngineInner {
+        Arc::as_ptr(&self.inner)
+    }
+
+    /// Release now the removed groups whose last reference the accounting
+    /// allocator dropped inside `dealloc` (where a release could deadlock,
+    /// see [`crate::alloc`]); otherwise they are released at the next
+    /// `create_child`, `remove` or engine drop. Cost: one atomic swap when
+    /// there are none; the topology and arena locks per group released.
+    pub fn release_deferred(&self) {
+        crate::group::release_deferred(&self.inner);
     }
 
     /// Number of per-CPU slots.
