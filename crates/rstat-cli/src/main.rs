@@ -81,6 +81,9 @@ enum BenchName {
     PercpuRef,
     /// Memory charge/uncharge through the per-CPU stock vs eager atomics.
     Charge,
+    /// The accounting allocator vs the inner allocator, an eager tracker
+    /// and a per-thread batch tracker; drift at quiescent points.
+    Alloc,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -256,6 +259,19 @@ fn main() -> ExitCode {
                     json,
                     &rstat_lab::charge_bench::run(&cfg),
                     rstat_lab::charge_bench::table,
+                )
+            }
+            BenchName::Alloc => {
+                let mut cfg = rstat_lab::alloc_bench::Config::default();
+                if quick {
+                    cfg.ops = 20_000;
+                    cfg.rounds = 2;
+                    cfg.samples = 1;
+                }
+                emit(
+                    json,
+                    &rstat_lab::alloc_bench::run(&cfg),
+                    rstat_lab::alloc_bench::table,
                 )
             }
             BenchName::PageCounter => {

@@ -547,6 +547,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
             // Cannot happen: the same layout fitted when allocated.
             return;
         };
+
         // SAFETY: `ptr` came from `alloc_with` for `layout`.
         let owner = unsafe { *trailer(ptr, layout.size()) };
         match NonNull::new(owner) {
@@ -568,6 +569,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
         let Some((new_il, new_ovh)) = inner_layout(new_layout) else {
             return core::ptr::null_mut();
         };
+
         // SAFETY: `ptr` came from us for `layout`.
         let owner = unsafe { *trailer(ptr, layout.size()) };
         let old = (layout.size(), old_ovh);
