@@ -14,6 +14,8 @@
 //! children, then a child's children, then domain locks, then the arena.
 
 pub mod ext;
+#[cfg(all(test, rstat_loom))]
+mod loom_deferred;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -138,7 +138,12 @@ use std::ptr::NonNull;
 use super::{Memory, MemoryConfig, Target};
 use crate::engine::{EngineInner, Rstat};
 use crate::group::{Group, GroupInner};
-use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+// std's atomics, not `crate::sync`'s: the allocator must be constructible
+// in a `static` (const), and loom's atomics allocate, which a global
+// allocator cannot model. Its own protocol (publish-once bindings, a
+// push-only retired list) is two single-word CASes; the group and stock
+// protocols it calls into are modelled with loom where they live.
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 /// Bytes of the trailer after each object.
 pub const TRAILER: usize = 8;
