@@ -378,6 +378,23 @@ fn enforce_fails_fallible_allocations_account_counts_events() {
     };
     assert!(small.is_ok());
     drop(small);
+    // Over the limit already: the refusal's own allocations (the drain's
+    // and reclaim's scratch, the error's path) are made inside the
+    // allocator and must pass through, not recurse into the charge path.
+    let fill: Vec<u8> = {
+        mem.set_heap_limit_mode(&g, HeapLimitMode::Account).unwrap();
+        let _in = g.enter();
+        Vec::with_capacity(80_000)
+    };
+    mem.set_heap_limit_mode(&g, HeapLimitMode::Enforce).unwrap();
+    mem.drain_stocks(&g).unwrap(); // no pre-charged units left to serve it
+    let refused = {
+        let _in = g.enter();
+        let mut v: Vec<u8> = Vec::new();
+        v.try_reserve_exact(100).map(|()| v)
+    };
+    assert!(refused.is_err());
+    drop(fill);
     assert_eq!(current(&g), 0);
     assert!(stat(&g, "failcnt").0 >= 1);
     g.remove().unwrap();
@@ -421,5 +438,49 @@ fn memory_high_runs_reclaimers() {
     assert!(current(&g) < 2 << 20, "{}", current(&g));
     cache.lock().unwrap().clear();
     assert_eq!(current(&g), 0);
+    g.remove().unwrap();
+}
+
+struct Nop;
+impl Reclaimer for Nop {
+    fn reclaim(&self, _target: u64) -> u64 {
+        0
+    }
+}
+
+/// The crate allocates under its own locks (here: growing a group's list
+/// of reclaimers, under that list's lock). Charged to a group over an
+/// enforced `memory.max`, that allocation must not run the reclaim path,
+/// which takes the same lock: it is charged anyway (counted).
+#[test]
+fn allocations_under_the_crates_own_locks_never_wait_for_them() {
+    let (rs, mem) = env();
+    let g = rs.root().create_child("under-lock").unwrap();
+    mem.write_limit(&g, Limit::Max, "64K").unwrap();
+    let fill: Vec<u8> = {
+        let _in = g.enter();
+        Vec::with_capacity(100_000) // accounted: over max
+    };
+    mem.set_heap_limit_mode(&g, HeapLimitMode::Enforce).unwrap();
+    mem.drain_stocks(&g).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (g2, mem2) = (g.clone(), mem.clone());
+    std::thread::spawn(move || {
+        {
+            // Only the crate's own allocations here: any other (infallible)
+            // allocation in this group would be refused and abort.
+            let _in = g2.enter();
+            for _ in 0..40 {
+                mem2.register_reclaimer(&g2, Nop).unwrap();
+            }
+        }
+        let _ = tx.send(());
+    });
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok(),
+        "an allocation under the reclaimer list's lock deadlocked"
+    );
+    drop(fill);
+    mem.set_heap_limit_mode(&g, HeapLimitMode::Account).unwrap();
     g.remove().unwrap();
 }

@@ -57,6 +57,16 @@
 //!    `memory.stat` (three per-CPU adds; see
 //!    [`MEMORY_STAT_NAMES`](crate::memory::MEMORY_STAT_NAMES)).
 //!
+//! **Where reclaim runs.** Reclaimers (for `memory.high`, and for
+//! `memory.max` in enforce mode) run on the allocating thread, inside the
+//! allocation, with the re-entry flag set (their own allocations pass
+//! through). A reclaimer must therefore not wait for a lock the program
+//! may hold while allocating. The crate's own locks are handled: while a
+//! thread holds one (the crate allocates under some of them), its
+//! allocations are charged without reclaim or waiting, forced past
+//! `memory.max` if need be and counted as such; the next allocation made
+//! outside catches up.
+//!
 //! A free reads the trailer and uncharges that group through the freeing
 //! CPU's stock (so a free on another thread is exact: the bytes leave the
 //! group that was charged, not the freeing thread's), counts `heap_frees`,
@@ -212,7 +222,13 @@ impl Inside {
         // `try_with` cannot fail for a slot without a destructor; treat it
         // as "inside" (pass through) if it ever did.
         let was = INSIDE.try_with(|c| c.replace(true)).unwrap_or(true);
-        (!was).then_some(Inside)
+        // Not `then_some(Inside)`: that builds (and, when already inside,
+        // drops) a guard either way, and the drop would clear the flag.
+        if was {
+            None
+        } else {
+            Some(Inside)
+        }
     }
 }
 

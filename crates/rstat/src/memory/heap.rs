@@ -118,7 +118,9 @@ impl Memory {
     /// stock, else the page counter; over `memory.max`, account (force,
     /// counting `max` and `oom`) or enforce (the full charge path, which
     /// may fail); over `memory.high`, run the reclaimers
-    /// ([`reclaim_high`](Self::reclaim_high)).
+    /// ([`reclaim_high`](Self::reclaim_high)). While this thread holds one
+    /// of the crate's locks, always account and never reclaim (either
+    /// could wait for the lock held).
     pub(crate) fn heap_charge_bytes<'g>(
         &self,
         group: &'g Group,
@@ -128,7 +130,12 @@ impl Memory {
         if n > PAGE_COUNTER_MAX {
             return Err(MemoryError::TooLarge { amount: n });
         }
-        let enforce = self.memcg(group)?.heap_enforce.load(Ordering::Relaxed);
+        // Under one of the crate's own locks (an allocation the crate makes
+        // while holding it), nothing that may wait for a lock or call a
+        // reclaimer: charge, forced if need be, and leave reclaim to a
+        // later allocation.
+        let held = crate::sync::locks_held();
+        let enforce = !held && self.memcg(group)?.heap_enforce.load(Ordering::Relaxed);
         let (t, flags) = if enforce {
             self.charge_target(group, n, OnOom::Fail, cpu)?
         } else {
@@ -140,16 +147,18 @@ impl Memory {
                     forced: false,
                 },
                 Err(PageCounterError::OverLimit { level, .. }) => {
-                    let (_, over) = ancestor(&t, level);
+                    let (over_g, over) = ancestor(&t, level);
                     over.raise(MemoryEvent::Max);
                     over.raise(MemoryEvent::Oom);
+                    // Never release a group inside the allocator.
+                    over_g.drop_deferred();
                     self.force(&t, n)?
                 }
                 Err(_) => return Err(MemoryError::TooLarge { amount: n }),
             };
             (t, flags)
         };
-        if flags.over_high && !super::reclaim::in_reclaim() {
+        if flags.over_high && !held && !super::reclaim::in_reclaim() {
             let _ = self.reclaim_high(&t.group);
         }
         Ok(t)
