@@ -36,6 +36,11 @@
 //!   subtree loses no history. [`GroupExt`] attaches subsystem state.
 //! - **[`page_counter`]**: hierarchical charging with max/high/low/min and
 //!   the kernel's effective protection (seed 002's padded layout).
+//! - **[`memory`]**: the memory controller (per-CPU charge stock, limits,
+//!   events, protection, reclaim) and **[`alloc`]**, the accounting
+//!   allocator: a `#[global_allocator]` wrapper that charges every heap
+//!   object to the current group through the stock and uncharges it from
+//!   that group when freed, on any thread.
 //!
 //! # Costs at a glance
 //!
