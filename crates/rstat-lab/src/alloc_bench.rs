@@ -499,16 +499,18 @@ pub fn run(cfg: &Config) -> Report {
     let mut v: [Vec<f64>; 4] = Default::default();
     let (mut drift, mut drained, mut tb_drift) = (0u64, 0u64, 0u64);
     let mut parallel = Vec::new();
-    for _ in 0..cfg.samples {
-        for (i, kind) in [
-            Kind::System,
-            Kind::Accounted,
-            Kind::Eager,
-            Kind::ThreadBatch,
-        ]
-        .into_iter()
-        .enumerate()
-        {
+    let kinds = [
+        Kind::System,
+        Kind::Accounted,
+        Kind::Eager,
+        Kind::ThreadBatch,
+    ];
+    for sample in 0..cfg.samples {
+        // Rotate the order each sample, so no variant always runs first
+        // (fresh threads, cold allocator arenas) or after the same one.
+        for k in 0..kinds.len() {
+            let i = (k + sample) % kinds.len();
+            let kind = kinds[i];
             let (wall, d, dd, par) = run_kind(kind, &ctx, &cfg);
             v[i].push(mops(wall));
             match kind {
