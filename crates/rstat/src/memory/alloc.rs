@@ -72,7 +72,9 @@
 //! group that was charged, not the freeing thread's), counts `heap_frees`,
 //! and drops the reference. `realloc` keeps the inner allocator's
 //! in-place growth: it charges (or uncharges) only the difference to the
-//! object's owner and moves the trailer.
+//! object's owner and moves the trailer. (An object allocated while the
+//! allocator passed through stays uncharged, counted as pass-through,
+//! through its reallocs and its free.)
 //!
 //! # Removed groups
 //!
@@ -131,6 +133,20 @@
 //! objects' bytes (plus overhead) by what sits in the stocks, at most
 //! `batch × nr_cpus` ([`drift_bound`]); 0 after
 //! [`Memory::drain_stocks`].
+//!
+//! # Verification
+//!
+//! One test binary per `#[global_allocator]` configuration:
+//! `tests/alloc_system.rs` (exactness per group at quiescent points with
+//! frees on other threads and groups removed while their objects live,
+//! every alignment, realloc, limits, reclaim, allocations under the
+//! crate's locks), `tests/alloc_lifecycle.rs` (before install, TLS
+//! destructors, deferred release, the engine dropped, uninstall) and
+//! `tests/alloc_mimalloc.rs` (`--features mimalloc`). CI runs the first two
+//! under Miri with Tree Borrows (Stacked Borrows rejects reading the
+//! trailer through the pointer a `Box` gives back, whose tag covers only
+//! the object) and under AddressSanitizer; the deferred-release stack has a
+//! loom model in `group`.
 //!
 //! # Synchronization
 //!
