@@ -175,6 +175,8 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
     } else {
         100_000
     };
+    // Objects each thread keeps live at most (a few MiB to tens of MiB).
+    let max_live = if cfg!(miri) { 30 } else { 4_000 };
     let top = rs.root().create_child("exact").unwrap();
     let tenants: Vec<Group> = (0..2)
         .map(|i| top.create_child(&format!("t{i}")).unwrap())
@@ -208,12 +210,15 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
                 (&start, &done, &inbox, &live, &current_leaf, &leaves, &stop);
             s.spawn(move || {
                 let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t as u64 + 1));
-                let mut mine: Vec<Obj> = Vec::with_capacity(per_round);
+                let mut mine: Vec<Obj> = Vec::with_capacity(max_live + 2);
                 for _ in 0..rounds {
                     start.wait();
                     if stop.load(Ordering::Relaxed) {
                         return;
                     }
+                    // Objects kept from earlier rounds (some owned by
+                    // groups removed since) may be freed in this one.
+                    mine.append(&mut live[t].lock().unwrap());
                     let leaf = current_leaf[t].load(Ordering::Relaxed) as usize;
                     let g = leaves.lock().unwrap()[leaf].1.clone();
                     for i in 0..per_round {
@@ -247,6 +252,12 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
                                 inbox[(t + 1) % THREADS].lock().unwrap().push(o);
                             }
                             _ => {}
+                        }
+                        // Bound the live set (and the test's memory).
+                        if mine.len() > max_live {
+                            let o = mine.swap_remove(rng.below(mine.len() as u64) as usize);
+                            // SAFETY: allocated with `o.layout`, not freed.
+                            unsafe { dealloc(o.ptr.0, o.layout) };
                         }
                         if i % 64 == 0 {
                             let theirs = std::mem::take(&mut *inbox[t].lock().unwrap());
