@@ -138,6 +138,9 @@ enum BenchName {
     /// Issue 11: enter/exit and scoped-poll cost vs a thread-clock pair;
     /// accuracy of a hog's CPU time.
     Enter,
+    /// The accounting allocator vs the inner allocator, an eager tracker
+    /// and a per-thread batch tracker; drift at quiescent points.
+    Alloc,
     /// Every experiment, into one report (needs `--out DIR`).
     All,
 }
@@ -467,6 +470,19 @@ fn main() -> ExitCode {
                     json,
                     &rstat_lab::enter_bench::run(&cfg),
                     rstat_lab::enter_bench::table,
+                )
+            }
+            BenchName::Alloc => {
+                let mut cfg = rstat_lab::alloc_bench::Config::default();
+                if quick {
+                    cfg.ops = 20_000;
+                    cfg.rounds = 2;
+                    cfg.samples = 1;
+                }
+                emit(
+                    json,
+                    &rstat_lab::alloc_bench::run(&cfg),
+                    rstat_lab::alloc_bench::table,
                 )
             }
             BenchName::PageCounter => {

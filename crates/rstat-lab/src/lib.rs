@@ -5,6 +5,7 @@
 //! timing never gates CI.
 
 pub mod accuracy;
+pub mod alloc_bench;
 pub mod charge_bench;
 pub mod enter_bench;
 pub mod flush_scaling;

@@ -45,6 +45,11 @@
 //!   thread's own CPU clock, on every change of group and periodically.
 //! - **[`page_counter`]**: hierarchical charging with max/high/low/min and
 //!   the kernel's effective protection (seed 002's padded layout).
+//! - **[`memory`]**: the memory controller (per-CPU charge stock, limits,
+//!   events, protection, reclaim) and **[`alloc`]**, the accounting
+//!   allocator: a `#[global_allocator]` wrapper that charges every heap
+//!   object to the current group through the stock and uncharges it from
+//!   that group when freed, on any thread.
 //!
 //! # Costs at a glance
 //!
@@ -136,4 +141,5 @@ pub use engine::{
 pub use error::{Error, Result};
 pub use group::ext::{Ext, GroupExt};
 pub use group::Group;
+pub use memory::alloc;
 pub use percpu::cpu::CpuIdSource;

@@ -70,26 +70,102 @@ pub(crate) fn spin_wait(mut done: impl FnMut() -> bool) {
     }
 }
 
+thread_local! {
+    /// How many of the crate's mutexes this thread holds (see [`Locked`]).
+    /// `const`, no destructor: readable from a global allocator at any
+    /// point of a thread's life.
+    static HELD: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+}
+
+/// Whether this thread holds one of the crate's mutexes: the accounting
+/// allocator then charges without running reclaimers or waiting for
+/// stocks, which could need a lock this thread holds (an allocation the
+/// crate makes under its own lock). One thread-local load.
+#[inline(always)]
+pub(crate) fn locks_held() -> bool {
+    HELD.try_with(|h| h.get() > 0).unwrap_or(true)
+}
+
+fn held_add(d: i32) {
+    let _ = HELD.try_with(|h| h.set(h.get().wrapping_add_signed(d)));
+}
+
+/// A held mutex of the crate: the guard, counted in this thread's
+/// [`locks_held`] while it lives.
+pub(crate) struct Locked<'a, T> {
+    guard: core::mem::ManuallyDrop<MutexGuard<'a, T>>,
+}
+
+impl<'a, T> Locked<'a, T> {
+    fn new(g: MutexGuard<'a, T>) -> Self {
+        held_add(1);
+        Locked {
+            guard: core::mem::ManuallyDrop::new(g),
+        }
+    }
+
+    /// Wait on `cv` (releasing the mutex meanwhile), poisoning recovered.
+    pub(crate) fn wait(mut self, cv: &Condvar) -> Self {
+        // SAFETY: `self` is forgotten right after, so the guard is taken
+        // out once and never dropped through `self`.
+        let g = unsafe { core::mem::ManuallyDrop::take(&mut self.guard) };
+        core::mem::forget(self); // the count moves to the returned guard
+        let g = match cv.wait(g) {
+            Ok(g) => g,
+            #[cfg(not(rstat_loom))]
+            Err(p) => p.into_inner(),
+            #[cfg(rstat_loom)]
+            Err(_) => panic!("loom mutex poisoned"),
+        };
+        Locked {
+            guard: core::mem::ManuallyDrop::new(g),
+        }
+    }
+}
+
+impl<T> core::ops::Deref for Locked<'_, T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> core::ops::DerefMut for Locked<'_, T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+impl<T> Drop for Locked<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here (`wait` forgets `self` after taking it).
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.guard) };
+        held_add(-1);
+    }
+}
+
 /// Lock a mutex, treating poisoning as recoverable: every structure the crate
 /// protects with a mutex is left consistent at each point where user code
 /// could panic (no user callback runs with a half-applied change).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> Locked<'_, T> {
+    Locked::new(match m.lock() {
         Ok(g) => g,
         #[cfg(not(rstat_loom))]
         Err(poisoned) => poisoned.into_inner(),
         #[cfg(rstat_loom)]
         Err(_) => panic!("loom mutex poisoned"),
-    }
+    })
 }
 
 /// Try to lock without waiting; poisoning is recovered as in [`lock`].
-pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<Locked<'_, T>> {
     match m.try_lock() {
-        Ok(g) => Some(g),
+        Ok(g) => Some(Locked::new(g)),
         Err(TryLockError::WouldBlock) => None,
         #[cfg(not(rstat_loom))]
-        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::Poisoned(p)) => Some(Locked::new(p.into_inner())),
         #[cfg(rstat_loom)]
         Err(TryLockError::Poisoned(_)) => panic!("loom mutex poisoned"),
     }

@@ -139,11 +139,11 @@ fn a_generic_experiment_is_shown_by_its_numbers() {
                   "machine": {"online_cpus": 2}, "what": "x"}),
         )
     };
-    let lab = run_all(&opts(&["enter"], 1, 2), &mut runner, &mut |_| {}).unwrap();
+    let lab = run_all(&opts(&["alloc"], 1, 2), &mut runner, &mut |_| {}).unwrap();
     let r = lab.report("img/");
     assert!(r.contains("| `enter_ns` | 12.500 |"), "{r}");
     assert!(!r.contains("machine.online_cpus"), "{r}");
-    assert!(r.contains("](img/09-enter.svg)"), "{r}");
+    assert!(r.contains("](img/10-alloc.svg)"), "{r}");
     assert_eq!(lab.plots.len(), 1);
     let mut unitless = |_: &str, _: &[String]| Ok(json!({"entries": 3, "depth": 2.5}));
     let lab = run_all(&opts(&["alloc"], 1, 2), &mut unitless, &mut |_| {}).unwrap();

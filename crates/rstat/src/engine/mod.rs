@@ -108,6 +108,11 @@ pub(crate) struct EngineInner {
     /// registered first, so always 0): where the attach module's feed
     /// charges thread CPU time.
     pub(crate) cpu_ctl_id: Option<usize>,
+    /// Groups whose last reference was dropped where releasing them was
+    /// not safe (by the accounting allocator, inside `dealloc`): a
+    /// push-only stack through `GroupInner::deferred_next`, emptied whole
+    /// by [`Group::release_deferred`].
+    pub(crate) deferred: AtomicPtr<GroupInner>,
 }
 
 impl EngineInner {
@@ -369,6 +374,7 @@ impl Builder {
             removal_watch_depth: AtomicUsize::new(0),
             memory: std::sync::OnceLock::new(),
             cpu_ctl_id: self.cpu_controller.then_some(CPU_CTL_ID),
+            deferred: AtomicPtr::new(core::ptr::null_mut()),
             arena: Mutex::new(Arena::new(nr_cpus)),
             topo: Mutex::new(Topology {
                 controllers: Vec::new(),
@@ -498,6 +504,20 @@ impl Rstat {
 
     pub(crate) fn engine(&self) -> &Arc<EngineInner> {
         &self.inner
+    }
+
+    /// The engine's identity (for the allocator's bindings).
+    pub(crate) fn engine_ptr(&self) -> *const EngineInner {
+        Arc::as_ptr(&self.inner)
+    }
+
+    /// Release now the removed groups whose last reference the accounting
+    /// allocator dropped inside `dealloc` (where a release could deadlock,
+    /// see [`crate::alloc`]); otherwise they are released at the next
+    /// `create_child`, `remove` or engine drop. Cost: one atomic swap when
+    /// there are none; the topology and arena locks per group released.
+    pub fn release_deferred(&self) {
+        crate::group::release_deferred(&self.inner);
     }
 
     /// Number of per-CPU slots.

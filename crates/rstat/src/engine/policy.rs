@@ -261,10 +261,7 @@ impl Coalescer {
             st.waiters += 1;
             let gen = st.generation;
             while st.generation == gen {
-                st = match self.done.wait(st) {
-                    Ok(g) => g,
-                    Err(p) => p.into_inner(),
-                };
+                st = st.wait(&self.done);
             }
             st.waiters -= 1;
             return Coalesce::Waited;

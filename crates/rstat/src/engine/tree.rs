@@ -302,6 +302,6 @@ unsafe fn link_updated(node: &TreeNode, cpu: usize) {
 }
 
 /// Lock a domain's flush lock.
-pub(crate) fn lock_domain(d: &Domain) -> sync::MutexGuard<'_, FlushScratch> {
+pub(crate) fn lock_domain(d: &Domain) -> sync::Locked<'_, FlushScratch> {
     sync::lock(&d.lock)
 }

@@ -14,6 +14,8 @@
 //! children, then a child's children, then domain locks, then the arena.
 
 pub mod ext;
+#[cfg(all(test, rstat_loom))]
+mod loom_deferred;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -108,6 +110,9 @@ pub(crate) struct GroupInner {
     refcnt: PercpuRef,
     /// `refcnt`'s per-CPU slots, in the engine's arena.
     ref_slots: PcpuPtr<PercpuRefSlot>,
+    /// The next group on the engine's deferred-release stack
+    /// ([`Group::drop_deferred`]); written once, by the pusher.
+    deferred_next: AtomicPtr<GroupInner>,
 }
 
 /// A group pointer that holds no reference (see `GroupInner::children`).
@@ -277,6 +282,30 @@ unsafe fn release(ptr: NonNull<GroupInner>) -> Option<Group> {
     parent
 }
 
+/// Release the groups whose last reference [`Group::drop_deferred`]
+/// dropped. Call where no engine lock is held (it takes the topology and
+/// arena locks, as any final release does). Cost: one swap when the stack
+/// is empty.
+pub(crate) fn release_deferred(engine: &EngineInner) {
+    // Acquire: pairs with the pushers' Release, so each pushed group's
+    // `deferred_next` (and everything it did before its last put) is
+    // visible. Taking the whole stack at once means no pop races a push
+    // (no ABA).
+    let mut head = engine
+        .deferred
+        .swap(core::ptr::null_mut(), Ordering::Acquire);
+    while let Some(ptr) = NonNull::new(head) {
+        // SAFETY: a pushed group's count reached zero; it is only on this
+        // stack, which we now own, so we are its only user.
+        head = unsafe { ptr.as_ref() }
+            .deferred_next
+            .load(Ordering::Relaxed);
+        // SAFETY: as above (the count reached zero on the pusher's thread,
+        // which handed the group over through the stack).
+        drop(unsafe { release(ptr) }); // the parent's reference: may release it too
+    }
+}
+
 /// A handle to a group. Cheap to clone (a per-CPU reference count, no
 /// shared write); keeps the group's memory alive, but not online: see
 /// [`remove`](Group::remove).
@@ -383,6 +412,7 @@ impl Group {
             }))),
             refcnt,
             ref_slots,
+            deferred_next: AtomicPtr::new(core::ptr::null_mut()),
         });
         // The count starts at 1: the hierarchy's base reference, dropped
         // by `remove`. The handle returned takes a second one.
@@ -400,6 +430,73 @@ impl Group {
         self.inner().online.store(false, Ordering::Release);
         self.inner().engine.zombies.fetch_add(1, Ordering::Relaxed);
         let _ = self.inner().refcnt.kill();
+    }
+
+    /// Give up the handle without dropping its reference: the caller keeps
+    /// it as the returned address (see [`from_raw`](Self::from_raw)).
+    #[inline(always)]
+    pub(crate) fn into_raw(self) -> NonNull<GroupInner> {
+        let p = self.ptr;
+        core::mem::forget(self);
+        p
+    }
+
+    /// Take back a reference given up by [`into_raw`](Self::into_raw).
+    ///
+    /// # Safety
+    /// `p` came from `into_raw` and its reference is not taken back twice.
+    #[inline(always)]
+    pub(crate) unsafe fn from_raw(p: NonNull<GroupInner>) -> Group {
+        Group { ptr: p }
+    }
+
+    /// A handle on the group at `p` that must not be dropped (it holds no
+    /// reference of its own): for code that knows someone else holds one.
+    ///
+    /// # Safety
+    /// A reference on the group is held for as long as the result is used.
+    #[inline(always)]
+    pub(crate) unsafe fn borrow_ptr(p: NonNull<GroupInner>) -> core::mem::ManuallyDrop<Group> {
+        core::mem::ManuallyDrop::new(Group { ptr: p })
+    }
+
+    /// Drop this handle where a final release must not run now (inside a
+    /// global allocator's `dealloc`, whose caller may hold the engine's
+    /// locks): if it was the last reference, the group goes on the
+    /// engine's deferred-release stack, released at the next
+    /// `create_child`, `remove`, engine drop or
+    /// [`Rstat::release_deferred`](crate::Rstat::release_deferred). Cost: a
+    /// per-CPU put (atomic once the group was removed); one compare-and-swap
+    /// loop on the engine's stack for the last one. No lock, no allocation.
+    pub(crate) fn drop_deferred(self) {
+        let ptr = self.ptr;
+        core::mem::forget(self);
+        // SAFETY: we owned one reference on `ptr`.
+        let inner = unsafe { ptr.as_ref() };
+        match inner.refcnt.put_and_test() {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                debug_assert!(false, "group reference count is broken: {e}");
+                return;
+            }
+        }
+        let stack = &inner.engine.deferred;
+        let mut head = stack.load(Ordering::Relaxed);
+        loop {
+            inner.deferred_next.store(head, Ordering::Relaxed);
+            // Release: publishes `deferred_next` and this thread's earlier
+            // writes to the group to the Acquire swap in `release_deferred`.
+            match stack.compare_exchange_weak(
+                head,
+                ptr.as_ptr(),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
     }
 
     #[inline(always)]
@@ -485,6 +582,7 @@ impl Group {
     pub fn create_child(&self, name: &str) -> Result<Group> {
         validate_name(name)?;
         let engine = &self.inner().engine;
+        release_deferred(engine);
         let topo = sync::lock(&engine.topo);
         if !self.is_online() {
             return Err(Error::Removed {
@@ -608,6 +706,7 @@ impl Group {
         let Some(parent) = self.inner().parent.as_ref() else {
             return Err(Error::RootNotRemovable);
         };
+        release_deferred(&self.inner().engine);
         let topo = sync::lock(&self.inner().engine.topo);
         if !self.is_online() {
             return Err(Error::Removed {
@@ -646,6 +745,7 @@ impl Group {
     /// flushed into its parent and its base reference dropped, so groups
     /// nobody holds are freed now and held ones become zombies.
     pub(crate) fn detach_all(&self) {
+        release_deferred(&self.inner().engine);
         let mut stack = vec![self.clone()];
         let mut order = Vec::new();
         while let Some(g) = stack.pop() {

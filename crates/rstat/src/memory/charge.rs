@@ -491,7 +491,7 @@ impl Memory {
     }
 
     #[inline]
-    fn charge_target<'g>(
+    pub(super) fn charge_target<'g>(
         &self,
         group: &'g Group,
         n: u64,
@@ -614,7 +614,7 @@ impl Memory {
 
     /// Charge past the limits, counting it, and flag every level it left
     /// over its max (see the stock's "Over the limit").
-    fn force(&self, t: &Target<'_>, n: u64) -> Result<Charged, MemoryError> {
+    pub(super) fn force(&self, t: &Target<'_>, n: u64) -> Result<Charged, MemoryError> {
         t.memcg
             .counter
             .charge(n)
@@ -639,7 +639,7 @@ impl Memory {
 
 /// The group and state `level` steps above the target (whose chain the
 /// page counters mirror).
-fn ancestor(t: &Target<'_>, level: usize) -> (Group, Arc<MemCg>) {
+pub(super) fn ancestor(t: &Target<'_>, level: usize) -> (Group, Arc<MemCg>) {
     let mut g = t.group.clone().into_owned();
     let mut m = Arc::clone(&t.memcg);
     for _ in 0..level {
@@ -656,7 +656,7 @@ fn ancestor(t: &Target<'_>, level: usize) -> (Group, Arc<MemCg>) {
 
 /// Whether any level from `memcg` up is above its `memory.high`; counts a
 /// `high` event on each that is. O(depth) loads.
-fn check_high(memcg: &MemCg) -> bool {
+pub(super) fn check_high(memcg: &MemCg) -> bool {
     let mut over = false;
     let mut m = Some(memcg);
     while let Some(c) = m {

@@ -137,9 +137,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod alloc;
 mod charge;
 mod error;
 mod events;
+mod heap;
 mod limits;
 pub mod reclaim;
 pub mod stock;
@@ -166,6 +168,7 @@ use crate::sync::{self, AtomicBool, Mutex, Ordering};
 pub use charge::{Charge, Charged, OnOom, OwnedCharge};
 pub use error::{parse_limit, MemoryError, OverLimit};
 pub use events::{MemoryEvent, MemoryEvents};
+pub use heap::HeapLimitMode;
 pub use limits::{Limit, LimitWrite};
 pub use reclaim::{OomContext, OomHandler, Reclaimer, ReclaimerId};
 pub use stock::NR_STOCK;
@@ -215,14 +218,40 @@ pub fn stat_unit(batch: u64) -> u64 {
 
 /// Names of the `memory.stat` items, in index order: units `charged` and
 /// `uncharged` by callers, units `reclaimed` by reclaimers, units `forced`
-/// past `memory.max`, and `failcnt`, charges refused.
-pub const MEMORY_STAT_NAMES: [&str; 5] = ["charged", "uncharged", "reclaimed", "forced", "failcnt"];
+/// past `memory.max`, and `failcnt`, charges refused; then the accounting
+/// allocator's ([`crate::alloc`]): `heap`, bytes of live heap objects
+/// (as the program asked for them), `heap_overhead`, the bytes the
+/// allocator added to them (its per-object trailer and padding; `heap +
+/// heap_overhead` is what the objects charge), `heap_allocs` and
+/// `heap_frees`, objects allocated and freed (a `realloc` is neither),
+/// and `heap_reparented`, bytes of objects of removed groups uncharged
+/// from the group (their nearest live ancestor) that took them over.
+/// Heap bytes are counted on the group the object was charged to, also
+/// after it is removed (its history folds into its parent), so a
+/// subtree's hierarchical `heap + heap_overhead` is its live heap.
+pub const MEMORY_STAT_NAMES: [&str; 10] = [
+    "charged",
+    "uncharged",
+    "reclaimed",
+    "forced",
+    "failcnt",
+    "heap",
+    "heap_overhead",
+    "heap_allocs",
+    "heap_frees",
+    "heap_reparented",
+];
 
 const STAT_CHARGED: usize = 0;
 const STAT_UNCHARGED: usize = 1;
 const STAT_RECLAIMED: usize = 2;
 const STAT_FORCED: usize = 3;
 const STAT_FAILCNT: usize = 4;
+const STAT_HEAP: usize = 5;
+const STAT_HEAP_OVERHEAD: usize = 6;
+const STAT_HEAP_ALLOCS: usize = 7;
+const STAT_HEAP_FREES: usize = 8;
+const STAT_HEAP_REPARENTED: usize = 9;
 
 /// Settings of a memory controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -273,6 +302,8 @@ pub(crate) struct MemCg {
     /// (see [`reclaim`], "Concurrent reclaims").
     pub(crate) reclaim_reserved: Mutex<u64>,
     pub(crate) oom_handler: Mutex<Option<Arc<dyn OomHandler>>>,
+    /// The accounting allocator's [`HeapLimitMode`] here: enforce if true.
+    pub(crate) heap_enforce: AtomicBool,
 }
 
 impl MemCg {
@@ -287,6 +318,11 @@ impl MemCg {
             reclaim_cursor: Mutex::new(ReclaimCursor::default()),
             reclaim_reserved: Mutex::new(0),
             oom_handler: Mutex::new(None),
+            // Relaxed: a setting read on its own; a child starts with its
+            // parent's.
+            heap_enforce: AtomicBool::new(
+                parent.is_some_and(|p| p.heap_enforce.load(Ordering::Relaxed)),
+            ),
         }
     }
 
@@ -462,7 +498,10 @@ impl Memory {
         let items: Vec<(&str, u64)> = MEMORY_STAT_NAMES
             .iter()
             .enumerate()
-            .map(|(i, &n)| (n, if i == STAT_FAILCNT { 1 } else { unit }))
+            .map(|(i, &n)| {
+                let counts = matches!(i, STAT_FAILCNT | STAT_HEAP_ALLOCS | STAT_HEAP_FREES);
+                (n, if counts { 1 } else { unit })
+            })
             .collect();
         let stats = rs.register_counters_with_units("memory", &items)?;
         let ext = rs.register_ext(MemExt {
@@ -494,6 +533,11 @@ impl Memory {
     pub(crate) fn of_engine(engine: &crate::engine::EngineInner) -> Option<Memory> {
         let inner = engine.memory.get()?.upgrade()?;
         Some(Memory { inner })
+    }
+
+    /// The engine this controller belongs to (an identity to compare).
+    pub(crate) fn engine_ptr(&self) -> *const crate::engine::EngineInner {
+        Arc::as_ptr(&self.inner.ext.engine)
     }
 
     /// The settings.
@@ -565,13 +609,19 @@ impl Memory {
     /// state up through the extension first, which checks that).
     #[inline(always)]
     fn count_on(&self, group: &Group, item: usize, delta: u64, cpu: usize) {
+        self.count_signed(group, item, i64::try_from(delta).unwrap_or(i64::MAX), cpu);
+    }
+
+    /// [`count_on`](Self::count_on) of a signed delta.
+    #[inline(always)]
+    fn count_signed(&self, group: &Group, item: usize, delta: i64, cpu: usize) {
         debug_assert!(item < MEMORY_STAT_NAMES.len() && cpu < self.inner.nr_cpus);
         let css = group.inner().tables().css[self.inner.stats.ctl.id].load(Ordering::Acquire);
         if css.is_null() {
             // Removed before the controller was registered: the ancestor's.
-            return self.count(group, item, delta);
+            let _ = self.inner.stats.add(group, item, delta);
+            return;
         }
-        let delta = i64::try_from(delta).unwrap_or(i64::MAX);
         // SAFETY: a non-null css of `group` lives as long as the group,
         // which `group` keeps alive; `cpu` was folded below the engine's
         // CPU count (the stock has as many slots); `item` is one of our

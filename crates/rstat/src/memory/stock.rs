@@ -312,7 +312,10 @@ impl Stocks {
     /// units uncharged.
     pub(crate) fn drain(&self, pred: impl Fn(&MemCg) -> bool) -> u64 {
         let mut total = 0u64;
-        let mut taken: Vec<(Arc<MemCg>, u64)> = Vec::new();
+        // Room for one CPU's slots, made before any lock is taken: growing
+        // it under a stock lock would allocate there, and the accounting
+        // allocator's charge of that allocation may need this lock.
+        let mut taken: Vec<(Arc<MemCg>, u64)> = Vec::with_capacity(NR_STOCK);
         for cpu in self.cpus.iter() {
             let mut h = cpu.lock();
             h.with(|s| {

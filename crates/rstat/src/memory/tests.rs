@@ -619,9 +619,13 @@ fn stat_units_follow_the_batch() {
     assert_eq!(stat_unit(64 * 4096 + 64 * 1000), 4096, "rounded down");
     assert_eq!(stat_unit(MAX_BATCH), MAX_BATCH / 64);
     let (_rs, mem) = setup(2, MEMCG_CHARGE_BATCH);
-    assert_eq!(mem.stats().stat_units(), [1; 5]);
+    assert_eq!(mem.stats().stat_units(), [1; 10]);
     let (rs, mem) = setup(2, 64 * 4096);
-    assert_eq!(mem.stats().stat_units(), [4096, 4096, 4096, 4096, 1]);
+    // heap bytes in the charge unit; failcnt and the heap object counts 1.
+    assert_eq!(
+        mem.stats().stat_units(),
+        [4096, 4096, 4096, 4096, 1, 4096, 4096, 1, 1, 4096]
+    );
     let a = rs.root().create_child("a").unwrap();
     let b = a.create_child("b").unwrap();
     let pending = || mem.stats().pending_updates(&a).unwrap();

@@ -1,0 +1,602 @@
+//! `rstat bench alloc`: the accounting allocator against the allocator it
+//! wraps and two trackers of the kind other projects use.
+//!
+//! Two threads, each pinned and entered in its own group under a common
+//! parent, run the same workload: allocate an object of 16-4096 bytes (a
+//! fixed pseudo-random sequence), keep up to [`LIVE`] objects, free the
+//! oldest; one object in eight is handed to the other thread, which frees
+//! it. Measured side by side, interleaved sample by sample, through the
+//! same inner allocator (`System`):
+//!
+//! - **system**: `System` alone;
+//! - **accounted**: [`Accounted<System>`], bound to a memory controller
+//!   with [`heap_config`] (a 256 KiB stock batch);
+//! - **eager**: an owner trailer like ours, but every ancestor's shared
+//!   atomic charged on each allocation and free (tracking-allocator's
+//!   shape);
+//! - **thread batch**: ClickHouse's `MemoryTracker` shape: a per-thread
+//!   untracked amount, flushed to the thread's group and its ancestors
+//!   when it passes ±4 MiB; no owner, so a free is charged to the freeing
+//!   thread's group.
+//!
+//! The allocators are driven through their [`GlobalAlloc`] methods, not
+//! installed as the process's `#[global_allocator]`: one binary then
+//! measures all four in one run, interleaved, with the benchmark's own
+//! bookkeeping (the rings and hand-over queues) going through the same
+//! process allocator in every variant. What this leaves out is the
+//! allocations the rest of the program makes, which a real
+//! `#[global_allocator]` would also charge.
+//!
+//! **Drift**: at quiescent points (both threads stopped between rounds)
+//! each group's charged amount is compared with the bytes (plus overhead)
+//! of the objects charged to it that are still live: for the accounted
+//! allocator `memory.current` before draining the stocks (bounded by one
+//! batch per CPU, [`drift_bound`]) and after (must be 0); for the thread
+//! batch tracker its group counter (unbounded: cross-thread frees move
+//! bytes from one group to the other for good).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use rstat::alloc::{drift_bound, heap_config, overhead, Accounted};
+use rstat::memory::Memory;
+use rstat::page_counter::CachePadded;
+use rstat::{Group, Rstat};
+use serde::Serialize;
+
+use crate::machine::{median, pin_to_cpu, round, unpin, Machine};
+
+/// Objects each thread keeps live.
+pub const LIVE: usize = 256;
+/// One object in this many is freed by the other thread.
+pub const HAND_OVER: usize = 8;
+/// The thread batch tracker's per-thread untracked limit.
+pub const THREAD_BATCH: i64 = 4 << 20;
+
+/// Settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Allocations per thread per round.
+    pub ops: usize,
+    /// Rounds per sample (a quiescent drift check after each).
+    pub rounds: usize,
+    /// Samples (the median is reported).
+    pub samples: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ops: 500_000,
+            rounds: 4,
+            samples: 5,
+        }
+    }
+}
+
+/// Results.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// `System` alone: millions of allocations (each with its free) per
+    /// second over both threads.
+    pub system_mops: f64,
+    /// `Accounted<System>`.
+    pub accounted_mops: f64,
+    /// The eager tracker (owner trailer, every ancestor's shared atomic).
+    pub eager_mops: f64,
+    /// The thread batch tracker (4 MiB per thread, no owner).
+    pub thread_batch_mops: f64,
+    /// The accounted allocator's extra time per operation over the system
+    /// allocator's, in percent (target: at most 15).
+    pub overhead_pct: f64,
+    /// accounted / eager (target: at least 2).
+    pub ratio_vs_eager: f64,
+    /// Largest |charged − live| per group at quiescent points, accounted
+    /// allocator, stocks not drained.
+    pub drift_bytes_max: u64,
+    /// The documented bound on it: batch × nr_cpus.
+    pub drift_bound_bytes: u64,
+    /// Largest |charged − live| per group after draining the stocks (must
+    /// be 0).
+    pub drift_after_drain_bytes_max: u64,
+    /// Largest |charged − live| per group for the thread batch tracker.
+    pub thread_batch_drift_bytes_max: u64,
+    /// How parallel the accounted runs were (CPU time of the threads over
+    /// wall time: 2 when each had a CPU to itself).
+    pub parallel: f64,
+    /// Allocations per thread per round.
+    pub ops: usize,
+    /// Rounds per sample.
+    pub rounds: usize,
+    /// Samples.
+    pub samples: usize,
+    /// What was measured.
+    pub what: String,
+    /// The machine.
+    pub machine: Machine,
+}
+
+/// A group of the trackers: a shared counter, chained to its parent.
+struct Node {
+    amount: CachePadded<AtomicI64>,
+    parent: Option<&'static Node>,
+}
+
+impl Node {
+    fn leak(parent: Option<&'static Node>) -> &'static Node {
+        Box::leak(Box::new(Node {
+            amount: CachePadded::new(AtomicI64::new(0)),
+            parent,
+        }))
+    }
+
+    #[inline]
+    fn add(&self, n: i64) {
+        let mut c = Some(self);
+        while let Some(x) = c {
+            x.amount.fetch_add(n, Ordering::Relaxed);
+            c = x.parent;
+        }
+    }
+}
+
+thread_local! {
+    /// The trackers' "current group" of this thread.
+    static NODE: Cell<Option<&'static Node>> = const { Cell::new(None) };
+    /// The thread batch tracker's untracked amount.
+    static UNTRACKED: Cell<i64> = const { Cell::new(0) };
+}
+
+/// The eager tracker: an owner trailer, every level charged per call.
+struct Eager;
+
+fn trailer_layout(l: Layout) -> (Layout, usize) {
+    let body = l.size().next_multiple_of(8);
+    (
+        Layout::from_size_align(body + 8, l.align().max(8)).expect("layout"),
+        body,
+    )
+}
+
+// SAFETY: blocks come from `System` with a layout at least as large and
+// aligned; `dealloc` recomputes the same layout.
+unsafe impl GlobalAlloc for Eager {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let (il, body) = trailer_layout(l);
+        let node = NODE.with(Cell::get);
+        if let Some(n) = node {
+            n.add((l.size() + overhead(l.size())) as i64);
+        }
+        // SAFETY: non-zero size.
+        let p = unsafe { System.alloc(il) };
+        if !p.is_null() {
+            let owner = node.map_or(core::ptr::null(), |n| n as *const Node);
+            // SAFETY: the trailer is the block's last 8 bytes, aligned.
+            unsafe { p.add(body).cast::<*const Node>().write(owner) };
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        let (il, body) = trailer_layout(l);
+        // SAFETY: written by `alloc`.
+        let owner = unsafe { p.add(body).cast::<*const Node>().read() };
+        // SAFETY: nodes are leaked (never freed).
+        if let Some(n) = unsafe { owner.as_ref() } {
+            n.add(-((l.size() + overhead(l.size())) as i64));
+        }
+        // SAFETY: from `alloc` with `il`.
+        unsafe { System.dealloc(p, il) }
+    }
+}
+
+/// The thread batch tracker: no owner; the calling thread's group pays.
+struct ThreadBatch;
+
+impl ThreadBatch {
+    #[inline]
+    fn track(n: i64) {
+        let u = UNTRACKED.with(|c| {
+            let u = c.get() + n;
+            c.set(u);
+            u
+        });
+        if !(-THREAD_BATCH..=THREAD_BATCH).contains(&u) {
+            if let Some(node) = NODE.with(Cell::get) {
+                node.add(u);
+            }
+            UNTRACKED.with(|c| c.set(0));
+        }
+    }
+
+    /// Flush this thread's untracked amount (at the end of a round).
+    fn flush() {
+        let u = UNTRACKED.with(|c| c.replace(0));
+        if let Some(node) = NODE.with(Cell::get) {
+            node.add(u);
+        }
+    }
+}
+
+// SAFETY: forwards to `System` unchanged.
+unsafe impl GlobalAlloc for ThreadBatch {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        Self::track(l.size() as i64);
+        // SAFETY: forwarded.
+        unsafe { System.alloc(l) }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        Self::track(-(l.size() as i64));
+        // SAFETY: forwarded.
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+/// A live object of the workload.
+#[derive(Clone, Copy)]
+struct Obj {
+    ptr: usize,
+    layout: Layout,
+    /// The thread (and group) that allocated it.
+    owner: usize,
+}
+
+/// Which allocator a run drives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    System,
+    Accounted,
+    Eager,
+    ThreadBatch,
+}
+
+/// Per-run context.
+struct Ctx<'a> {
+    accounted: &'a Accounted<System>,
+    mem: &'a Memory,
+    groups: &'a [Group; 2],
+    /// The eager tracker's leaves.
+    nodes: [&'static Node; 2],
+    /// The thread batch tracker's leaves (its own tree).
+    tb_nodes: [&'static Node; 2],
+}
+
+/// One run: `rounds` rounds of `ops` allocations per thread. Returns the
+/// threads' mean CPU time over the rounds, the drifts
+/// seen (before and after draining; the tracker's for thread batch), and
+/// the threads' parallelism.
+fn run_kind(kind: Kind, ctx: &Ctx<'_>, cfg: &Config) -> (Duration, u64, u64, f64) {
+    match kind {
+        Kind::System => run_one(&System, kind, ctx, cfg),
+        Kind::Accounted => run_one(ctx.accounted, kind, ctx, cfg),
+        Kind::Eager => run_one(&Eager, kind, ctx, cfg),
+        Kind::ThreadBatch => run_one(&ThreadBatch, kind, ctx, cfg),
+    }
+}
+
+/// [`run_kind`] for one allocator (generic, so each is inlined as it
+/// would be as the global allocator).
+fn run_one<A: GlobalAlloc + Sync>(
+    a: &A,
+    kind: Kind,
+    ctx: &Ctx<'_>,
+    cfg: &Config,
+) -> (Duration, u64, u64, f64) {
+    let inbox: [Mutex<Vec<Obj>>; 2] = Default::default();
+    let rings: [Mutex<Vec<Obj>>; 2] = Default::default();
+    let start = Barrier::new(3);
+    let done = Barrier::new(3);
+    let times: Mutex<Vec<(Duration, Duration)>> = Mutex::new(Vec::new());
+    let (mut drift, mut drift_drained) = (0u64, 0u64);
+    let mut wall = Duration::ZERO;
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (inbox, rings, start, done, times) = (&inbox, &rings, &start, &done, &times);
+            s.spawn(move || {
+                pin_to_cpu(t);
+                let _in = (kind == Kind::Accounted).then(|| ctx.groups[t].enter());
+                let node = if kind == Kind::ThreadBatch {
+                    ctx.tb_nodes[t]
+                } else {
+                    ctx.nodes[t]
+                };
+                NODE.with(|c| c.set(Some(node)));
+                let mut ring: Vec<Obj> = std::mem::take(&mut *rings[t].lock().expect("ring"));
+                ring.reserve(LIVE);
+                let mut out: Vec<Obj> = Vec::with_capacity(64);
+                let mut seed = 0x2545_f491_4f6c_dd1du64 ^ t as u64;
+                let mut head = 0usize;
+                for _ in 0..cfg.rounds {
+                    start.wait();
+                    let (t0, c0) = (Instant::now(), cputime());
+                    for i in 0..cfg.ops {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        let size = 16 + (seed % 4081) as usize;
+                        let layout = Layout::from_size_align(size, 8).expect("layout");
+                        // SAFETY: non-zero size.
+                        let p = unsafe { a.alloc(layout) };
+                        assert!(!p.is_null(), "allocation failed");
+                        // SAFETY: `p` has at least one byte.
+                        unsafe { p.write(i as u8) };
+                        let o = Obj {
+                            ptr: p as usize,
+                            layout,
+                            owner: t,
+                        };
+                        if i % HAND_OVER == 0 {
+                            out.push(o);
+                            if out.len() == out.capacity() {
+                                inbox[1 - t].lock().expect("inbox").append(&mut out);
+                            }
+                        } else if ring.len() < LIVE {
+                            ring.push(o);
+                        } else {
+                            let old = std::mem::replace(&mut ring[head], o);
+                            head = (head + 1) % LIVE;
+                            // SAFETY: allocated above with `old.layout`.
+                            unsafe { a.dealloc(black_box(old.ptr as *mut u8), old.layout) };
+                        }
+                        if i % 256 == 0 {
+                            let theirs = std::mem::take(&mut *inbox[t].lock().expect("inbox"));
+                            for o in theirs {
+                                // SAFETY: allocated by the other thread with
+                                // `o.layout`, handed over.
+                                unsafe { a.dealloc(o.ptr as *mut u8, o.layout) };
+                            }
+                        }
+                    }
+                    if kind == Kind::ThreadBatch {
+                        ThreadBatch::flush();
+                    }
+                    inbox[1 - t].lock().expect("inbox").append(&mut out);
+                    times
+                        .lock()
+                        .expect("times")
+                        .push((t0.elapsed(), cputime().saturating_sub(c0)));
+                    *rings[t].lock().expect("ring") = ring.clone();
+                    done.wait();
+                }
+                // Free everything this thread still holds (its ring and
+                // what was handed to it), after the last round.
+                start.wait();
+                for o in ring.drain(..) {
+                    // SAFETY: live, allocated with `o.layout`.
+                    unsafe { a.dealloc(o.ptr as *mut u8, o.layout) };
+                }
+                rings[t].lock().expect("ring").clear();
+                done.wait();
+                start.wait();
+                for o in std::mem::take(&mut *inbox[t].lock().expect("inbox")) {
+                    // SAFETY: as above.
+                    unsafe { a.dealloc(o.ptr as *mut u8, o.layout) };
+                }
+                if kind == Kind::ThreadBatch {
+                    ThreadBatch::flush();
+                }
+                NODE.with(|c| c.set(None));
+                done.wait();
+            });
+        }
+        for _ in 0..cfg.rounds {
+            start.wait();
+            done.wait();
+            // Quiescent: both threads wait at `start`.
+            let mut live = [0i64; 2];
+            for o in rings.iter().chain(inbox.iter()) {
+                for o in o.lock().expect("live").iter() {
+                    live[o.owner] += (o.layout.size() + overhead(o.layout.size())) as i64;
+                }
+            }
+            match kind {
+                Kind::Accounted => {
+                    for (g, l) in ctx.groups.iter().zip(live) {
+                        let c = ctx.mem.current(g).unwrap_or(0) as i64;
+                        drift = drift.max(c.abs_diff(l));
+                    }
+                    let _ = ctx.mem.drain_stocks(&ctx.groups[0]);
+                    let _ = ctx.mem.drain_stocks(&ctx.groups[1]);
+                    for (g, l) in ctx.groups.iter().zip(live) {
+                        let c = ctx.mem.current(g).unwrap_or(0) as i64;
+                        drift_drained = drift_drained.max(c.abs_diff(l));
+                    }
+                }
+                Kind::ThreadBatch => {
+                    // The tracker counts sizes, without overhead.
+                    let mut live_sizes = [0i64; 2];
+                    for o in rings.iter().chain(inbox.iter()) {
+                        for o in o.lock().expect("live").iter() {
+                            live_sizes[o.owner] += o.layout.size() as i64;
+                        }
+                    }
+                    for (n, l) in ctx.tb_nodes.iter().zip(live_sizes) {
+                        drift = drift.max(n.amount.load(Ordering::Relaxed).abs_diff(l));
+                    }
+                }
+                _ => {}
+            }
+        }
+        start.wait();
+        done.wait();
+        start.wait();
+        done.wait();
+    });
+    let times = times.into_inner().expect("times");
+    let mut cpu = Duration::ZERO;
+    for pair in times.chunks(2) {
+        wall += pair.iter().map(|p| p.0).max().unwrap_or_default();
+        cpu += pair.iter().map(|p| p.1).sum::<Duration>();
+    }
+    let parallel = if wall.is_zero() {
+        0.0
+    } else {
+        cpu.as_secs_f64() / wall.as_secs_f64()
+    };
+    // The rate is taken over the threads' CPU time (per thread, as if
+    // each had its CPU throughout): on a machine shared with other work
+    // the wall time mostly measures the scheduler.
+    (cpu / 2, drift, drift_drained, parallel)
+}
+
+/// This thread's CPU time.
+fn cputime() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec; a constant clock id.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Run the benchmark.
+pub fn run(cfg: &Config) -> Report {
+    let cfg = Config {
+        ops: cfg.ops.max(LIVE * 2),
+        rounds: cfg.rounds.max(1),
+        samples: cfg.samples.max(1),
+    };
+    let rs = Rstat::builder()
+        .periodic_flush(None)
+        .build()
+        .expect("engine");
+    let mem = Memory::register_with(&rs, heap_config()).expect("memory controller");
+    let accounted = Accounted::new(System);
+    accounted.install(&rs, &mem).expect("bind");
+    let parent = rs.root().create_child("bench").expect("group");
+    let groups = [
+        parent.create_child("a").expect("group"),
+        parent.create_child("b").expect("group"),
+    ];
+    let root = Node::leak(None);
+    let mid = Node::leak(Some(root));
+    let nodes = [Node::leak(Some(mid)), Node::leak(Some(mid))];
+    let tb_mid = Node::leak(Some(root));
+    let tb_nodes = [Node::leak(Some(tb_mid)), Node::leak(Some(tb_mid))];
+    let ctx = Ctx {
+        accounted: &accounted,
+        mem: &mem,
+        groups: &groups,
+        nodes,
+        tb_nodes,
+    };
+    let total = (2 * cfg.ops * cfg.rounds) as f64;
+    let mops = |d: Duration| {
+        if d.is_zero() {
+            0.0
+        } else {
+            total / d.as_secs_f64() / 1e6
+        }
+    };
+    let mut v: [Vec<f64>; 4] = Default::default();
+    let (mut drift, mut drained, mut tb_drift) = (0u64, 0u64, 0u64);
+    let mut parallel = Vec::new();
+    let kinds = [
+        Kind::System,
+        Kind::Accounted,
+        Kind::Eager,
+        Kind::ThreadBatch,
+    ];
+    for sample in 0..cfg.samples {
+        // Rotate the order each sample, so no variant always runs first
+        // (fresh threads, cold allocator arenas) or after the same one.
+        for k in 0..kinds.len() {
+            let i = (k + sample) % kinds.len();
+            let kind = kinds[i];
+            let (wall, d, dd, par) = run_kind(kind, &ctx, &cfg);
+            v[i].push(mops(wall));
+            match kind {
+                Kind::Accounted => {
+                    drift = drift.max(d);
+                    drained = drained.max(dd);
+                    parallel.push(par);
+                }
+                Kind::ThreadBatch => tb_drift = tb_drift.max(d),
+                _ => {}
+            }
+        }
+    }
+    unpin();
+    // Honesty checks: every byte charged came back.
+    let _ = mem.drain_stocks(&parent);
+    assert_eq!(mem.current(&parent).ok(), Some(0), "accounted bytes leaked");
+    assert_eq!(mid.amount.load(Ordering::Relaxed), 0, "eager bytes leaked");
+    assert_eq!(
+        tb_mid.amount.load(Ordering::Relaxed),
+        0,
+        "thread batch bytes leaked"
+    );
+    let [sys, acc, eager, tb] = v.map(median);
+    let ratio = |a: f64, b: f64| if b > 0.0 { round(a / b, 2) } else { 0.0 };
+    Report {
+        system_mops: round(sys, 2),
+        accounted_mops: round(acc, 2),
+        eager_mops: round(eager, 2),
+        thread_batch_mops: round(tb, 2),
+        overhead_pct: if acc > 0.0 {
+            round((sys / acc - 1.0) * 100.0, 1)
+        } else {
+            0.0
+        },
+        ratio_vs_eager: ratio(acc, eager),
+        drift_bytes_max: drift,
+        drift_bound_bytes: drift_bound(&mem),
+        drift_after_drain_bytes_max: drained,
+        thread_batch_drift_bytes_max: tb_drift,
+        parallel: round(median(parallel), 2),
+        ops: cfg.ops,
+        rounds: cfg.rounds,
+        samples: cfg.samples,
+        what: format!(
+            "Millions of allocations (16-4096 bytes, each freed later, 1 in {HAND_OVER} by the \
+             other thread) per second of CPU time of each of 2 pinned threads, summed, each in its own group under a \
+             common parent, {LIVE} objects live per thread; median of {} interleaved samples \
+             of {} rounds x {} allocations per thread. Drift checked after each round.",
+            cfg.samples, cfg.rounds, cfg.ops
+        ),
+        machine: Machine::detect(),
+    }
+}
+
+/// The human table.
+pub fn table(r: &Report) -> String {
+    let mut s = String::new();
+    s.push_str(&format!("{}\n", r.machine.line()));
+    s.push_str(&format!("{}\n\n", r.what));
+    s.push_str(&format!("{:<34}{:>10}\n", "allocator", "Mops/s"));
+    for (n, v) in [
+        ("system (inner alone)", r.system_mops),
+        ("accounted (rstat::alloc)", r.accounted_mops),
+        ("eager tracker (all levels, shared)", r.eager_mops),
+        ("thread batch tracker (4 MiB)", r.thread_batch_mops),
+    ] {
+        s.push_str(&format!("{n:<34}{v:>10.2}\n"));
+    }
+    s.push_str(&format!(
+        "\noverhead vs system: {:.1}% (target <= 15)\naccounted / eager: {:.2}x (target >= 2)\n\
+         drift at quiescent points: {} bytes (bound {}), after draining: {} (must be 0)\n\
+         thread batch tracker drift: {} bytes (no bound)\nparallelism of the accounted runs: {:.2} of 2\n",
+        r.overhead_pct,
+        r.ratio_vs_eager,
+        r.drift_bytes_max,
+        r.drift_bound_bytes,
+        r.drift_after_drain_bytes_max,
+        r.thread_batch_drift_bytes_max,
+        r.parallel
+    ));
+    if r.parallel < 1.8 {
+        s.push_str(
+            "note: the threads did not run in parallel throughout (a busy machine): \
+             contention on shared lines is under-measured.\n",
+        );
+    }
+    s
+}

@@ -1,0 +1,683 @@
+//! The accounting allocator: every heap byte charged to the group of the
+//! thread that allocated it, and uncharged from that same group when the
+//! object is freed, by whichever thread frees it.
+//!
+//! [`Accounted<A>`] wraps any [`GlobalAlloc`] (`System`, mimalloc, …) and is
+//! meant to be the program's `#[global_allocator]`:
+//!
+//! ```
+//! use rstat::alloc::Accounted;
+//! use std::alloc::System;
+//!
+//! #[global_allocator]
+//! static ALLOC: Accounted<System> = Accounted::new(System);
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let rs = rstat::Rstat::new();
+//!     let mem = rstat::memory::Memory::register_with(&rs, rstat::alloc::heap_config())?;
+//!     ALLOC.install(&rs, &mem)?; // from here on, allocations are charged
+//!     let tenant = rs.root().create_child("tenant")?;
+//!     let buf = {
+//!         let _in = tenant.enter(); // this thread's current group
+//!         vec![0u8; 10_000]
+//!     };
+//!     mem.drain_stocks(&tenant)?;
+//!     assert!(mem.current(&tenant)? >= 10_000);
+//!     drop(buf); // uncharged from `tenant`, on any thread
+//!     mem.drain_stocks(&tenant)?;
+//!     assert_eq!(mem.current(&tenant)?, 0);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # The path of an allocation
+//!
+//! 1. **Layout**: the object gets an 8-byte *trailer* after its bytes,
+//!    rounded up to 8 ([`overhead`]); the inner allocator is asked for
+//!    `round_up(size, 8) + 8` bytes at `max(align, 8)`. The object starts
+//!    where the inner block starts, so **every alignment works at the same
+//!    cost**: the overhead is `8 + (8 - size % 8) % 8` bytes, 8 to 15, for
+//!    any alignment (a header before the object would cost `align` bytes
+//!    for alignments above 16).
+//! 2. **Whom to charge**: the thread's current group
+//!    ([`Group::enter`](crate::Group::enter), read through a destructor-free
+//!    thread-local, no allocation), or the bound engine's root if the
+//!    thread is in no group or in another engine's group.
+//! 3. **Charge** `size + overhead` bytes through this CPU's stock
+//!    ([`crate::memory::stock`]): the common case writes no shared cache
+//!    line. A miss charges a batch to the page counters. Over
+//!    `memory.max`: the group's [`HeapLimitMode`](super::HeapLimitMode) (account: force and count
+//!    `max`/`oom`; enforce: drain, reclaim, retry, then return null). Over
+//!    `memory.high`: the registered reclaimers run
+//!    ([`Memory::reclaim_high`]).
+//! 4. **Owner**: the trailer records the group charged, holding one
+//!    reference on it (a per-CPU count: no shared write), like the kernel's
+//!    `obj_cgroup` pointer in each slab object.
+//! 5. **Stats**: `heap`, `heap_overhead` and `heap_allocs` in
+//!    `memory.stat` (three per-CPU adds; see
+//!    [`MEMORY_STAT_NAMES`](crate::memory::MEMORY_STAT_NAMES)).
+//!
+//! **Where reclaim runs.** Reclaimers (for `memory.high`, and for
+//! `memory.max` in enforce mode) run on the allocating thread, inside the
+//! allocation, with the re-entry flag set (their own allocations pass
+//! through). A reclaimer must therefore not wait for a lock the program
+//! may hold while allocating. The crate's own locks are handled: while a
+//! thread holds one (the crate allocates under some of them), its
+//! allocations are charged without reclaim or waiting, forced past
+//! `memory.max` if need be and counted as such; the next allocation made
+//! outside catches up.
+//!
+//! A free reads the trailer and uncharges that group through the freeing
+//! CPU's stock (so a free on another thread is exact: the bytes leave the
+//! group that was charged, not the freeing thread's), counts `heap_frees`,
+//! and drops the reference. `realloc` keeps the inner allocator's
+//! in-place growth: it charges (or uncharges) only the difference to the
+//! object's owner and moves the trailer. (An object allocated while the
+//! allocator passed through stays uncharged, counted as pass-through,
+//! through its reallocs and its free.)
+//!
+//! # Removed groups
+//!
+//! When a group is removed its remaining charges are reparented
+//! ([`crate::memory`], "Removed groups"): its parent's counter, which
+//! counted them all along, keeps them. A later free of one of its objects
+//! uncharges the nearest live ancestor and counts `heap_reparented` there;
+//! its `heap` bytes are counted off the removed group's own stats, which
+//! fold into its parent. The objects keep references on the removed
+//! group, so its memory (its per-CPU stat slots, a few hundred bytes per
+//! CPU) is freed when its last object is, not at removal: unlike the
+//! kernel's `obj_cgroup`, whose owner pointer is moved to the parent so the
+//! dying group can go at once, an object here keeps pointing at its first
+//! group. (Moving the pointer needs a grace period for frees racing the
+//! move, which this crate does not have yet.)
+//!
+//! The allocator never releases a group itself: its caller may hold the
+//! engine's locks (rstat's own code frees memory under them). The last
+//! reference it drops puts the group on a deferred list, released at the
+//! next `create_child`, `remove`, engine drop or
+//! [`Rstat::release_deferred`](crate::Rstat::release_deferred).
+//!
+//! # Binding: how a `static` allocator finds its controller
+//!
+//! An [`Accounted`] starts unbound: a pass-through that still adds the
+//! trailer (so any object can be freed later, bound or not) with no owner,
+//! and counts what passes through ([`Accounted::pass_through`]). This is
+//! what happens before `main` and until [`install`](Accounted::install).
+//! `install(&rstat, &memory)` binds it to a controller (it keeps a clone of the
+//! [`Memory`] handle). It falls back to pass-through, counted:
+//!
+//! - while the thread is already inside the allocator (a nested
+//!   allocation made by the charge path's slow parts: errors, reclaimers),
+//!   so it never recurses and never waits for itself;
+//! - after the engine's [`Rstat`] is dropped (its root is
+//!   offline);
+//! - after [`uninstall`](Accounted::uninstall).
+//!
+//! Objects charged before any of these are still uncharged exactly when
+//! freed: the binding they were charged through is never freed
+//! (`uninstall` keeps it on a list, with the controller it holds: a few
+//! words and one controller per install, meant to happen once per
+//! process).
+//!
+//! The allocator's own state is a re-entry flag and the current group,
+//! both in `const` thread-locals without destructors, so it works in TLS
+//! destructors and during thread exit.
+//!
+//! # Costs
+//!
+//! An allocation served from the stock: the thread-local loads, one
+//! uncontended compare-and-swap on this CPU's stock lock, three per-CPU
+//! stat adds, one per-CPU reference get, the trailer store; a free the
+//! same with a put. A stock miss: one atomic add per ancestor's usage.
+//! Drift: at quiescent points, a group's `memory.current` exceeds its live
+//! objects' bytes (plus overhead) by what sits in the stocks, at most
+//! `batch × nr_cpus` ([`drift_bound`]); 0 after
+//! [`Memory::drain_stocks`].
+//!
+//! # Verification
+//!
+//! One test binary per `#[global_allocator]` configuration:
+//! `tests/alloc_system.rs` (exactness per group at quiescent points with
+//! frees on other threads and groups removed while their objects live,
+//! every alignment, realloc, limits, reclaim, allocations under the
+//! crate's locks), `tests/alloc_lifecycle.rs` (before install, TLS
+//! destructors, deferred release, the engine dropped, uninstall) and
+//! `tests/alloc_mimalloc.rs` (`--features mimalloc`). CI runs the first two
+//! under Miri with Tree Borrows (Stacked Borrows rejects reading the
+//! trailer through the pointer a `Box` gives back, whose tag covers only
+//! the object) and under AddressSanitizer; the deferred-release stack has a
+//! loom model in `group`.
+//!
+//! # Synchronization
+//!
+//! The binding pointer is published with a `Release` compare-and-swap and
+//! read with `Acquire`, so a thread that sees it sees the binding's
+//! fields; bindings are never freed, so a racing `uninstall` cannot leave
+//! a reader with a dangling one. The retired list is push-only (`Release`
+//! push, `Acquire` reads). Pass-through counters are `Relaxed` counts.
+//! Everything else is the memory controller's (see [`crate::memory`]).
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::Cell;
+use std::ptr::NonNull;
+
+use super::{Memory, MemoryConfig, Target};
+use crate::engine::{EngineInner, Rstat};
+use crate::group::{Group, GroupInner};
+// std's atomics, not `crate::sync`'s: the allocator must be constructible
+// in a `static` (const), and loom's atomics allocate, which a global
+// allocator cannot model. Its own protocol (publish-once bindings, a
+// push-only retired list) is two single-word CASes; the group and stock
+// protocols it calls into are modelled with loom where they live.
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// Bytes of the trailer after each object.
+pub const TRAILER: usize = 8;
+
+/// The [`MemoryConfig`] to register a controller fed by the allocator
+/// with: bytes as the unit, a batch of 256 KiB (the kernel's 64 pages).
+/// With the default batch of 64 units, most allocations would miss the
+/// stock.
+pub fn heap_config() -> MemoryConfig {
+    MemoryConfig {
+        batch: HEAP_BATCH,
+        ..MemoryConfig::default()
+    }
+}
+
+/// The batch of [`heap_config`]: 64 pages of 4 KiB, in bytes.
+pub const HEAP_BATCH: u64 = 64 * 4096;
+
+/// The bytes the allocator adds to an object of `size` bytes (any
+/// alignment): its trailer and the padding before it, 8 to 15.
+#[inline(always)]
+pub const fn overhead(size: usize) -> usize {
+    size.next_multiple_of(TRAILER) - size + TRAILER
+}
+
+/// The documented drift bound: how far, at a quiescent point, a group's
+/// `memory.current` may exceed its live heap bytes (the units in the
+/// stocks): one batch per CPU.
+pub fn drift_bound(mem: &Memory) -> u64 {
+    mem.config().batch.saturating_mul(mem.inner.nr_cpus as u64)
+}
+
+/// The inner layout for `layout` and the overhead; `None` if it does not
+/// fit `isize`.
+#[inline(always)]
+fn inner_layout(layout: Layout) -> Option<(Layout, usize)> {
+    let body = layout.size().checked_next_multiple_of(TRAILER)?;
+    let total = body.checked_add(TRAILER)?;
+    let l = Layout::from_size_align(total, layout.align().max(TRAILER)).ok()?;
+    Some((l, total - layout.size()))
+}
+
+/// The trailer of the object at `ptr` of `size` bytes.
+///
+/// # Safety
+/// `ptr` came from [`Accounted`] for a layout of `size` bytes.
+#[inline(always)]
+unsafe fn trailer(ptr: *mut u8, size: usize) -> *mut *mut GroupInner {
+    // SAFETY: the inner block has `round_up(size, 8) + 8` bytes, aligned to
+    // at least 8; the trailer is its last 8, aligned.
+    unsafe { ptr.add(size.next_multiple_of(TRAILER)).cast() }
+}
+
+thread_local! {
+    /// Whether this thread is inside the allocator's accounting. No
+    /// destructor, `const`: usable in any phase of the thread's life.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The re-entry guard: `None` if this thread is already inside.
+struct Inside;
+
+impl Inside {
+    #[inline(always)]
+    fn enter() -> Option<Inside> {
+        // `try_with` cannot fail for a slot without a destructor; treat it
+        // as "inside" (pass through) if it ever did.
+        let was = INSIDE.try_with(|c| c.replace(true)).unwrap_or(true);
+        // Not `then_some(Inside)`: that builds (and, when already inside,
+        // drops) a guard either way, and the drop would clear the flag.
+        if was {
+            None
+        } else {
+            Some(Inside)
+        }
+    }
+}
+
+impl Drop for Inside {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let _ = INSIDE.try_with(|c| c.set(false));
+    }
+}
+
+/// A controller bound to the allocator. Never freed (see the module docs).
+struct Binding {
+    mem: Memory,
+    root: Group,
+    engine: *const EngineInner,
+    /// The next retired binding.
+    next: AtomicPtr<Binding>,
+}
+
+/// What went through an [`Accounted`] uncharged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassThrough {
+    /// Objects allocated without an owner (unbound, nested in the
+    /// allocator, or the engine dropped).
+    pub allocs: u64,
+    /// Objects without an owner freed.
+    pub frees: u64,
+    /// Bytes (with overhead) of live objects without an owner.
+    pub live_bytes: u64,
+}
+
+/// Why [`Accounted::install`] refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstallError {
+    /// Already bound to a controller: call [`Accounted::uninstall`] first.
+    AlreadyInstalled,
+    /// The controller is registered on another engine than the one given.
+    ForeignController,
+}
+
+impl std::fmt::Display for InstallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InstallError::AlreadyInstalled => f.write_str(
+                "the accounting allocator is already bound to a memory controller; \
+                 call uninstall() first",
+            ),
+            InstallError::ForeignController => f.write_str(
+                "the memory controller belongs to another Rstat; pass the one it was registered on",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InstallError {}
+
+/// A [`GlobalAlloc`] that charges every object to the current group's
+/// memory controller. See the [module docs](self).
+pub struct Accounted<A> {
+    inner: A,
+    bind: AtomicPtr<Binding>,
+    retired: AtomicPtr<Binding>,
+    pass_allocs: AtomicU64,
+    pass_frees: AtomicU64,
+    /// Bytes allocated and freed without owner (two counters, so each only
+    /// grows and `live = allocated - freed`).
+    pass_bytes_in: AtomicU64,
+    pass_bytes_out: AtomicU64,
+}
+
+// SAFETY: the raw pointers are to bindings, which are never freed and whose
+// contents are thread-safe (`Memory`, `Group`, an address used as an
+// identity); the rest is atomics and the inner allocator, itself `Sync`
+// when `A` is.
+unsafe impl<A: Sync> Sync for Accounted<A> {}
+// SAFETY: as above.
+unsafe impl<A: Send> Send for Accounted<A> {}
+
+impl<A> Accounted<A> {
+    /// An unbound allocator over `inner` (usable in a `static`).
+    pub const fn new(inner: A) -> Self {
+        Accounted {
+            inner,
+            bind: AtomicPtr::new(core::ptr::null_mut()),
+            retired: AtomicPtr::new(core::ptr::null_mut()),
+            pass_allocs: AtomicU64::new(0),
+            pass_frees: AtomicU64::new(0),
+            pass_bytes_in: AtomicU64::new(0),
+            pass_bytes_out: AtomicU64::new(0),
+        }
+    }
+
+    /// The inner allocator.
+    pub fn inner(&self) -> &A {
+        &self.inner
+    }
+
+    /// Bind to `mem`, a memory controller of `rs`: allocations from now on
+    /// are charged to the current group (in `rs`; else `rs`'s root). Keeps a clone of `mem` (and so its engine)
+    /// for as long as objects charged through it may be freed: for the
+    /// rest of the process. Cost: one allocation (uncharged).
+    pub fn install(&self, rs: &Rstat, mem: &Memory) -> Result<(), InstallError> {
+        if mem.engine_ptr() != rs.engine_ptr() {
+            return Err(InstallError::ForeignController);
+        }
+        let root = rs.root().clone();
+        let b = Box::into_raw(Box::new(Binding {
+            mem: mem.clone(),
+            root,
+            engine: mem.engine_ptr(),
+            next: AtomicPtr::new(core::ptr::null_mut()),
+        }));
+        // Release: publishes the binding's fields to the Acquire loads.
+        match self.bind.compare_exchange(
+            core::ptr::null_mut(),
+            b,
+            Ordering::Release,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                // SAFETY: never published.
+                drop(unsafe { Box::from_raw(b) });
+                Err(InstallError::AlreadyInstalled)
+            }
+        }
+    }
+
+    /// Unbind: allocations from now on pass through (counted). Objects
+    /// charged before are still uncharged exactly when freed. Returns
+    /// whether a controller was bound.
+    pub fn uninstall(&self) -> bool {
+        let b = self.bind.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if b.is_null() {
+            return false;
+        }
+        // SAFETY: bindings are never freed.
+        let bref = unsafe { &*b };
+        let mut head = self.retired.load(Ordering::Relaxed);
+        loop {
+            bref.next.store(head, Ordering::Relaxed);
+            // Release: publishes `next` to the Acquire walk in `binding_for`.
+            match self
+                .retired
+                .compare_exchange_weak(head, b, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// The controller bound now, if any.
+    pub fn memory(&self) -> Option<&Memory> {
+        // SAFETY: bindings are never freed.
+        unsafe { self.bind.load(Ordering::Acquire).as_ref() }.map(|b| &b.mem)
+    }
+
+    /// What went through uncharged so far. Three `Relaxed` loads: exact
+    /// when no thread allocates.
+    pub fn pass_through(&self) -> PassThrough {
+        let i = self.pass_bytes_in.load(Ordering::Relaxed);
+        let o = self.pass_bytes_out.load(Ordering::Relaxed);
+        PassThrough {
+            allocs: self.pass_allocs.load(Ordering::Relaxed),
+            frees: self.pass_frees.load(Ordering::Relaxed),
+            live_bytes: i.wrapping_sub(o),
+        }
+    }
+
+    /// The binding objects of `engine` were charged through: the current
+    /// one, else a retired one.
+    #[inline(always)]
+    fn binding_for(&self, engine: *const EngineInner) -> Option<&Binding> {
+        // SAFETY: bindings are never freed.
+        let cur = unsafe { self.bind.load(Ordering::Acquire).as_ref() };
+        if let Some(b) = cur {
+            if b.engine == engine {
+                return Some(b);
+            }
+        }
+        self.retired_binding_for(engine)
+    }
+
+    #[cold]
+    fn retired_binding_for(&self, engine: *const EngineInner) -> Option<&Binding> {
+        let mut p = self.retired.load(Ordering::Acquire);
+        // SAFETY: bindings are never freed; `next` was published before
+        // the push that made it reachable.
+        while let Some(b) = unsafe { p.as_ref() } {
+            if b.engine == engine {
+                return Some(b);
+            }
+            p = b.next.load(Ordering::Acquire);
+        }
+        None
+    }
+
+    #[cold]
+    fn count_pass_alloc(&self, bytes: usize) {
+        self.pass_allocs.fetch_add(1, Ordering::Relaxed);
+        self.pass_bytes_in
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    #[cold]
+    fn count_pass_free(&self, bytes: usize) {
+        self.pass_frees.fetch_add(1, Ordering::Relaxed);
+        self.pass_bytes_out
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Charge a new object of `size` bytes. `Ok(None)`: pass through;
+    /// `Err(())`: refused (enforced limit).
+    #[inline(always)]
+    fn charge_new(&self, size: usize, overhead: usize) -> Result<Option<NonNull<GroupInner>>, ()> {
+        let Some(_inside) = Inside::enter() else {
+            return Ok(None);
+        };
+        // SAFETY: bindings are never freed.
+        let Some(b) = (unsafe { self.bind.load(Ordering::Acquire).as_ref() }) else {
+            return Ok(None);
+        };
+        if !b.root.is_online() {
+            return Ok(None); // the engine was dropped
+        }
+        let cur = crate::attach::current_group_ptr();
+        let group = match NonNull::new(cur.cast_mut()) {
+            // SAFETY: the current group is kept alive by the guard that
+            // made it current, until this thread enters or leaves a group
+            // (see `current_group_ptr`): not during this call.
+            Some(p) if core::ptr::eq(engine_of(unsafe { p.as_ref() }), b.engine) => {
+                // SAFETY: as above.
+                unsafe { Group::borrow_ptr(p) }
+            }
+            // SAFETY: the binding holds a reference on its root.
+            _ => unsafe { Group::borrow_ptr(b.root.inner_ptr()) },
+        };
+        let cpu = b.mem.this_cpu();
+        match b.mem.heap_charge(&group, size as u64, overhead as u64, cpu) {
+            Some(g) => Ok(Some(g.into_raw())),
+            None => Err(()),
+        }
+    }
+
+    /// Uncharge the object whose trailer holds `owner`.
+    #[inline(always)]
+    fn uncharge(&self, owner: NonNull<GroupInner>, size: usize, overhead: usize) {
+        // The re-entry flag is only for new allocations: this object's
+        // bytes must leave its group whatever the nesting (the uncharge
+        // path allocates only on errors, which then pass through).
+        let _inside = Inside::enter();
+        // SAFETY: the object holds a reference on its owner.
+        let engine = engine_of(unsafe { owner.as_ref() });
+        // SAFETY: the object's reference, given back once (its trailer is
+        // not read again: the object is being freed).
+        let group = unsafe { Group::from_raw(owner) };
+        match self.binding_for(engine) {
+            Some(b) => {
+                let cpu = b.mem.this_cpu();
+                b.mem
+                    .heap_uncharge(group, size as u64, overhead as u64, cpu)
+            }
+            // Cannot happen (an owner is only written through a binding,
+            // and bindings are never freed); keep the reference count
+            // right anyway.
+            None => group.drop_deferred(),
+        }
+    }
+
+    /// Charge (`grow`) or uncharge `delta` bytes of a resized object to
+    /// its owner, counting the size and overhead changes. False if a
+    /// growth was refused.
+    fn resize(&self, owner: NonNull<GroupInner>, old: (usize, usize), new: (usize, usize)) -> bool {
+        let _inside = Inside::enter();
+        // SAFETY: the object holds a reference on its owner.
+        let engine = engine_of(unsafe { owner.as_ref() });
+        let Some(b) = self.binding_for(engine) else {
+            return true;
+        };
+        // SAFETY: the object holds a reference for the whole call.
+        let group = unsafe { Group::borrow_ptr(owner) };
+        let cpu = b.mem.this_cpu();
+        let (old_t, new_t) = ((old.0 + old.1) as u64, (new.0 + new.1) as u64);
+        if new_t > old_t {
+            match b.mem.heap_charge_bytes(&group, new_t - old_t, cpu) {
+                Ok(t) => release_target(t),
+                Err(_) => return false,
+            }
+        } else if new_t < old_t {
+            b.mem.heap_uncharge_bytes(&group, old_t - new_t, cpu);
+        }
+        b.mem
+            .count_heap(&group, old.0 as u64, old.1 as u64, true, cpu);
+        b.mem
+            .count_heap(&group, new.0 as u64, new.1 as u64, false, cpu);
+        true
+    }
+}
+
+/// Drop a charge target's handle, if it made one, without releasing.
+fn release_target(t: Target<'_>) {
+    if let std::borrow::Cow::Owned(g) = t.group {
+        g.drop_deferred();
+    }
+}
+
+/// The engine a group belongs to (an identity).
+#[inline(always)]
+fn engine_of(g: &GroupInner) -> *const EngineInner {
+    std::sync::Arc::as_ptr(&g.engine)
+}
+
+// SAFETY: every block handed out comes from `inner` with a layout at least
+// as large and as aligned as the caller's (`inner_layout`), starting at the
+// inner block's start; `dealloc` and `realloc` recompute the same inner
+// layout from the caller's layout, as `GlobalAlloc` requires callers to
+// pass the layout the block was allocated with. The trailer lies past the
+// caller's bytes, inside the inner block. Nothing here unwinds (no panic
+// on any path: the charge path's errors are values).
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded contract; `alloc_with` is given `inner.alloc`.
+        unsafe { self.alloc_with(layout, |l| self.inner.alloc(l)) }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as `alloc`.
+        unsafe { self.alloc_with(layout, |l| self.inner.alloc_zeroed(l)) }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let Some((il, overhead)) = inner_layout(layout) else {
+            // Cannot happen: the same layout fitted when allocated.
+            return;
+        };
+
+        // SAFETY: `ptr` came from `alloc_with` for `layout`.
+        let owner = unsafe { *trailer(ptr, layout.size()) };
+        match NonNull::new(owner) {
+            Some(o) => self.uncharge(o, layout.size(), overhead),
+            None => self.count_pass_free(il.size()),
+        }
+        // SAFETY: allocated by `inner` with `il` (module invariant).
+        unsafe { self.inner.dealloc(ptr, il) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let Some((il, old_ovh)) = inner_layout(layout) else {
+            return core::ptr::null_mut();
+        };
+        let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
+            return core::ptr::null_mut();
+        };
+        let Some((new_il, new_ovh)) = inner_layout(new_layout) else {
+            return core::ptr::null_mut();
+        };
+
+        // SAFETY: `ptr` came from us for `layout`.
+        let owner = unsafe { *trailer(ptr, layout.size()) };
+        let old = (layout.size(), old_ovh);
+        let new = (new_size, new_ovh);
+        let Some(o) = NonNull::new(owner) else {
+            // SAFETY: `ptr` was allocated by `inner` with `il`; the new
+            // size is non-zero and fits (checked by `inner_layout`).
+            let p = unsafe { self.inner.realloc(ptr, il, new_il.size()) };
+            if !p.is_null() {
+                // SAFETY: `p` is a block of `new_il`; the trailer is inside.
+                unsafe { *trailer(p, new_size) = core::ptr::null_mut() };
+                // Relaxed: counts (see `pass_through`).
+                self.pass_bytes_out
+                    .fetch_add(il.size() as u64, Ordering::Relaxed);
+                self.pass_bytes_in
+                    .fetch_add(new_il.size() as u64, Ordering::Relaxed);
+            }
+            return p;
+        };
+        let grow = new.0 + new.1 > old.0 + old.1;
+        if grow && !self.resize(o, old, new) {
+            return core::ptr::null_mut(); // refused; the old block is intact
+        }
+        // SAFETY: as above.
+        let p = unsafe { self.inner.realloc(ptr, il, new_il.size()) };
+        if p.is_null() {
+            if grow {
+                // Give back what was charged for the growth.
+                self.resize(o, new, old);
+            }
+            return p;
+        }
+        // SAFETY: `p` is a block of `new_il`; the trailer is inside. The
+        // owner's reference moves with it.
+        unsafe { *trailer(p, new_size) = owner };
+        if !grow {
+            self.resize(o, old, new);
+        }
+        p
+    }
+}
+
+impl<A: GlobalAlloc> Accounted<A> {
+    /// `alloc` and `alloc_zeroed`: charge, then allocate with `f`.
+    ///
+    /// # Safety
+    /// `layout` has a non-zero size (`GlobalAlloc::alloc`'s contract).
+    #[inline(always)]
+    unsafe fn alloc_with(&self, layout: Layout, f: impl FnOnce(Layout) -> *mut u8) -> *mut u8 {
+        let Some((il, overhead)) = inner_layout(layout) else {
+            return core::ptr::null_mut();
+        };
+        let owner = match self.charge_new(layout.size(), overhead) {
+            Ok(o) => o,
+            Err(()) => return core::ptr::null_mut(),
+        };
+        let p = f(il);
+        if p.is_null() {
+            if let Some(o) = owner {
+                self.uncharge(o, layout.size(), overhead);
+            }
+            return p;
+        }
+        if owner.is_none() {
+            self.count_pass_alloc(il.size());
+        }
+        // SAFETY: `p` is a block of `il`, whose last 8 bytes are the
+        // trailer (aligned to 8).
+        unsafe {
+            *trailer(p, layout.size()) = owner.map_or(core::ptr::null_mut(), NonNull::as_ptr)
+        };
+        p
+    }
+}

@@ -1,0 +1,142 @@
+//! The accounting allocator's edges, as this binary's `#[global_allocator]`:
+//! pass-through before `install` (everything allocated before `main`),
+//! allocation in thread-local destructors and during thread exit, the last
+//! reference to a removed group dropped inside `dealloc` (deferred
+//! release), the engine dropped while charged objects live, `uninstall`.
+//!
+//! One test function, because the steps share the one global allocator
+//! and must run in order.
+
+use std::alloc::System;
+use std::sync::Mutex;
+
+use rstat::alloc::{overhead, Accounted};
+use rstat::memory::Memory;
+use rstat::{Group, Rstat};
+
+#[global_allocator]
+static ALLOC: Accounted<System> = Accounted::new(System);
+
+fn charged(bytes: usize) -> u64 {
+    (bytes + overhead(bytes)) as u64
+}
+
+fn current(mem: &Memory, g: &Group) -> u64 {
+    mem.drain_stocks(g).unwrap();
+    mem.current(g).unwrap()
+}
+
+/// Filled by a thread-local's destructor.
+static FROM_TLS_DTOR: Mutex<Option<Vec<u8>>> = Mutex::new(None);
+
+struct AllocOnExit(Group);
+
+impl Drop for AllocOnExit {
+    fn drop(&mut self) {
+        // A thread-local destructor, on a thread that is exiting: enter a
+        // group and allocate.
+        let v = {
+            let _in = self.0.enter();
+            vec![7u8; 3000]
+        };
+        *FROM_TLS_DTOR.lock().unwrap() = Some(v);
+    }
+}
+
+thread_local! {
+    static ON_EXIT: std::cell::RefCell<Option<AllocOnExit>> = const { std::cell::RefCell::new(None) };
+}
+
+#[test]
+fn lifecycle() {
+    // Before install: the test harness (and std before `main`) allocated
+    // through us, uncharged and counted.
+    let before = ALLOC.pass_through();
+    assert!(before.allocs > 0, "{before:?}");
+    assert!(ALLOC.memory().is_none());
+
+    let rs = Rstat::new();
+    let mem = Memory::register_with(&rs, rstat::alloc::heap_config()).unwrap();
+    ALLOC.install(&rs, &mem).unwrap();
+    assert_eq!(
+        ALLOC.install(&rs, &mem),
+        Err(rstat::alloc::InstallError::AlreadyInstalled)
+    );
+
+    let g = rs.root().create_child("g").unwrap();
+
+    // A thread-local destructor allocates in `g` while its thread exits.
+    {
+        let g = g.clone();
+        std::thread::spawn(move || {
+            ON_EXIT.with(|s| *s.borrow_mut() = Some(AllocOnExit(g)));
+        })
+        .join()
+        .unwrap();
+    }
+    let v = FROM_TLS_DTOR
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the destructor ran");
+    assert_eq!(current(&mem, &g), charged(3000));
+    drop(v);
+    assert_eq!(current(&mem, &g), 0);
+
+    // The last reference to a removed group, dropped by `dealloc`: the
+    // group is released later, not inside the allocator.
+    let z = rs.root().create_child("zombie").unwrap();
+    let obj: Box<[u8; 100]> = {
+        let _in = z.enter();
+        Box::new([1; 100])
+    };
+    z.remove().unwrap();
+    drop(z);
+    assert_eq!(rs.zombie_count(), 1, "the object keeps its group");
+    assert!(current(&mem, rs.root()) >= charged(100));
+    drop(obj); // the last reference: deferred
+    assert_eq!(rs.zombie_count(), 1, "not released inside dealloc");
+    rs.release_deferred();
+    assert_eq!(rs.zombie_count(), 0);
+
+    // The engine dropped while an object charged to `g` lives.
+    let early: Vec<u8> = {
+        let _in = g.enter();
+        vec![0; 5000]
+    };
+    let root = rs.root().clone();
+    let with_early = current(&mem, &root);
+    assert!(with_early >= charged(5000));
+    drop(rs);
+    // Allocations now pass through, counted.
+    let p0 = ALLOC.pass_through();
+    let after: Vec<u8> = {
+        let _in = g.enter();
+        vec![0; 777]
+    };
+    let p1 = ALLOC.pass_through();
+    assert!(p1.allocs > p0.allocs, "{p0:?} {p1:?}");
+    assert!(p1.live_bytes >= p0.live_bytes + 777);
+    // The early object is still uncharged exactly: its bytes leave `g`'s
+    // stats (removed with the engine) and the root's counter, which kept
+    // them, counting them as reparented there.
+    let heap_local = |g: &Group, item: &str| mem.stat_exact(g).unwrap().get_local(item).unwrap();
+    assert_eq!(heap_local(&g, "heap"), 5000);
+    let rep0 = heap_local(&root, "heap_reparented");
+    drop(early);
+    assert_eq!(heap_local(&g, "heap"), 0);
+    assert_eq!(
+        heap_local(&root, "heap_reparented") - rep0,
+        charged(5000) as i64
+    );
+    assert!(current(&mem, &root) <= with_early - charged(5000));
+    drop(after);
+
+    // Unbind: pass-through from now on.
+    assert!(ALLOC.uninstall());
+    assert!(!ALLOC.uninstall());
+    let p2 = ALLOC.pass_through();
+    let b = Box::new([0u8; 64]);
+    assert!(ALLOC.pass_through().allocs > p2.allocs);
+    drop(b);
+}
