@@ -56,7 +56,11 @@
 //! excludes all readers. Entries are used while the read lock is held,
 //! which is what keeps them alive; calls that do slow work (a flush, a
 //! group creation) clone what they need (a group reference, an `Arc`) and
-//! let go of the lock first, so writers never wait behind a flush. Entries
+//! let go of the lock first, so writers never wait behind a flush. Such a
+//! call may return to insert a new handle after another thread's
+//! `rstat_free` of its engine: `rstat_free` marks the engine freed under
+//! the write lock, and an insert under the write lock refuses entries of a
+//! freed engine (`RSTAT_EBADF`), so no handle outlives its `rstat`. Entries
 //! taken out of the table are dropped after the write lock is released
 //! (dropping the last handle of a group flushes it into its parent).
 //!
@@ -66,7 +70,7 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ::rstat::memory::Memory;
@@ -108,6 +112,21 @@ pub(crate) struct Engine {
     pub(crate) rs: Rstat,
     /// The memory controller, unless created with `RSTAT_OPT_NO_MEMORY`.
     pub(crate) memory: Option<Memory>,
+    /// Cleared by `rstat_free` (in [`Table::remove_engine`]); read and
+    /// written only under the table's write lock, which orders it, so
+    /// relaxed accesses suffice. No entry of an engine that is not live is
+    /// ever inserted ([`Table::insert`]).
+    live: AtomicBool,
+}
+
+impl Engine {
+    pub(crate) fn new(rs: Rstat, memory: Option<Memory>) -> Engine {
+        Engine {
+            rs,
+            memory,
+            live: AtomicBool::new(true),
+        }
+    }
 }
 
 /// A group handle: one reference on the group, shared by `refs` C owners.
@@ -321,19 +340,37 @@ impl Table {
         }
     }
 
-    /// Store `entry` and return its handle.
-    pub(crate) fn insert(&mut self, entry: Entry) -> CResult<usize> {
+    /// Store `entry` and return its handle. Refused with `RSTAT_EBADF` if
+    /// its engine was freed: a call that looked its handles up, let go of
+    /// the lock to do slow work and came back after an `rstat_free` must
+    /// not leave a handle that keeps the freed engine alive. The entry is
+    /// handed back in the error, so the caller can drop it outside the
+    /// lock ([`HandleTable::insert`]).
+    pub(crate) fn insert(&mut self, entry: Entry) -> Result<usize, Refused> {
+        if !entry.engine().live.load(Ordering::Relaxed) {
+            return Err(Refused {
+                err: CError::new(
+                    RSTAT_EBADF,
+                    "the rstat was freed (rstat_free, in another thread) while this call ran; \
+                     its handles are stale",
+                ),
+                entry,
+            });
+        }
         let kind = entry.kind();
         let index = match self.free.pop_front() {
             Some(i) => i as usize,
             None => {
                 if self.slots.len() >= MAX_SLOTS {
-                    return Err(CError::new(
-                        RSTAT_EMFILE,
-                        format!(
-                            "{MAX_SLOTS} handles are open; put group handles you no longer need"
+                    return Err(Refused {
+                        err: CError::new(
+                            RSTAT_EMFILE,
+                            format!(
+                                "{MAX_SLOTS} handles are open; put group handles you no longer need"
+                            ),
                         ),
-                    ));
+                        entry,
+                    });
                 }
                 let key = *self.key.get_or_insert_with(random_key);
                 let start = first_generation(key, self.slots.len());
@@ -369,8 +406,10 @@ impl Table {
         entry
     }
 
-    /// Take out every entry belonging to `engine` (its own included).
+    /// Take out every entry belonging to `engine` (its own included), and
+    /// mark it freed so no new entry of it gets in.
     pub(crate) fn remove_engine(&mut self, engine: &Arc<Engine>) -> Vec<Entry> {
+        engine.live.store(false, Ordering::Relaxed);
         let handles: Vec<usize> = self
             .slots
             .iter()
@@ -387,6 +426,32 @@ impl Table {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.slots.iter().filter(|s| s.entry.is_some()).count()
+    }
+}
+
+/// An entry [`Table::insert`] did not store, with the reason.
+pub(crate) struct Refused {
+    pub(crate) err: CError,
+    /// Dropped by whoever holds the `Refused`: outside the table lock, if
+    /// it may be the engine's last reference.
+    pub(crate) entry: Entry,
+}
+
+impl std::fmt::Debug for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Refused")
+            .field("err", &self.err)
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<Refused> for CError {
+    /// The error alone; the entry is dropped here, so convert outside the
+    /// table lock unless the engine is referenced elsewhere.
+    fn from(r: Refused) -> CError {
+        let Refused { err, entry } = r;
+        drop(entry);
+        err
     }
 }
 
@@ -462,6 +527,13 @@ impl HandleTable {
         f(unsafe { &*self.table.get() })
     }
 
+    /// Store `entry` under the write lock ([`Table::insert`]); a refused
+    /// entry is dropped after the lock is released (it may hold the last
+    /// reference on a freed engine, whose teardown is slow).
+    pub(crate) fn insert(&self, entry: Entry) -> CResult<usize> {
+        self.write(|t| t.insert(entry)).map_err(CError::from)
+    }
+
     /// Run `f` with exclusive access to the table.
     pub(crate) fn write<R>(&self, f: impl FnOnce(&mut Table) -> R) -> R {
         let _guards: Vec<RwLockWriteGuard<'_, ()>> = self
@@ -472,6 +544,26 @@ impl HandleTable {
         // SAFETY: every shard's write lock is held (taken in index order,
         // so two writers cannot deadlock): no reader or other writer runs.
         f(unsafe { &mut *self.table.get() })
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: run once at this thread's next [`race_window`].
+    pub(crate) static IN_RACE_WINDOW: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Marks where a call has looked its handles up, let go of the table lock
+/// to do slow work, and is about to take the write lock to insert a new
+/// handle: another thread's `rstat_free` can run here. Unit tests put a
+/// call there through [`IN_RACE_WINDOW`] to hit the window every time;
+/// otherwise it compiles to nothing.
+#[inline(always)]
+pub(crate) fn race_window() {
+    #[cfg(test)]
+    if let Some(f) = IN_RACE_WINDOW.with(|h| h.borrow_mut().take()) {
+        f();
     }
 }
 
@@ -501,10 +593,10 @@ mod tests {
 
     #[test]
     fn a_released_slot_is_reused_with_a_new_generation_and_retired_at_wrap() {
-        let engine = Arc::new(Engine {
-            rs: Rstat::builder().periodic_flush(None).build().unwrap(),
-            memory: None,
-        });
+        let engine = Arc::new(Engine::new(
+            Rstat::builder().periodic_flush(None).build().unwrap(),
+            None,
+        ));
         let mut t = Table::new(Some(0x1234_5678_9abc_def0));
         let cpu = 0;
         let a = t
@@ -555,10 +647,10 @@ mod tests {
         // A slot whose start is 0 still reaches u32::MAX and wraps past
         // it (the old `checked_add` rule would have retired it there).
         let mut t = Table::new(Some(7));
-        let engine = Arc::new(Engine {
-            rs: Rstat::builder().periodic_flush(None).build().unwrap(),
-            memory: None,
-        });
+        let engine = Arc::new(Engine::new(
+            Rstat::builder().periodic_flush(None).build().unwrap(),
+            None,
+        ));
         let h = t
             .insert(Entry::Engine {
                 engine: engine.clone(),
