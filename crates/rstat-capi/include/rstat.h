@@ -259,7 +259,8 @@ int rstat_current_group(struct rstat *rs, struct rstat_group **out);
 // in pages: 4096), which scales only when reads flush under the default
 // policy. `*out` gets its handle, valid as long as `rs`.
 //
-// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs), `RSTAT_EFAULT` (`name`,
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs; `RSTAT_EBADF` too if it
+// is freed by another thread during the call), `RSTAT_EFAULT` (`name`,
 // `items`, an item name or `out` NULL), `RSTAT_EINVAL` (no items, more
 // than `RSTAT_MAX_ITEMS`, duplicate or empty names, a unit that is not a
 // power of two), `RSTAT_EEXIST` (the name is taken), `RSTAT_ENOSPC` (16
@@ -399,7 +400,8 @@ int rstat_last_error(char *buf, size_t len, size_t *out_len);
 // Create a child of `parent` called `name` (1-255 bytes of UTF-8, no `/`,
 // not `.` or `..`). `*out` gets a new handle on it.
 //
-// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (parent), `RSTAT_EFAULT`
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (parent; `RSTAT_EBADF` too
+// if its rstat is freed by another thread during the call), `RSTAT_EFAULT`
 // (`name` or `out` NULL), `RSTAT_EINVAL` (bad name), `RSTAT_EEXIST` (a
 // sibling has that name), `RSTAT_ENODEV` (parent removed).
 //
@@ -414,7 +416,8 @@ int rstat_group_create(struct rstat_group *parent, const char *name, struct rsta
 // Look up the live group at `path` from the root of `rs`: `"a/b"` or
 // `"/a/b"`; `""` and `"/"` are the root. `*out` gets a new handle.
 //
-// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs), `RSTAT_EFAULT`,
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs; `RSTAT_EBADF` too if it
+// is freed by another thread during the call), `RSTAT_EFAULT`,
 // `RSTAT_EINVAL` (a component is not a valid name, e.g. `"a//b"`),
 // `RSTAT_ENOENT` (no live group there; `rstat_last_error` names the
 // missing component).

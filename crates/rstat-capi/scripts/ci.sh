@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The C ABI's CI checks (called from .ci/run): the header is current, the
 # shared library exports only rstat_* functions, the C tests pass under
-# AddressSanitizer and UndefinedBehaviorSanitizer, the README's example
-# builds through pkg-config (shared and static) and runs, and the
-# call-sequence fuzz target runs for a bounded number of cases.
+# AddressSanitizer and UndefinedBehaviorSanitizer, the README's example is
+# examples/example.c byte for byte, builds through pkg-config (shared and
+# static) and prints what the README shows, and the call-sequence fuzz
+# target runs for a bounded number of cases.
 set -euo pipefail
 crate=$(cd "$(dirname "$0")/.." && pwd)
 root=$(cd "$crate/../.." && pwd)
@@ -12,6 +13,32 @@ prefix=$target/capi-prefix
 out=$target/capi-tests
 mkdir -p "$out"
 cd "$root"
+
+# A block of the README's "## From C" section: `code` is its first ```c
+# block (the program), `output` the first plain ``` block after that (what
+# the program prints).
+readme_block() {
+  awk -v want="$1" '
+    /^## / { sec = ($0 ~ /^## From C/) }
+    !sec { next }
+    inside && $0 == "```" { inside = 0; if (printing) exit; next }
+    inside { if (printing) print; next }
+    /^```/ {
+      inside = 1
+      if ($0 == "```c" && !code_seen) { code_seen = 1; printing = (want == "code") }
+      else if ($0 == "```" && code_seen && want == "output") printing = 1
+    }
+  ' "$root/README.md"
+}
+echo "--- the README's C example is examples/example.c"
+if [ -z "$(readme_block code)" ]; then
+  echo "README.md has no \`\`\`c block in its \"## From C\" section"; exit 1
+fi
+if ! diff -u --label crates/rstat-capi/examples/example.c --label "README.md (From C)" \
+  "$crate/examples/example.c" <(readme_block code); then
+  echo "README.md's C example (above, +) differs from crates/rstat-capi/examples/example.c (-);"
+  echo "copy the file into the README's \`\`\`c block (or the other way round)"; exit 1
+fi
 
 echo "--- header: regenerate include/rstat.h with cbindgen and compare"
 cargo test -q -p rstat-capi --test header
@@ -62,6 +89,10 @@ cc $cflags -o "$out/example" "$crate/examples/example.c" $(link)
 "$out/example" > "$out/example.out"
 cat "$out/example.out"
 grep -q "tenant-a: requests 1, bytes_out 1500" "$out/example.out"
+if ! diff -u --label "README.md (From C, output)" --label "example's output" \
+  <(readme_block output) "$out/example.out"; then
+  echo "the example's output (+) differs from the README's (-): update the README's output block"; exit 1
+fi
 # shellcheck disable=SC2046,SC2086
 cc $cflags -o "$out/example-static" "$crate/examples/example.c" \
   $(pkg-config --cflags rstat) "$prefix/lib/librstat.a" $(pkg-config --static --libs-only-l rstat | sed 's/-lrstat //')

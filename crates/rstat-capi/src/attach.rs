@@ -99,11 +99,15 @@ pub unsafe extern "C" fn rstat_current_group(rs: *mut rstat, out: *mut *mut rsta
         let h = TABLE.write(|t| {
             let engine = t.engine(rs as usize, "rs")?.0.clone();
             let group = engine.rs.current_group();
+            // Only `RSTAT_EMFILE` can refuse it here (the engine was just
+            // found live under this lock, which also keeps it referenced,
+            // so dropping the refused entry here is cheap).
             t.insert(Entry::Group(GroupEntry {
                 engine,
                 group,
                 refs: 1,
             }))
+            .map_err(CError::from)
         })?;
         // SAFETY: checked above.
         unsafe { write_out(out, to_ptr(h), "out") }

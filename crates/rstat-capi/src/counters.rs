@@ -8,7 +8,7 @@ use ::rstat::GroupStats;
 
 use crate::args::{check_out, str_arg, write_out};
 use crate::error::{ffi, null_arg, CError, CResult, RSTAT_EINVAL, RSTAT_ERANGE};
-use crate::table::{same_engine, to_ptr, CountersEntry, Entry, TABLE};
+use crate::table::{race_window, same_engine, to_ptr, CountersEntry, Entry, TABLE};
 use crate::{rstat, rstat_counters, rstat_group};
 
 /// Most items one counter set can have.
@@ -25,7 +25,8 @@ pub const RSTAT_READ_LOCAL: u32 = 1;
 /// in pages: 4096), which scales only when reads flush under the default
 /// policy. `*out` gets its handle, valid as long as `rs`.
 ///
-/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs), `RSTAT_EFAULT` (`name`,
+/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs; `RSTAT_EBADF` too if it
+/// is freed by another thread during the call), `RSTAT_EFAULT` (`name`,
 /// `items`, an item name or `out` NULL), `RSTAT_EINVAL` (no items, more
 /// than `RSTAT_MAX_ITEMS`, duplicate or empty names, a unit that is not a
 /// power of two), `RSTAT_EEXIST` (the name is taken), `RSTAT_ENOSPC` (16
@@ -78,8 +79,9 @@ pub unsafe extern "C" fn rstat_counters_register(
         }
         let engine = TABLE.read(|t| t.engine(rs as usize, "rs").map(|(e, _)| e.clone()))?;
         let ctl = engine.rs.register_counters_with_units(name, &list)?;
-        let h =
-            TABLE.write(|t| t.insert(Entry::Counters(Arc::new(CountersEntry { engine, ctl }))))?;
+        race_window();
+        // Refused if `rstat_free` ran meanwhile.
+        let h = TABLE.insert(Entry::Counters(Arc::new(CountersEntry { engine, ctl })))?;
         // SAFETY: checked above.
         unsafe { write_out(out, to_ptr(h), "out") }
     })

@@ -121,7 +121,7 @@ fn build(o: &rstat_options) -> Result<Engine, CError> {
         }
         Some(Memory::register_with(&rs, cfg)?)
     };
-    Ok(Engine { rs, memory })
+    Ok(Engine::new(rs, memory))
 }
 
 /// Create an rstat instance: a root group, the built-in `cpu` counter set,
@@ -206,11 +206,15 @@ pub unsafe extern "C" fn rstat_root(rs: *mut rstat, out: *mut *mut rstat_group) 
         let h = TABLE.write(|t| {
             let engine = t.engine(rs as usize, "rs")?.0.clone();
             let group = engine.rs.root().clone();
+            // Only `RSTAT_EMFILE` can refuse it here (the engine was just
+            // found live under this lock, which also keeps it referenced,
+            // so dropping the refused entry here is cheap).
             t.insert(Entry::Group(GroupEntry {
                 engine,
                 group,
                 refs: 1,
             }))
+            .map_err(CError::from)
         })?;
         // SAFETY: checked above.
         unsafe { write_out(out, to_ptr(h), "out") }

@@ -12,13 +12,14 @@ use std::ffi::{c_char, c_int};
 
 use crate::args::{check_out, str_arg, write_out};
 use crate::error::{copy_out_str, ffi, CError};
-use crate::table::{to_ptr, Entry, GroupEntry, TABLE};
+use crate::table::{race_window, to_ptr, Entry, GroupEntry, TABLE};
 use crate::{rstat, rstat_group};
 
 /// Create a child of `parent` called `name` (1-255 bytes of UTF-8, no `/`,
 /// not `.` or `..`). `*out` gets a new handle on it.
 ///
-/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (parent), `RSTAT_EFAULT`
+/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (parent; `RSTAT_EBADF` too
+/// if its rstat is freed by another thread during the call), `RSTAT_EFAULT`
 /// (`name` or `out` NULL), `RSTAT_EINVAL` (bad name), `RSTAT_EEXIST` (a
 /// sibling has that name), `RSTAT_ENODEV` (parent removed).
 ///
@@ -43,13 +44,14 @@ pub unsafe extern "C" fn rstat_group_create(
             Ok::<_, CError>((g.engine.clone(), g.group.clone()))
         })?;
         let child = parent.create_child(name)?;
-        let h = TABLE.write(|t| {
-            t.insert(Entry::Group(GroupEntry {
-                engine,
-                group: child,
-                refs: 1,
-            }))
-        })?;
+        race_window();
+        // Refused if `rstat_free` ran meanwhile (the child is then dropped
+        // with the engine's last reference).
+        let h = TABLE.insert(Entry::Group(GroupEntry {
+            engine,
+            group: child,
+            refs: 1,
+        }))?;
         // SAFETY: checked above.
         unsafe { write_out(out, to_ptr(h), "out") }
     })
@@ -58,7 +60,8 @@ pub unsafe extern "C" fn rstat_group_create(
 /// Look up the live group at `path` from the root of `rs`: `"a/b"` or
 /// `"/a/b"`; `""` and `"/"` are the root. `*out` gets a new handle.
 ///
-/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs), `RSTAT_EFAULT`,
+/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs; `RSTAT_EBADF` too if it
+/// is freed by another thread during the call), `RSTAT_EFAULT`,
 /// `RSTAT_EINVAL` (a component is not a valid name, e.g. `"a//b"`),
 /// `RSTAT_ENOENT` (no live group there; `rstat_last_error` names the
 /// missing component).
@@ -79,13 +82,13 @@ pub unsafe extern "C" fn rstat_group_lookup(
         let path = unsafe { str_arg(path, "path")? };
         let engine = TABLE.read(|t| t.engine(rs as usize, "rs").map(|(e, _)| e.clone()))?;
         let group = engine.rs.lookup(path)?;
-        let h = TABLE.write(|t| {
-            t.insert(Entry::Group(GroupEntry {
-                engine,
-                group,
-                refs: 1,
-            }))
-        })?;
+        race_window();
+        // Refused if `rstat_free` ran meanwhile.
+        let h = TABLE.insert(Entry::Group(GroupEntry {
+            engine,
+            group,
+            refs: 1,
+        }))?;
         // SAFETY: checked above.
         unsafe { write_out(out, to_ptr(h), "out") }
     })
@@ -242,4 +245,71 @@ pub extern "C" fn rstat_account_cputime(
             Ok(())
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ptr;
+    use std::sync::Arc;
+
+    use crate::table::{IN_RACE_WINDOW, TABLE};
+    use crate::*;
+
+    /// `rstat_free` runs (on this thread, through the test hook) exactly
+    /// between a call's lookup of its handles and its insert of the new
+    /// one: the call must fail and leave no handle of the freed engine,
+    /// which would keep it alive.
+    #[test]
+    fn create_lookup_and_register_refuse_an_engine_freed_meanwhile() {
+        for call in [
+            "rstat_group_create",
+            "rstat_group_lookup",
+            "rstat_counters_register",
+        ] {
+            let opts = rstat_options {
+                size: std::mem::size_of::<rstat_options>() as u32,
+                flags: RSTAT_OPT_NO_PERIODIC_FLUSH,
+                ..Default::default()
+            };
+            let mut rs: *mut rstat = ptr::null_mut();
+            let mut root: *mut rstat_group = ptr::null_mut();
+            // SAFETY: valid options and out-parameters.
+            unsafe {
+                assert_eq!(rstat_new(&opts, &mut rs), 0);
+                assert_eq!(rstat_root(rs, &mut root), 0);
+            }
+            let engine = TABLE.read(|t| Arc::downgrade(t.engine(rs as usize, "rs").unwrap().0));
+            IN_RACE_WINDOW.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move || assert_eq!(rstat_free(rs), 0)));
+            });
+            let mut g: *mut rstat_group = ptr::null_mut();
+            let mut cs: *mut rstat_counters = ptr::null_mut();
+            let items = [c"n".as_ptr()];
+            // SAFETY: valid strings, arrays and out-parameters.
+            let rc = unsafe {
+                match call {
+                    "rstat_group_create" => rstat_group_create(root, c"x".as_ptr(), &mut g),
+                    "rstat_group_lookup" => rstat_group_lookup(rs, c"".as_ptr(), &mut g),
+                    _ => rstat_counters_register(
+                        rs,
+                        c"c".as_ptr(),
+                        items.as_ptr(),
+                        ptr::null(),
+                        1,
+                        &mut cs,
+                    ),
+                }
+            };
+            assert!(
+                IN_RACE_WINDOW.with(|h| h.borrow().is_none()),
+                "{call} never reached its race window"
+            );
+            assert_eq!(rc, RSTAT_EBADF, "{call} on an rstat freed meanwhile");
+            assert!(g.is_null() && cs.is_null(), "{call} wrote a handle");
+            assert!(
+                engine.upgrade().is_none(),
+                "{call} left a handle that keeps the freed rstat alive"
+            );
+        }
+    }
 }

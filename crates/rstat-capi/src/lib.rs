@@ -11,8 +11,10 @@
 //! - **Handles are opaque**: `rstat *`, `rstat_group *`,
 //!   `rstat_counters *`. They are not pointers to memory but checked
 //!   entries of a handle table with generation counters ([`table`]): a
-//!   NULL, released (stale), made-up, wrongly typed or foreign (another
-//!   `rstat`'s) handle is refused with an error code, never dereferenced.
+//!   NULL, released (stale), wrongly typed or foreign (another `rstat`'s)
+//!   handle is always refused with an error code; a made-up one is refused
+//!   except with probability 2^-32 per guess (a slot's generations start at
+//!   a per-process random value). No handle is ever dereferenced.
 //! - **Every function returns 0 or a negative errno-style code**
 //!   ([`error`]), except `rstat_abi_version` and `rstat_strerror`, which
 //!   cannot fail. Results go to out-parameters, which are checked for NULL

@@ -51,6 +51,41 @@ static void test_version_and_errors(void) {
     CHECK_RC(rstat_last_error(NULL, 100, NULL), RSTAT_EFAULT);
 }
 
+/* Made-up handles: runs first, so this process's first rstat fills the
+ * table's first slots. Small integers naming those slots (the counter set
+ * in slot 0 is 0x03, the rstat in slot 1 0x11, its root in slot 2 0x22, at
+ * generation 0) must be refused: each slot's generation starts at a
+ * per-process random value, so a guess matches a live handle with
+ * probability 2^-32 (this test fails spuriously below 10^-7 of runs). */
+static void test_made_up_handles(void) {
+    rstat *rs = new_rstat();
+    rstat_group *root = NULL, *g = NULL;
+    rstat_counters *cpu = NULL;
+    CHECK_OK(rstat_root(rs, &root));
+    CHECK_OK(rstat_cpu_counters(rs, &cpu));
+    CHECK_RC(rstat_group_create((rstat_group *)0x22, "x", &g), RSTAT_EBADF);
+    CHECK_EQ(g == NULL, 1);
+    CHECK_RC(rstat_free((rstat *)0x11), RSTAT_EBADF);
+    CHECK_RC(rstat_add((rstat_counters *)0x03, root, 0, 1), RSTAT_EBADF);
+    uint64_t id = 0;
+    CHECK_RC(rstat_group_id((rstat_group *)0x22, &id), RSTAT_EBADF);
+    for (uintptr_t index = 0; index < 64; index++) {
+        for (uintptr_t kind = 1; kind <= 3; kind++) {
+            uintptr_t v = kind | index << 4;
+            CHECK_EQ(v != (uintptr_t)rs && v != (uintptr_t)root && v != (uintptr_t)cpu, 1);
+            CHECK_RC(rstat_free((rstat *)v), RSTAT_EBADF);
+            CHECK_RC(rstat_group_put((rstat_group *)v), RSTAT_EBADF);
+            size_t n = 0;
+            CHECK_RC(rstat_counters_len((rstat_counters *)v, &n), RSTAT_EBADF);
+        }
+    }
+    /* The real handles were not touched by any of that. */
+    CHECK_OK(rstat_group_id(root, &id));
+    CHECK_EQ(id, 1);
+    CHECK_OK(rstat_group_put(root));
+    CHECK_OK(rstat_free(rs));
+}
+
 static void test_new_and_options(void) {
     rstat *rs = NULL;
     CHECK_RC(rstat_new(NULL, NULL), RSTAT_EFAULT);
@@ -533,6 +568,7 @@ static void test_enter_exit(void) {
 
 int main(void) {
     test_version_and_errors();
+    test_made_up_handles();
     test_new_and_options();
     test_groups();
     test_counters();

@@ -8,7 +8,16 @@
  * (done-before-the-read <= seen <= started-before-the-read-ended), and a
  * RACER thread hammers a handle that a main-thread loop keeps releasing and
  * recreating, where every call must return 0 or RSTAT_EBADF, never crash.
- * After the join the totals must be exact: violations = 0. */
+ * After the join the totals must be exact: violations = 0.
+ *
+ * Then FREE_ROUNDS rounds of rstat_free racing threads that create groups,
+ * look up the root and register counter sets on the same rstat: each call
+ * returns 0 or RSTAT_EBADF, and once rstat_free has returned and the
+ * threads are joined, no handle any of them got may still be live (one
+ * that is would keep the freed rstat alive). That invariant holds however
+ * the threads interleave; how often a round hits the window between a
+ * call's lookup and its insert is up to the scheduler (src/group.rs has
+ * the deterministic test of that window). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -114,6 +123,89 @@ static void *leaves_entered(void *arg) {
     return NULL;
 }
 
+enum { FREE_ROUNDS = 200, FREE_RACERS = 3, KEEP = 64 };
+
+struct free_racer {
+    rstat *rs;
+    rstat_group *root;
+    long id;
+    atomic_int *running;
+    void *kept[KEEP]; /* the last KEEP handles this thread got */
+    int n;
+};
+
+static void *create_until_freed(void *arg) {
+    struct free_racer *r = arg;
+    atomic_fetch_add(r->running, 1);
+    for (int i = 0;; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "r%ld-%d", r->id, i);
+        void *h = NULL;
+        int rc;
+        switch ((r->id + i) % 3) {
+        case 0:
+            rc = rstat_group_create(r->root, name, (rstat_group **)&h);
+            break;
+        case 1:
+            rc = rstat_group_lookup(r->rs, "", (rstat_group **)&h);
+            break;
+        default: {
+            const char *items[] = {"n"};
+            rc = rstat_counters_register(r->rs, name, items, NULL, 1, (rstat_counters **)&h);
+            /* 16 controllers at most: ENOSPC once they are taken. */
+            if (rc == RSTAT_ENOSPC)
+                continue;
+        }
+        }
+        if (rc == RSTAT_EBADF)
+            return NULL; /* freed: its handles are stale from now on */
+        if (rc != 0) {
+            atomic_fetch_add(&bad_codes, 1);
+            return NULL;
+        }
+        r->kept[r->n++ % KEEP] = h;
+    }
+}
+
+/* Whether `h` (a group or a counter set handle) is still live. */
+static int is_live(void *h) {
+    uint64_t id;
+    size_t n;
+    return rstat_group_id((rstat_group *)h, &id) != RSTAT_EBADF ||
+           rstat_counters_len((rstat_counters *)h, &n) != RSTAT_EBADF;
+}
+
+static void free_while_creating(void) {
+    int survivors = 0, calls = 0;
+    for (int round = 0; round < FREE_ROUNDS; round++) {
+        rstat_options o = {.size = sizeof o, .flags = RSTAT_OPT_NO_PERIODIC_FLUSH};
+        rstat *frs;
+        rstat_group *froot;
+        CHECK_OK(rstat_new(&o, &frs));
+        CHECK_OK(rstat_root(frs, &froot));
+        atomic_int running = 0;
+        struct free_racer r[FREE_RACERS];
+        pthread_t t[FREE_RACERS];
+        for (long i = 0; i < FREE_RACERS; i++) {
+            r[i] = (struct free_racer){.rs = frs, .root = froot, .id = i, .running = &running};
+            pthread_create(&t[i], NULL, create_until_freed, &r[i]);
+        }
+        while (atomic_load(&running) < FREE_RACERS)
+            ;
+        CHECK_OK(rstat_free(frs));
+        for (int i = 0; i < FREE_RACERS; i++) {
+            pthread_join(t[i], NULL);
+            calls += r[i].n;
+            for (int k = 0; k < r[i].n && k < KEEP; k++)
+                survivors += is_live(r[i].kept[k]);
+        }
+        CHECK_RC(rstat_group_put(froot), RSTAT_EBADF); /* freed with its rstat */
+    }
+    CHECK_EQ(survivors, 0);
+    printf("free racing creates: %d rounds, %d handles made, %d survived the free\n",
+           FREE_ROUNDS, calls, survivors);
+}
+
 int main(void) {
     rstat_options o = {.size = sizeof o, .periodic_flush_ms = 10};
     CHECK_OK(rstat_new(&o, &rs));
@@ -192,5 +284,8 @@ int main(void) {
     CHECK_EQ((long)reads > 0, 1);
     printf("reader made %ld exact reads while the writers ran\n", (long)reads);
     CHECK_OK(rstat_free(rs));
+
+    free_while_creating();
+    CHECK_EQ(atomic_load(&bad_codes), 0);
     DONE("test_threads");
 }
