@@ -100,6 +100,14 @@
 //!   B's group current; A's group is current again when that guard drops.
 //!   [`Rstat::current_group`](crate::Rstat::current_group) of engine A
 //!   answers A's root while the thread is in B's group.
+//! - **A guard held across `.await`.** An [`EnterGuard`] is `!Send`, so a
+//!   future that holds one across an `.await` cannot be spawned on a
+//!   multi-threaded executor. On a single-threaded one (a `LocalSet`, a
+//!   `block_on`), though, the thread stays in the guard's group while the
+//!   future is suspended, and the other tasks that thread polls meanwhile
+//!   are charged to it. In async code use [`Group::scope`] /
+//!   [`FutureExt::in_group`], which enter only around each poll, never a
+//!   guard held across `.await`.
 //! - **Thread exit.** A thread whose guard is still alive when its
 //!   thread-locals are destroyed (a guard kept in a thread-local, or
 //!   leaked) keeps that group current through the destructors; the
