@@ -171,3 +171,69 @@ fn non_loopback_needs_an_explicit_choice() {
     });
     assert!(bad.unwrap_err().to_string().contains("HOST:PORT"));
 }
+
+#[test]
+fn head_takes_no_removed_group_from_the_next_get() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("jobs", &["done"]).unwrap();
+    let srv = start(&rs, Duration::from_secs(5));
+    let g = rs.root().create_child("brief").unwrap();
+    c.add(&g, 0, 3).unwrap();
+    g.remove().unwrap();
+    drop(g);
+    let line = "rstat_jobs_done_total{path=\"/brief\"} 3\n";
+    let (st, head, body) = exchange(srv.addr(), b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(st, 200, "{head}");
+    assert!(body.is_empty(), "HEAD sent a body: {body}");
+    let (st, head, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(st, 200, "{head}");
+    assert!(
+        body.contains(line),
+        "the GET after a HEAD lost the removed group:\n{body}"
+    );
+    assert!(
+        body.contains("rstat_exporter_removed_groups_reported_total 1\n"),
+        "{body}"
+    );
+    // Delivered once: the next scrape no longer has it.
+    let (_, _, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(!body.contains("/brief"), "{body}");
+}
+
+#[test]
+fn absolute_form_request_targets_are_served() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("jobs", &["done"]).unwrap();
+    c.add(rs.root(), 0, 5).unwrap();
+    let srv = start(&rs, Duration::from_secs(5));
+    let a = srv.addr();
+    let req = format!("GET http://{a}/metrics?x=1 HTTP/1.1\r\nHost: {a}\r\n\r\n");
+    let (st, head, body) = exchange(a, req.as_bytes());
+    assert_eq!(st, 200, "{head}");
+    assert!(
+        body.contains("rstat_jobs_done_total{path=\"/\"} 5\n"),
+        "{body}"
+    );
+    let (st, head, _) = exchange(a, b"GET HTTP://LOCALHOST HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(st, 200, "an empty absolute path is /: {head}");
+    let req = format!("GET http://{a}/nope HTTP/1.1\r\nHost: {a}\r\n\r\n");
+    let (st, head, _) = exchange(a, req.as_bytes());
+    assert_eq!(st, 404, "{head}");
+}
+
+#[test]
+fn idle_connections_do_not_keep_a_scrape_out() {
+    let rs = Rstat::new();
+    // A long head timeout, so the idle connections outlive the test.
+    let srv = start(&rs, Duration::from_secs(60));
+    let a = srv.addr();
+    // Twice the connection limit, connected and silent.
+    let idle: Vec<TcpStream> = (0..16).map(|_| TcpStream::connect(a).unwrap()).collect();
+    let (st, head, body) = exchange(a, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(
+        st, 200,
+        "a scrape was refused while idle clients held the server: {head}"
+    );
+    assert!(body.contains("rstat_exporter_scrapes_total 1\n"), "{body}");
+    drop(idle);
+}
