@@ -237,3 +237,45 @@ fn idle_connections_do_not_keep_a_scrape_out() {
     assert!(body.contains("rstat_exporter_scrapes_total 1\n"), "{body}");
     drop(idle);
 }
+
+#[test]
+fn a_scrape_whose_client_went_away_keeps_its_removed_groups() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("jobs", &["done"]).unwrap();
+    // A body far larger than the sockets' buffers (tens of MB: every
+    // series of a deep chain of long names carries its whole path), so
+    // the server is still writing when the client goes away.
+    let name = "n".repeat(250);
+    let mut chain = vec![rs.root().create_child(&name).unwrap()];
+    for _ in 0..250 {
+        let next = chain.last().unwrap().create_child(&name).unwrap();
+        chain.push(next);
+    }
+    let srv = start(&rs, Duration::from_secs(5));
+    let g = rs.root().create_child("brief").unwrap();
+    c.add(&g, 0, 3).unwrap();
+    g.remove().unwrap();
+    drop(g);
+    {
+        let mut s = TcpStream::connect(srv.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        // The answer has started; now leave with most of it unread (the
+        // close resets the connection, the server's write fails).
+        let mut first = [0u8; 4096];
+        s.read_exact(&mut first).unwrap();
+        assert!(first.starts_with(b"HTTP/1.1 200"));
+    }
+    // Give the server time to see its write fail (only needed for this
+    // test to notice a commit that ignores the failure).
+    std::thread::sleep(Duration::from_millis(500));
+    let (st, head, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(st, 200, "{head}");
+    assert!(
+        body.contains("rstat_jobs_done_total{path=\"/brief\"} 3\n"),
+        "the undelivered scrape took the removed group ({} bytes)",
+        body.len()
+    );
+    drop(chain);
+}
