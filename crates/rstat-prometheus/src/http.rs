@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{Exporter, Format};
 
@@ -188,8 +188,9 @@ pub struct ServerConfig {
     /// false.
     pub allow_non_loopback: bool,
     /// Connections served at once. When all are taken, a new connection
-    /// replaces the oldest one still waiting for its request head; if
-    /// every one is being answered, it gets `503`. Default 8.
+    /// replaces the oldest one still waiting for its request head, or else
+    /// one whose answer has not moved for 2 s (a client that asked and
+    /// does not read); if there is none, it gets `503`. Default 8.
     pub max_connections: usize,
     /// How long a client may take to send its whole request head.
     /// Default 2 s (Prometheus sends it at once).
@@ -300,11 +301,13 @@ pub(crate) fn start(exporter: Exporter, cfg: ServerConfig) -> io::Result<Server>
     })
 }
 
-/// The connections being served. One still waiting for its request head
-/// (`idle`) is the first to go when the server is full: a new connection
-/// takes the place of the oldest idle one, so clients that connect and
-/// send nothing cannot keep a scraper out. (Prometheus sends its request
-/// at once, so its connection is idle only for that instant.)
+/// The connections being served. When the server is full, a new
+/// connection takes the place of the oldest one still waiting for its
+/// request head (`Idle`), or else of the one whose answer has been
+/// stalled longest (`Writing`, no progress for [`STALLED`]): clients that
+/// connect and send nothing, or ask and never read, cannot keep a scraper
+/// out. (Prometheus sends its request at once and reads the answer as it
+/// comes.) A connection whose scrape is being rendered is never evicted.
 #[derive(Default)]
 struct Conns {
     next_id: u64,
@@ -315,7 +318,50 @@ struct Slot {
     id: u64,
     /// A handle to shut the connection down when evicted.
     stream: TcpStream,
-    idle: bool,
+    state: ConnState,
+    /// When `state` was set, or the answer last made progress.
+    since: Instant,
+}
+
+/// What a connection is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConnState {
+    /// Waiting for the request head.
+    Idle,
+    /// Rendering the answer.
+    Busy,
+    /// Writing the answer.
+    Writing,
+}
+
+/// An answer that made no progress for this long may be evicted when the
+/// server is full.
+const STALLED: Duration = Duration::from_secs(2);
+
+impl Conns {
+    /// The slot to evict for a new connection, if any.
+    fn victim(&self, now: Instant) -> Option<usize> {
+        let oldest = |st: ConnState| {
+            self.slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.state == st)
+                .min_by_key(|(_, s)| s.since)
+                .map(|(i, s)| (i, s.since))
+        };
+        oldest(ConnState::Idle).map(|(i, _)| i).or_else(|| {
+            oldest(ConnState::Writing)
+                .filter(|&(_, since)| now.saturating_duration_since(since) >= STALLED)
+                .map(|(i, _)| i)
+        })
+    }
+
+    fn set(&mut self, id: u64, state: ConnState) {
+        if let Some(s) = self.slots.iter_mut().find(|s| s.id == id) {
+            s.state = state;
+            s.since = Instant::now();
+        }
+    }
 }
 
 type SharedConns = Arc<std::sync::Mutex<Conns>>;
@@ -348,7 +394,7 @@ fn accept_loop(
             if c.slots.len() >= cfg.max_connections {
                 // Full: evict the oldest connection still waiting for its
                 // request head, if any.
-                if let Some(i) = c.slots.iter().position(|s| s.idle) {
+                if let Some(i) = c.victim(Instant::now()) {
                     let old = c.slots.remove(i);
                     let _ = old.stream.shutdown(std::net::Shutdown::Both);
                 }
@@ -363,7 +409,8 @@ fn accept_loop(
             c.slots.push(Slot {
                 id,
                 stream: handle,
-                idle: true,
+                state: ConnState::Idle,
+                since: Instant::now(),
             });
             id
         };
@@ -371,11 +418,7 @@ fn accept_loop(
         let spawned = std::thread::Builder::new()
             .name("rstat-exporter-conn".into())
             .spawn(move || {
-                serve_connection(stream, &exporter, timeout, || {
-                    if let Some(s) = lock(&conns2).slots.iter_mut().find(|s| s.id == id) {
-                        s.idle = false;
-                    }
-                });
+                serve_connection(stream, &exporter, timeout, &|st| lock(&conns2).set(id, st));
                 lock(&conns2).slots.retain(|s| s.id != id);
             });
         if spawned.is_err() {
@@ -402,13 +445,13 @@ fn refuse(stream: TcpStream) {
 }
 
 /// Read one request head, answer it, close.
-/// `head_done` is called once the head is parsed (the connection is no
-/// longer idle, so no longer evictable).
+/// `state` is told what the connection does (see [`Conns`]): `Busy` once
+/// the head is parsed, `Writing` as the answer makes progress.
 fn serve_connection(
     mut stream: TcpStream,
     exporter: &Exporter,
     timeout: Duration,
-    head_done: impl FnOnce(),
+    state: &dyn Fn(ConnState),
 ) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
     let mut buf = Vec::with_capacity(1024);
@@ -451,7 +494,7 @@ fn serve_connection(
         }
         match parse_request(&buf) {
             Ok(Some(r)) => {
-                head_done();
+                state(ConnState::Busy);
                 break r;
             }
             Ok(None) => continue,
@@ -461,9 +504,11 @@ fn serve_connection(
             }
         }
     };
+    let progress = || state(ConnState::Writing);
     let _ = match req.route {
         Route::Index => respond(
             &mut stream,
+            &progress,
             200,
             "text/plain; charset=utf-8",
             b"rstat exporter: /metrics (Prometheus text, or OpenMetrics by Accept), /snapshot.json\n",
@@ -473,6 +518,7 @@ fn serve_connection(
         Route::Metrics if req.head_only => match exporter.peek(req.format) {
             Ok(s) => respond(
                 &mut stream,
+                &progress,
                 200,
                 req.format.content_type(),
                 s.body.as_bytes(),
@@ -486,11 +532,14 @@ fn serve_connection(
             Ok(p) => {
                 let sent = respond(
                     &mut stream,
+                    &progress,
                     200,
                     req.format.content_type(),
                     p.scrape().body.as_bytes(),
                     false,
                 );
+                // Before the close below: a client that reads to the end
+                // and scrapes again at once finds them committed.
                 if sent.is_ok() {
                     let _ = p.commit();
                 }
@@ -501,6 +550,7 @@ fn serve_connection(
         Route::Snapshot => match exporter.snapshot_json() {
             Ok(s) => respond(
                 &mut stream,
+                &progress,
                 200,
                 "application/json",
                 s.as_bytes(),
@@ -509,6 +559,7 @@ fn serve_connection(
             Err(e) => respond_error(&mut stream, &reject(500, e.to_string())),
         },
     };
+    let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
 fn reason(status: u16) -> &'static str {
@@ -527,6 +578,7 @@ fn reason(status: u16) -> &'static str {
 
 fn respond(
     stream: &mut TcpStream,
+    progress: &dyn Fn(),
     status: u16,
     content_type: &str,
     body: &[u8],
@@ -544,11 +596,14 @@ fn respond(
     );
     stream.write_all(head.as_bytes())?;
     if !head_only {
-        stream.write_all(body)?;
+        // In pieces, telling the server the answer is moving (a stalled
+        // one may be evicted when the server is full).
+        for piece in body.chunks(64 * 1024) {
+            progress();
+            stream.write_all(piece)?;
+        }
     }
-    stream.flush()?;
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    Ok(())
+    stream.flush()
 }
 
 /// Answer with an error, then read (and drop) what the client still
@@ -558,11 +613,13 @@ fn respond_error(stream: &mut TcpStream, rej: &Reject) -> io::Result<()> {
     let body = format!("{}\n", rej.message);
     respond(
         stream,
+        &|| {},
         rej.status,
         "text/plain; charset=utf-8",
         body.as_bytes(),
         false,
     )?;
+    let _ = stream.shutdown(std::net::Shutdown::Write);
     let deadline = std::time::Instant::now() + Duration::from_millis(500);
     let mut sink = [0u8; 4096];
     let mut left = 1usize << 20;

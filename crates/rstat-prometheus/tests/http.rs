@@ -245,12 +245,7 @@ fn a_scrape_whose_client_went_away_keeps_its_removed_groups() {
     // A body far larger than the sockets' buffers (tens of MB: every
     // series of a deep chain of long names carries its whole path), so
     // the server is still writing when the client goes away.
-    let name = "n".repeat(250);
-    let mut chain = vec![rs.root().create_child(&name).unwrap()];
-    for _ in 0..250 {
-        let next = chain.last().unwrap().create_child(&name).unwrap();
-        chain.push(next);
-    }
+    let chain = big_tree(&rs);
     let srv = start(&rs, Duration::from_secs(5));
     let g = rs.root().create_child("brief").unwrap();
     c.add(&g, 0, 3).unwrap();
@@ -278,4 +273,61 @@ fn a_scrape_whose_client_went_away_keeps_its_removed_groups() {
         body.len()
     );
     drop(chain);
+}
+
+/// A tree whose exposition is tens of MB, far more than the sockets'
+/// buffers hold: every series of a deep chain of long names carries its
+/// whole path.
+fn big_tree(rs: &Rstat) -> Vec<rstat::Group> {
+    let name = "n".repeat(250);
+    let mut chain = vec![rs.root().create_child(&name).unwrap()];
+    for _ in 0..250 {
+        let next = chain.last().unwrap().create_child(&name).unwrap();
+        chain.push(next);
+    }
+    chain
+}
+
+#[test]
+fn clients_that_ask_and_never_read_do_not_keep_a_scrape_out() {
+    let rs = Rstat::new();
+    let _chain = big_tree(&rs);
+    let srv = start(&rs, Duration::from_secs(5));
+    // As many connections as the server serves, each asking for the big
+    // exposition and reading none of it.
+    let stalled: Vec<TcpStream> = (0..ServerConfig::default().max_connections)
+        .map(|_| {
+            let mut s = TcpStream::connect(srv.addr()).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    // Each answer has started (so none is still idle); read no more.
+    for s in &stalled {
+        let mut s = s;
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut first = [0u8; 4096];
+        s.read_exact(&mut first).unwrap();
+        assert!(first.starts_with(b"HTTP/1.1 200"));
+    }
+    // A scraper retrying on refusal is served once an answer has been
+    // stalled a while (2 s); the bound is generous, for a busy machine
+    // (the writes used to block for 30 s each).
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    let mut refusals = 0;
+    loop {
+        let (st, head, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        if st == 200 {
+            assert!(body.contains("rstat_exporter_scrapes_total"), "{head}");
+            break;
+        }
+        refusals += 1;
+        assert!(
+            std::time::Instant::now() < give_up,
+            "still refused after {refusals} tries: {head}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(stalled);
 }
