@@ -10,10 +10,10 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{Exporter, Format};
 
@@ -92,7 +92,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
         Some("HEAD") => true,
         _ => return Err(reject(405, "only GET and HEAD are served")),
     };
-    let path = req.path.unwrap_or("");
+    let path = origin_path(req.path.unwrap_or(""));
     let path = path.split_once('?').map_or(path, |(p, _)| p);
     let route = match path {
         "/metrics" => Route::Metrics,
@@ -117,6 +117,25 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
         head_only,
         format: negotiate(&accept),
     }))
+}
+
+/// The path of a request target: origin-form (`/metrics`) as is, and
+/// absolute-form (`http://host:port/metrics`), which HTTP/1.1 servers must
+/// accept (RFC 9112, section 3.2.2), without its scheme and authority (an
+/// empty path is `/`).
+fn origin_path(target: &str) -> &str {
+    let lower = |n: usize| target.get(..n).map(str::to_ascii_lowercase);
+    let rest = if lower(7).as_deref() == Some("http://") {
+        &target[7..]
+    } else if lower(8).as_deref() == Some("https://") {
+        &target[8..]
+    } else {
+        return target;
+    };
+    match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => &rest[i..],
+        _ => "/",
+    }
 }
 
 fn too_large() -> Reject {
@@ -168,10 +187,13 @@ pub struct ServerConfig {
     /// exposing them beyond this machine is an explicit choice. Default
     /// false.
     pub allow_non_loopback: bool,
-    /// Connections served at once; more get `503`. Default 8.
+    /// Connections served at once. When all are taken, a new connection
+    /// replaces the oldest one still waiting for its request head, or else
+    /// one whose answer has not moved for 2 s (a client that asked and
+    /// does not read); if there is none, it gets `503`. Default 8.
     pub max_connections: usize,
     /// How long a client may take to send its whole request head.
-    /// Default 5 s.
+    /// Default 2 s (Prometheus sends it at once).
     pub read_timeout: Duration,
 }
 
@@ -184,7 +206,7 @@ impl Default for ServerConfig {
             addr: DEFAULT_ADDR.to_owned(),
             allow_non_loopback: false,
             max_connections: 8,
-            read_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -265,12 +287,12 @@ pub(crate) fn start(exporter: Exporter, cfg: ServerConfig) -> io::Result<Server>
     })?;
     let addr = listener.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
-    let active = Arc::new(AtomicUsize::new(0));
+    let conns = SharedConns::default();
     let thread = {
         let stop = Arc::clone(&stop);
         std::thread::Builder::new()
             .name("rstat-exporter".into())
-            .spawn(move || accept_loop(listener, exporter, cfg, stop, active))?
+            .spawn(move || accept_loop(listener, exporter, cfg, stop, conns))?
     };
     Ok(Server {
         addr,
@@ -279,44 +301,158 @@ pub(crate) fn start(exporter: Exporter, cfg: ServerConfig) -> io::Result<Server>
     })
 }
 
+/// The connections being served. When the server is full, a new
+/// connection takes the place of the oldest one still waiting for its
+/// request head (`Idle`), or else of the one whose answer has been
+/// stalled longest (`Writing`, no progress for [`STALLED`]): clients that
+/// connect and send nothing, or ask and never read, cannot keep a scraper
+/// out. (Prometheus sends its request at once and reads the answer as it
+/// comes.) A connection whose scrape is being rendered is never evicted.
+#[derive(Default)]
+struct Conns {
+    next_id: u64,
+    slots: Vec<Slot>,
+}
+
+struct Slot {
+    id: u64,
+    /// A handle to shut the connection down when evicted.
+    stream: TcpStream,
+    state: ConnState,
+    /// When `state` was set, or the answer last made progress.
+    since: Instant,
+}
+
+/// What a connection is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConnState {
+    /// Waiting for the request head.
+    Idle,
+    /// Rendering the answer.
+    Busy,
+    /// Writing the answer.
+    Writing,
+}
+
+/// An answer that made no progress for this long may be evicted when the
+/// server is full.
+const STALLED: Duration = Duration::from_secs(2);
+
+impl Conns {
+    /// The slot to evict for a new connection, if any.
+    fn victim(&self, now: Instant) -> Option<usize> {
+        let oldest = |st: ConnState| {
+            self.slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.state == st)
+                .min_by_key(|(_, s)| s.since)
+                .map(|(i, s)| (i, s.since))
+        };
+        oldest(ConnState::Idle).map(|(i, _)| i).or_else(|| {
+            oldest(ConnState::Writing)
+                .filter(|&(_, since)| now.saturating_duration_since(since) >= STALLED)
+                .map(|(i, _)| i)
+        })
+    }
+
+    fn set(&mut self, id: u64, state: ConnState) {
+        if let Some(s) = self.slots.iter_mut().find(|s| s.id == id) {
+            s.state = state;
+            s.since = Instant::now();
+        }
+    }
+}
+
+type SharedConns = Arc<std::sync::Mutex<Conns>>;
+
+fn lock(c: &SharedConns) -> std::sync::MutexGuard<'_, Conns> {
+    c.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn accept_loop(
     listener: TcpListener,
     exporter: Exporter,
     cfg: ServerConfig,
     stop: Arc<AtomicBool>,
-    active: Arc<AtomicUsize>,
+    conns: SharedConns,
 ) {
     for conn in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(mut stream) = conn else {
+        let Ok(stream) = conn else {
             // Out of file descriptors and the like: back off briefly.
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
-        if active.fetch_add(1, Ordering::SeqCst) >= cfg.max_connections {
-            active.fetch_sub(1, Ordering::SeqCst);
-            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-            let _ = respond_error(&mut stream, &reject(503, "too many connections; retry"));
+        let Ok(handle) = stream.try_clone() else {
             continue;
-        }
-        let (exporter, active2, timeout) =
-            (exporter.clone(), Arc::clone(&active), cfg.read_timeout);
+        };
+        let id = {
+            let mut c = lock(&conns);
+            if c.slots.len() >= cfg.max_connections {
+                // Full: evict the oldest connection still waiting for its
+                // request head, if any.
+                if let Some(i) = c.victim(Instant::now()) {
+                    let old = c.slots.remove(i);
+                    let _ = old.stream.shutdown(std::net::Shutdown::Both);
+                }
+            }
+            if c.slots.len() >= cfg.max_connections {
+                drop(c);
+                refuse(stream);
+                continue;
+            }
+            let id = c.next_id;
+            c.next_id += 1;
+            c.slots.push(Slot {
+                id,
+                stream: handle,
+                state: ConnState::Idle,
+                since: Instant::now(),
+            });
+            id
+        };
+        let (exporter, conns2, timeout) = (exporter.clone(), Arc::clone(&conns), cfg.read_timeout);
         let spawned = std::thread::Builder::new()
             .name("rstat-exporter-conn".into())
             .spawn(move || {
-                serve_connection(stream, &exporter, timeout);
-                active2.fetch_sub(1, Ordering::SeqCst);
+                serve_connection(stream, &exporter, timeout, &|st| lock(&conns2).set(id, st));
+                lock(&conns2).slots.retain(|s| s.id != id);
             });
         if spawned.is_err() {
-            active.fetch_sub(1, Ordering::SeqCst);
+            lock(&conns).slots.retain(|s| s.id != id);
         }
     }
 }
 
+/// Answer `503` without blocking the accept thread: one non-blocking
+/// write of the short answer, no wait for the request (a client that is
+/// still sending may see a reset instead; either way it was refused).
+fn refuse(stream: TcpStream) {
+    let rej = reject(503, "too many connections being served; retry");
+    let body = format!("{}\n", rej.message);
+    let msg = format!(
+        "HTTP/1.1 503 {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{body}",
+        reason(503),
+        body.len()
+    );
+    if stream.set_nonblocking(true).is_ok() {
+        let _ = (&stream).write(msg.as_bytes());
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+}
+
 /// Read one request head, answer it, close.
-fn serve_connection(mut stream: TcpStream, exporter: &Exporter, timeout: Duration) {
+/// `state` is told what the connection does (see [`Conns`]): `Busy` once
+/// the head is parsed, `Writing` as the answer makes progress.
+fn serve_connection(
+    mut stream: TcpStream,
+    exporter: &Exporter,
+    timeout: Duration,
+    state: &dyn Fn(ConnState),
+) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
@@ -357,7 +493,10 @@ fn serve_connection(mut stream: TcpStream, exporter: &Exporter, timeout: Duratio
             Err(_) => return,
         }
         match parse_request(&buf) {
-            Ok(Some(r)) => break r,
+            Ok(Some(r)) => {
+                state(ConnState::Busy);
+                break r;
+            }
             Ok(None) => continue,
             Err(rej) => {
                 let _ = respond_error(&mut stream, &rej);
@@ -365,27 +504,53 @@ fn serve_connection(mut stream: TcpStream, exporter: &Exporter, timeout: Duratio
             }
         }
     };
+    let progress = || state(ConnState::Writing);
     let _ = match req.route {
         Route::Index => respond(
             &mut stream,
+            &progress,
             200,
             "text/plain; charset=utf-8",
             b"rstat exporter: /metrics (Prometheus text, or OpenMetrics by Accept), /snapshot.json\n",
             req.head_only,
         ),
-        Route::Metrics => match exporter.render(req.format) {
+        // HEAD changes nothing: its Content-Length comes from a peek.
+        Route::Metrics if req.head_only => match exporter.peek(req.format) {
             Ok(s) => respond(
                 &mut stream,
+                &progress,
                 200,
                 req.format.content_type(),
                 s.body.as_bytes(),
-                req.head_only,
+                true,
             ),
+            Err(e) => respond_error(&mut stream, &reject(500, e.to_string())),
+        },
+        // The removed groups in a scrape are marked reported only once its
+        // body was written; otherwise the next scrape has them again.
+        Route::Metrics => match exporter.render_pending(req.format) {
+            Ok(p) => {
+                let sent = respond(
+                    &mut stream,
+                    &progress,
+                    200,
+                    req.format.content_type(),
+                    p.scrape().body.as_bytes(),
+                    false,
+                );
+                // Before the close below: a client that reads to the end
+                // and scrapes again at once finds them committed.
+                if sent.is_ok() {
+                    let _ = p.commit();
+                }
+                sent
+            }
             Err(e) => respond_error(&mut stream, &reject(500, e.to_string())),
         },
         Route::Snapshot => match exporter.snapshot_json() {
             Ok(s) => respond(
                 &mut stream,
+                &progress,
                 200,
                 "application/json",
                 s.as_bytes(),
@@ -394,6 +559,7 @@ fn serve_connection(mut stream: TcpStream, exporter: &Exporter, timeout: Duratio
             Err(e) => respond_error(&mut stream, &reject(500, e.to_string())),
         },
     };
+    let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
 fn reason(status: u16) -> &'static str {
@@ -412,6 +578,7 @@ fn reason(status: u16) -> &'static str {
 
 fn respond(
     stream: &mut TcpStream,
+    progress: &dyn Fn(),
     status: u16,
     content_type: &str,
     body: &[u8],
@@ -429,11 +596,14 @@ fn respond(
     );
     stream.write_all(head.as_bytes())?;
     if !head_only {
-        stream.write_all(body)?;
+        // In pieces, telling the server the answer is moving (a stalled
+        // one may be evicted when the server is full).
+        for piece in body.chunks(64 * 1024) {
+            progress();
+            stream.write_all(piece)?;
+        }
     }
-    stream.flush()?;
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    Ok(())
+    stream.flush()
 }
 
 /// Answer with an error, then read (and drop) what the client still
@@ -443,11 +613,13 @@ fn respond_error(stream: &mut TcpStream, rej: &Reject) -> io::Result<()> {
     let body = format!("{}\n", rej.message);
     respond(
         stream,
+        &|| {},
         rej.status,
         "text/plain; charset=utf-8",
         body.as_bytes(),
         false,
     )?;
+    let _ = stream.shutdown(std::net::Shutdown::Write);
     let deadline = std::time::Instant::now() + Duration::from_millis(500);
     let mut sink = [0u8; 4096];
     let mut left = 1usize << 20;

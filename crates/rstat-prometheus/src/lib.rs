@@ -53,15 +53,22 @@
 //! A group created and removed between two scrapes is still reported:
 //! the exporter holds a [`rstat::group::watch::RemovalWatch`]
 //! (the library's removal hook), and each scrape first takes the groups
-//! removed since the last one, reads their final values and reports them
-//! once, under their path, beside the live tree. (With
-//! [`Config::removed_retention`] > 0 they are repeated in every scrape for
-//! that long, for several Prometheus servers scraping one exporter.) The
-//! queue holds at most [`Config::removed_capacity`] groups between scrapes
-//! (each held group keeps its per-CPU state allocated until then); more
-//! are counted in `rstat_exporter_removed_groups_lost_total`, as is a
-//! removed group whose path a live group (or a later removed one) has in
-//! the same scrape: one series per path and scrape.
+//! removed since the last one into a pending list, reads their final
+//! values and reports them under their path, beside the live tree. They
+//! leave the pending list only when a scrape holding them is
+//! **delivered**: the HTTP server [commits](PendingScrape::commit) a
+//! scrape after its body was written; a scrape that failed, or whose
+//! client went away, leaves them for the next one, and `HEAD /metrics`
+//! ([`Exporter::peek`]) neither takes nor commits any. Each is counted
+//! once, as reported or lost. (With [`Config::removed_retention`] > 0 a
+//! delivered group is repeated in every scrape for that long, for several
+//! Prometheus servers scraping one exporter.) At most
+//! [`Config::removed_capacity`] groups wait in the watch's queue, and at
+//! most as many in the pending list (each keeps its per-CPU state
+//! allocated until then); more are counted in
+//! `rstat_exporter_removed_groups_lost_total`, as is a removed group whose
+//! path a live group (or a later removed one) has in the same scrape: one
+//! series per path and scrape.
 //!
 //! # Cost, and who pays it
 //!
@@ -184,11 +191,19 @@ pub struct Scrape {
 
 #[derive(Default)]
 struct State {
-    /// Removed groups still reported (with `removed_retention`), and when
-    /// they were first reported.
+    /// Removed groups taken from the watch whose scrape was not yet
+    /// delivered, oldest first, each with its sequence number. They are
+    /// in every scrape until one is delivered (see [`PendingScrape`]).
+    pending: Vec<(u64, rstat::Group)>,
+    /// The next sequence number for `pending`.
+    next_seq: u64,
+    /// Removed groups already delivered and still reported (with
+    /// `removed_retention`), and when they were first delivered.
     recent: Vec<(Instant, GroupSnapshot)>,
     removed_reported: u64,
-    collisions: u64,
+    /// Removed groups given up on: colliding paths, or dropped because
+    /// more than `removed_capacity` were pending (scrapes kept failing).
+    removed_lost: u64,
     scrapes: u64,
     last_secs: f64,
     skipped_samples: u64,
@@ -199,6 +214,9 @@ struct Inner {
     watch: RemovalWatch,
     cfg: Config,
     state: Mutex<State>,
+    /// Test hook: fail the next scrape after its removed groups were taken.
+    #[cfg(test)]
+    fail_next: std::sync::atomic::AtomicBool,
 }
 
 /// Reads an engine's tree at each scrape; cheap to clone (shared). See the
@@ -214,6 +232,71 @@ impl std::fmt::Debug for Exporter {
             .field("config", &self.inner.cfg)
             .finish()
     }
+}
+
+/// A rendered scrape whose removed groups are not yet marked reported.
+///
+/// [`commit`](Self::commit) it once its body was delivered (the HTTP
+/// server does after the body's `write_all` succeeded); dropping it
+/// uncommitted leaves its removed groups pending, so the next scrape
+/// reports them again. A removed group is thus reported at least once to
+/// someone who received it, and counted reported (or lost) exactly once.
+#[derive(Debug)]
+#[must_use = "an uncommitted scrape's removed groups are reported again by the next one"]
+pub struct PendingScrape {
+    scrape: Scrape,
+    exporter: Exporter,
+    /// Sequence numbers of the pending groups reported in this scrape.
+    reported: Vec<u64>,
+    /// Sequence numbers of the pending groups whose path was taken.
+    collided: Vec<u64>,
+}
+
+impl PendingScrape {
+    /// The scrape (body and sizes).
+    pub fn scrape(&self) -> &Scrape {
+        &self.scrape
+    }
+
+    /// Mark this scrape's removed groups reported (or lost, for colliding
+    /// paths) and return the scrape. Groups another scrape committed in
+    /// the meantime are not counted twice.
+    pub fn commit(self) -> Scrape {
+        let inner = &*self.exporter.inner;
+        let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let keep = inner.cfg.removed_retention;
+        let mut delivered = Vec::new();
+        let mut lost = 0u64;
+        st.pending.retain(|(seq, g)| {
+            if self.reported.binary_search(seq).is_ok() {
+                delivered.push(g.clone());
+                false
+            } else if self.collided.binary_search(seq).is_ok() {
+                lost += 1;
+                false
+            } else {
+                true
+            }
+        });
+        st.removed_reported += delivered.len() as u64;
+        st.removed_lost += lost;
+        if !keep.is_zero() && !delivered.is_empty() {
+            if let Ok(snap) = inner.reporter.snapshot_groups(&delivered) {
+                st.recent.extend(snap.groups.into_iter().map(|g| (now, g)));
+            }
+        }
+        self.scrape
+    }
+}
+
+/// Whether a render takes removed groups from the watch.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A scrape to be delivered: take the watch's queue into `pending`.
+    Scrape,
+    /// HEAD: read what is pending, change nothing.
+    Peek,
 }
 
 impl Exporter {
@@ -232,6 +315,8 @@ impl Exporter {
                 watch,
                 cfg,
                 state: Mutex::new(State::default()),
+                #[cfg(test)]
+                fail_next: Default::default(),
             }),
         }
     }
@@ -241,52 +326,106 @@ impl Exporter {
         &self.inner.cfg
     }
 
-    /// One scrape: read the tree (and the groups removed since the last
-    /// scrape) and encode it. What the HTTP server answers `/metrics` with.
+    /// One scrape, taken as delivered: read the tree (and the groups
+    /// removed since the last delivered scrape), encode it, and mark its
+    /// removed groups reported. For a caller that hands the body on
+    /// itself; the HTTP server uses [`render_pending`](Self::render_pending).
     pub fn render(&self, format: Format) -> Result<Scrape, Error> {
+        Ok(self.render_pending(format)?.commit())
+    }
+
+    /// One scrape whose removed groups stay pending until
+    /// [`PendingScrape::commit`]: what `GET /metrics` answers with. On an
+    /// error, no removed group is dropped: they stay for the next scrape.
+    pub fn render_pending(&self, format: Format) -> Result<PendingScrape, Error> {
+        self.render_mode(format, Mode::Scrape)
+    }
+
+    /// A scrape that changes nothing: the removed groups pending are in it
+    /// but stay pending, the watch's queue is not taken, no scrape is
+    /// counted. What `HEAD /metrics` measures its `Content-Length` with.
+    pub fn peek(&self, format: Format) -> Result<Scrape, Error> {
+        Ok(self.render_mode(format, Mode::Peek)?.scrape)
+    }
+
+    fn render_mode(&self, format: Format, mode: Mode) -> Result<PendingScrape, Error> {
         let t0 = Instant::now();
         let inner = &*self.inner;
         let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
-        // Removed groups first: one removed after this point is in the
-        // queue for the next scrape, so none falls between the two reads.
-        let gone = inner.watch.take();
-        let gone_snap = inner.reporter.snapshot_groups(&gone)?;
-        drop(gone);
+        if mode == Mode::Scrape {
+            // Removed groups first: one removed after this point is in the
+            // queue for the next scrape, so none falls between the two
+            // reads. They move to `pending`, and leave it only when a
+            // scrape holding them is committed.
+            for g in inner.watch.take() {
+                let seq = st.next_seq;
+                st.next_seq += 1;
+                st.pending.push((seq, g));
+            }
+            // Scrapes that keep failing must not hold removed groups
+            // (and their per-CPU state) without bound.
+            let cap = inner.cfg.removed_capacity;
+            if st.pending.len() > cap {
+                let over = st.pending.len() - cap;
+                st.pending.drain(..over);
+                st.removed_lost += over as u64;
+            }
+        }
+        #[cfg(test)]
+        if inner
+            .fail_next
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(Error::Encode(std::fmt::Error));
+        }
+        let pending: Vec<rstat::Group> = st.pending.iter().map(|(_, g)| g.clone()).collect();
+        let gone_snap = inner.reporter.snapshot_groups(&pending)?;
+        drop(pending);
         let live = inner
             .reporter
             .snapshot_depth(inner.reporter.root(), inner.cfg.max_depth)?;
         let now = Instant::now();
-        st.recent
-            .extend(gone_snap.groups.into_iter().map(|g| (now, g)));
-        // One series per path: live groups win, then the latest removal.
+        let keep = inner.cfg.removed_retention;
+        if mode == Mode::Scrape {
+            st.recent.retain(|(t, _)| now.duration_since(*t) < keep);
+        }
+        // One series per path: live groups win, then the latest removal
+        // (pending ones are newer than the retained ones).
         let mut removed: Vec<GroupSnapshot> = Vec::new();
-        if !st.recent.is_empty() {
+        let (mut reported, mut collided) = (Vec::new(), Vec::new());
+        {
             let mut seen: std::collections::HashSet<&str> =
                 live.groups.iter().map(|g| g.path.as_str()).collect();
-            let mut collisions = 0;
-            for (_, g) in st.recent.iter().rev() {
+            for ((seq, _), g) in st.pending.iter().zip(&gone_snap.groups).rev() {
                 if seen.insert(g.path.as_str()) {
                     removed.push(g.clone());
+                    reported.push(*seq);
                 } else {
-                    collisions += 1;
+                    collided.push(*seq);
+                }
+            }
+            for (t, g) in st.recent.iter().rev() {
+                if now.duration_since(*t) < keep && seen.insert(g.path.as_str()) {
+                    removed.push(g.clone());
                 }
             }
             removed.reverse();
-            st.collisions += collisions;
-            let keep = inner.cfg.removed_retention;
-            st.recent.retain(|(t, _)| now.duration_since(*t) < keep);
         }
-        st.removed_reported += removed.len() as u64;
-        st.scrapes += 1;
+        reported.sort_unstable();
+        collided.sort_unstable();
+        if mode == Mode::Scrape {
+            st.scrapes += 1;
+        }
         let naming = collect::Naming {
             memory_unit_bytes: inner.cfg.memory_unit_bytes,
             gauges: inner.cfg.gauges.clone(),
         };
         let (families, skipped_families) = collect::families(&live, &naming, &collect::SELF_NAMES);
+        // The totals as they stand once this scrape is delivered.
         let stats = collect::SelfStats {
             groups: live.groups.len() as u64,
-            removed_reported_total: st.removed_reported,
-            removed_lost_total: st.collisions + inner.watch.lost(),
+            removed_reported_total: st.removed_reported + reported.len() as u64,
+            removed_lost_total: st.removed_lost + collided.len() as u64 + inner.watch.lost(),
             scrapes_total: st.scrapes,
             last_scrape_seconds: st.last_secs,
             skipped_samples_total: st.skipped_samples,
@@ -312,15 +451,22 @@ impl Exporter {
             body = openmetrics_to_classic(&body);
         }
         use std::sync::atomic::Ordering::Relaxed;
-        st.skipped_samples += collector.skipped.load(Relaxed);
-        st.last_secs = t0.elapsed().as_secs_f64();
-        Ok(Scrape {
-            body,
-            format,
-            groups,
-            removed: nremoved,
-            families: nfam,
-            series: collector.series.load(Relaxed),
+        if mode == Mode::Scrape {
+            st.skipped_samples += collector.skipped.load(Relaxed);
+            st.last_secs = t0.elapsed().as_secs_f64();
+        }
+        Ok(PendingScrape {
+            scrape: Scrape {
+                body,
+                format,
+                groups,
+                removed: nremoved,
+                families: nfam,
+                series: collector.series.load(Relaxed),
+            },
+            exporter: self.clone(),
+            reported,
+            collided,
         })
     }
 

@@ -226,3 +226,79 @@ fn snapshot_json_parses_back() {
     let s: rstat::report::Snapshot = serde_json::from_str(&j).unwrap();
     assert_eq!(s.get("/tenant", "requests", "requests"), Some((3, 3)));
 }
+
+#[test]
+fn an_undelivered_or_failed_scrape_keeps_its_removed_groups_for_the_next() {
+    let (rs, _mem, reqs, t) = tree();
+    let ex = Exporter::new(&rs);
+    let short = t.create_child("short-lived").unwrap();
+    reqs.add(&short, 0, 7).unwrap();
+    short.remove().unwrap();
+    drop(short);
+    let line = "rstat_requests_requests_total{path=\"/tenant/short-lived\"} 7";
+    // A scrape rendered but never delivered (dropped uncommitted).
+    let p = ex.render_pending(Format::Classic).unwrap();
+    assert!(has(&p.scrape().body, line));
+    drop(p);
+    // A HEAD-style peek changes nothing either.
+    assert!(has(&ex.peek(Format::Classic).unwrap().body, line));
+    // A scrape failing after the removed groups were taken.
+    ex.inner
+        .fail_next
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(ex.render(Format::Classic).is_err());
+    let s = ex.render(Format::Classic).unwrap();
+    assert!(has(&s.body, line), "{}", s.body);
+    assert!(
+        has(&s.body, "rstat_exporter_removed_groups_reported_total 1"),
+        "{}",
+        s.body
+    );
+    assert!(has(&s.body, "rstat_exporter_removed_groups_lost_total 0"));
+    // Two scrapes holding it, both committed: counted once.
+    let g2 = t.create_child("other").unwrap();
+    g2.remove().unwrap();
+    drop(g2);
+    let (a, b) = (
+        ex.render_pending(Format::Classic).unwrap(),
+        ex.render_pending(Format::Classic).unwrap(),
+    );
+    assert_eq!((a.scrape().removed, b.scrape().removed), (1, 1));
+    let _ = (a.commit(), b.commit());
+    let s = ex.render(Format::Classic).unwrap();
+    assert_eq!(s.removed, 0);
+    assert!(has(
+        &s.body,
+        "rstat_exporter_removed_groups_reported_total 2"
+    ));
+    assert_eq!(rs.zombie_count(), 0);
+}
+
+#[test]
+fn pending_removed_groups_are_bounded_when_scrapes_keep_failing() {
+    let rs = Rstat::new();
+    let ex = Exporter::with_config(
+        &rs,
+        Config {
+            removed_capacity: 2,
+            ..Config::default()
+        },
+    );
+    for round in 0..3 {
+        for i in 0..2 {
+            let g = rs.root().create_child(&format!("g{round}-{i}")).unwrap();
+            g.remove().unwrap();
+        }
+        // Never delivered.
+        drop(ex.render_pending(Format::Classic).unwrap());
+    }
+    assert!(rs.zombie_count() <= 2, "{}", rs.zombie_count());
+    let s = ex.render(Format::Classic).unwrap();
+    assert_eq!(s.removed, 2);
+    assert!(s.body.contains("g2-0") && s.body.contains("g2-1"));
+    assert!(
+        has(&s.body, "rstat_exporter_removed_groups_lost_total 4"),
+        "{}",
+        s.body
+    );
+}

@@ -171,3 +171,163 @@ fn non_loopback_needs_an_explicit_choice() {
     });
     assert!(bad.unwrap_err().to_string().contains("HOST:PORT"));
 }
+
+#[test]
+fn head_takes_no_removed_group_from_the_next_get() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("jobs", &["done"]).unwrap();
+    let srv = start(&rs, Duration::from_secs(5));
+    let g = rs.root().create_child("brief").unwrap();
+    c.add(&g, 0, 3).unwrap();
+    g.remove().unwrap();
+    drop(g);
+    let line = "rstat_jobs_done_total{path=\"/brief\"} 3\n";
+    let (st, head, body) = exchange(srv.addr(), b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(st, 200, "{head}");
+    assert!(body.is_empty(), "HEAD sent a body: {body}");
+    let (st, head, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(st, 200, "{head}");
+    assert!(
+        body.contains(line),
+        "the GET after a HEAD lost the removed group:\n{body}"
+    );
+    assert!(
+        body.contains("rstat_exporter_removed_groups_reported_total 1\n"),
+        "{body}"
+    );
+    // Delivered once: the next scrape no longer has it.
+    let (_, _, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(!body.contains("/brief"), "{body}");
+}
+
+#[test]
+fn absolute_form_request_targets_are_served() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("jobs", &["done"]).unwrap();
+    c.add(rs.root(), 0, 5).unwrap();
+    let srv = start(&rs, Duration::from_secs(5));
+    let a = srv.addr();
+    let req = format!("GET http://{a}/metrics?x=1 HTTP/1.1\r\nHost: {a}\r\n\r\n");
+    let (st, head, body) = exchange(a, req.as_bytes());
+    assert_eq!(st, 200, "{head}");
+    assert!(
+        body.contains("rstat_jobs_done_total{path=\"/\"} 5\n"),
+        "{body}"
+    );
+    let (st, head, _) = exchange(a, b"GET HTTP://LOCALHOST HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(st, 200, "an empty absolute path is /: {head}");
+    let req = format!("GET http://{a}/nope HTTP/1.1\r\nHost: {a}\r\n\r\n");
+    let (st, head, _) = exchange(a, req.as_bytes());
+    assert_eq!(st, 404, "{head}");
+}
+
+#[test]
+fn idle_connections_do_not_keep_a_scrape_out() {
+    let rs = Rstat::new();
+    // A long head timeout, so the idle connections outlive the test.
+    let srv = start(&rs, Duration::from_secs(60));
+    let a = srv.addr();
+    // Twice the connection limit, connected and silent.
+    let idle: Vec<TcpStream> = (0..16).map(|_| TcpStream::connect(a).unwrap()).collect();
+    let (st, head, body) = exchange(a, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(
+        st, 200,
+        "a scrape was refused while idle clients held the server: {head}"
+    );
+    assert!(body.contains("rstat_exporter_scrapes_total 1\n"), "{body}");
+    drop(idle);
+}
+
+#[test]
+fn a_scrape_whose_client_went_away_keeps_its_removed_groups() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("jobs", &["done"]).unwrap();
+    // A body far larger than the sockets' buffers (tens of MB: every
+    // series of a deep chain of long names carries its whole path), so
+    // the server is still writing when the client goes away.
+    let chain = big_tree(&rs);
+    let srv = start(&rs, Duration::from_secs(5));
+    let g = rs.root().create_child("brief").unwrap();
+    c.add(&g, 0, 3).unwrap();
+    g.remove().unwrap();
+    drop(g);
+    {
+        let mut s = TcpStream::connect(srv.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        // The answer has started; now leave with most of it unread (the
+        // close resets the connection, the server's write fails).
+        let mut first = [0u8; 4096];
+        s.read_exact(&mut first).unwrap();
+        assert!(first.starts_with(b"HTTP/1.1 200"));
+    }
+    // Give the server time to see its write fail (only needed for this
+    // test to notice a commit that ignores the failure).
+    std::thread::sleep(Duration::from_millis(500));
+    let (st, head, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(st, 200, "{head}");
+    assert!(
+        body.contains("rstat_jobs_done_total{path=\"/brief\"} 3\n"),
+        "the undelivered scrape took the removed group ({} bytes)",
+        body.len()
+    );
+    drop(chain);
+}
+
+/// A tree whose exposition is tens of MB, far more than the sockets'
+/// buffers hold: every series of a deep chain of long names carries its
+/// whole path.
+fn big_tree(rs: &Rstat) -> Vec<rstat::Group> {
+    let name = "n".repeat(250);
+    let mut chain = vec![rs.root().create_child(&name).unwrap()];
+    for _ in 0..250 {
+        let next = chain.last().unwrap().create_child(&name).unwrap();
+        chain.push(next);
+    }
+    chain
+}
+
+#[test]
+fn clients_that_ask_and_never_read_do_not_keep_a_scrape_out() {
+    let rs = Rstat::new();
+    let _chain = big_tree(&rs);
+    let srv = start(&rs, Duration::from_secs(5));
+    // As many connections as the server serves, each asking for the big
+    // exposition and reading none of it.
+    let stalled: Vec<TcpStream> = (0..ServerConfig::default().max_connections)
+        .map(|_| {
+            let mut s = TcpStream::connect(srv.addr()).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    // Each answer has started (so none is still idle); read no more.
+    for s in &stalled {
+        let mut s = s;
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut first = [0u8; 4096];
+        s.read_exact(&mut first).unwrap();
+        assert!(first.starts_with(b"HTTP/1.1 200"));
+    }
+    // A scraper retrying on refusal is served once an answer has been
+    // stalled a while (2 s); the bound is generous, for a busy machine
+    // (the writes used to block for 30 s each).
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    let mut refusals = 0;
+    loop {
+        let (st, head, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        if st == 200 {
+            assert!(body.contains("rstat_exporter_scrapes_total"), "{head}");
+            break;
+        }
+        refusals += 1;
+        assert!(
+            std::time::Instant::now() < give_up,
+            "still refused after {refusals} tries: {head}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(stalled);
+}

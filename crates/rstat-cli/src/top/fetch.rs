@@ -1,90 +1,96 @@
-//! Fetch the exporter's `/snapshot.json` over plain HTTP/1.0: one request
-//! per connection, read to the end (the exporter closes after each
-//! answer). Enough for `rstat top` against an rstat exporter; no TLS, no
-//! redirects, no chunked bodies.
+//! Fetch the exporter's `/snapshot.json` with `ureq` (a small blocking
+//! HTTP client; plain `http://` only, no TLS: the exporter serves on
+//! loopback by default). URLs are parsed as `http::Uri`s (what `ureq`
+//! itself uses); the exporter's base URL and its `/metrics` URL both mean
+//! its `/snapshot.json`.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use rstat::report::Snapshot;
+use ureq::http::Uri;
 
-/// Where to fetch from: `host:port` and the path.
+/// The largest snapshot read: 1 GiB (a few million groups).
+const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
+
+/// Where to fetch from: the snapshot's URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
-    pub host: String,
-    pub path: String,
+    /// `http://HOST:PORT/.../snapshot.json`.
+    pub url: String,
+    /// `HOST:PORT`, for messages.
+    pub authority: String,
 }
 
-/// `http://HOST[:PORT][/PATH]`; the exporter's base URL or its `/metrics`
-/// URL both mean its `/snapshot.json`.
+/// `http://HOST[:PORT][/PATH]` of an rstat exporter.
 pub fn parse_url(url: &str) -> Result<Target, String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("unsupported URL {url:?}: give http://HOST:PORT of an rstat exporter (e.g. http://127.0.0.1:9756)")
+    let uri: Uri = url.parse().map_err(|e| {
+        format!("bad URL {url:?} ({e}): give http://HOST:PORT of an rstat exporter (e.g. http://127.0.0.1:9756)")
     })?;
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    if host.is_empty() {
-        return Err(format!("URL {url:?} has no host"));
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(s) => {
+            return Err(format!(
+                "unsupported URL scheme {s:?} in {url:?}: rstat top speaks plain http (the exporter has no TLS); give http://HOST:PORT"
+            ))
+        }
+        None => {
+            return Err(format!(
+                "URL {url:?} has no scheme: give http://HOST:PORT of an rstat exporter (e.g. http://127.0.0.1:9756)"
+            ))
+        }
     }
-    let host = if host.contains(':') && !host.ends_with(']') {
-        host.to_owned()
-    } else {
-        format!("{host}:80")
+    let Some(auth) = uri.authority().filter(|a| !a.host().is_empty()) else {
+        return Err(format!("URL {url:?} has no host"));
     };
-    let path = match path {
+    let path = match uri.path() {
         "" | "/" => "/snapshot.json".to_owned(),
-        p if p.ends_with("/metrics") => format!("{}snapshot.json", &p[..p.len() - "metrics".len()]),
+        p if p.ends_with("/metrics") => {
+            format!("{}snapshot.json", &p[..p.len() - "metrics".len()])
+        }
         p => p.to_owned(),
     };
-    Ok(Target { host, path })
+    Ok(Target {
+        url: format!("http://{auth}{path}"),
+        authority: auth.to_string(),
+    })
 }
 
-/// GET the snapshot.
+/// GET the snapshot, within `timeout` in all.
 pub fn fetch(t: &Target, timeout: Duration) -> Result<Snapshot, String> {
-    let addr = t
-        .host
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {}: {e}", t.host))?
-        .next()
-        .ok_or_else(|| format!("{} resolves to nothing", t.host))?;
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| {
-        format!(
-            "cannot reach the exporter at {addr} ({e}); start one, e.g. `rstat demo --listen {addr} --duration 600`"
-        )
-    })?;
-    s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
-    write!(
-        s,
-        "GET {} HTTP/1.0\r\nHost: {}\r\nAccept: application/json\r\n\r\n",
-        t.path, t.host
-    )
-    .map_err(|e| format!("sending the request to {addr}: {e}"))?;
-    let mut raw = Vec::new();
-    // At most 1 GiB: a snapshot of a few million groups.
-    s.take(1 << 30)
-        .read_to_end(&mut raw)
-        .map_err(|e| format!("reading the answer from {addr}: {e}"))?;
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| format!("{addr} did not answer with HTTP"))?;
-    let head = String::from_utf8_lossy(&raw[..split]);
-    let status = head.split(' ').nth(1).unwrap_or("");
-    if status != "200" {
-        let first = head.lines().next().unwrap_or("");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        // Statuses are ours to explain; loopback needs no proxy (and an
+        // `http_proxy` in the environment must not reroute it).
+        .http_status_as_error(false)
+        .proxy(None)
+        .max_redirects(0)
+        .build()
+        .into();
+    let mut resp = agent
+        .get(&t.url)
+        .header("Accept", "application/json")
+        .call()
+        .map_err(|e| {
+            format!(
+                "cannot reach the exporter at {} ({e}); start one, e.g. `rstat demo --listen {} --duration 600`",
+                t.url, t.authority
+            )
+        })?;
+    let status = resp.status();
+    if status != ureq::http::StatusCode::OK {
         return Err(format!(
-            "{addr}{} answered {first:?}; is it an rstat exporter?",
-            t.path
+            "{} answered {status}; is it an rstat exporter?",
+            t.url
         ));
     }
-    serde_json::from_slice(&raw[split + 4..])
-        .map_err(|e| format!("{addr}{} did not send an rstat snapshot: {e}", t.path))
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_SNAPSHOT_BYTES)
+        .read_to_vec()
+        .map_err(|e| format!("reading the answer from {}: {e}", t.url))?;
+    serde_json::from_slice(&body)
+        .map_err(|e| format!("{} did not send an rstat snapshot: {e}", t.url))
 }
 
 #[cfg(test)]
@@ -94,20 +100,48 @@ mod tests {
     #[test]
     fn urls() {
         let t = parse_url("http://127.0.0.1:9756").unwrap();
-        assert_eq!(
-            (t.host.as_str(), t.path.as_str()),
-            ("127.0.0.1:9756", "/snapshot.json")
-        );
+        assert_eq!(t.url, "http://127.0.0.1:9756/snapshot.json");
+        assert_eq!(t.authority, "127.0.0.1:9756");
         let t = parse_url("http://h:1/metrics").unwrap();
-        assert_eq!(t.path, "/snapshot.json");
+        assert_eq!(t.url, "http://h:1/snapshot.json");
         let t = parse_url("http://h/x/metrics").unwrap();
-        assert_eq!(
-            (t.host.as_str(), t.path.as_str()),
-            ("h:80", "/x/snapshot.json")
-        );
-        assert!(parse_url("https://h")
+        assert_eq!(t.url, "http://h/x/snapshot.json");
+        let t = parse_url("http://[::1]:9/").unwrap();
+        assert_eq!(t.url, "http://[::1]:9/snapshot.json");
+        assert!(parse_url("https://h").unwrap_err().contains("plain http"));
+        assert!(parse_url("127.0.0.1:9756")
             .unwrap_err()
             .contains("http://HOST:PORT"));
         assert!(parse_url("http:///x").is_err());
+        assert!(parse_url("not a url").is_err());
+    }
+
+    #[test]
+    fn fetches_from_a_live_exporter_and_explains_failures() {
+        let rs = rstat::Rstat::new();
+        rs.root().create_child("a").unwrap();
+        let srv = rstat_prometheus::Exporter::new(&rs)
+            .serve(rstat_prometheus::ServerConfig {
+                addr: "127.0.0.1:0".into(),
+                ..Default::default()
+            })
+            .unwrap();
+        let t = parse_url(&format!("http://{}/metrics", srv.addr())).unwrap();
+        let s = fetch(&t, Duration::from_secs(20)).unwrap();
+        assert!(s.groups.iter().any(|g| g.path == "/a"));
+        let t = parse_url(&format!("http://{}/nope", srv.addr())).unwrap();
+        let e = fetch(&t, Duration::from_secs(20)).unwrap_err();
+        assert!(e.contains("404") && e.contains("rstat exporter"), "{e}");
+        let addr = srv.addr();
+        drop(srv);
+        let e = fetch(
+            &parse_url(&format!("http://{addr}")).unwrap(),
+            Duration::from_secs(20),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("cannot reach") && e.contains("rstat demo --listen"),
+            "{e}"
+        );
     }
 }

@@ -47,7 +47,14 @@ pub fn run(opts: &Options) -> Result<(), String> {
             }
             Err(e) => return Err(e),
         };
-        let view = model::build(Some(&prev.1), &cur, now - prev.0);
+        let view = match model::build(Some(&prev.1), &cur, now - prev.0) {
+            Ok(v) => v,
+            Err(e) if !opts.once => {
+                eprintln!("rstat top: {e}");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         println!(
             "rstat top: {} - {} groups, rates over {:.1}s",
             opts.url,

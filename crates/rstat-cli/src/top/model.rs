@@ -75,8 +75,57 @@ fn value(g: &GroupSnapshot, at: Option<(usize, usize)>) -> Option<i64> {
     g.stats.get(c)?.hierarchical.get(i).copied()
 }
 
+/// Check that a snapshot (from the network: anything may be in it) is one
+/// `build` can show: groups in pre-order (each at most one level below the
+/// one before it, none above the first), and per group one stats entry per
+/// controller with one value per item. The error says what was wrong.
+pub fn validate(snap: &Snapshot) -> Result<(), String> {
+    let bad = |what: String| {
+        Err(format!(
+            "the exporter sent an inconsistent snapshot: {what}"
+        ))
+    };
+    let Some(first) = snap.groups.first() else {
+        return Ok(());
+    };
+    let mut prev = first.depth;
+    for g in &snap.groups {
+        if g.depth < first.depth || g.depth > prev.saturating_add(1) {
+            return bad(format!(
+                "group {:?} at depth {} follows one at depth {prev} (not a tree in pre-order)",
+                g.path, g.depth
+            ));
+        }
+        prev = g.depth;
+        if g.stats.len() != snap.controllers.len() {
+            return bad(format!(
+                "group {:?} has {} controller entries, the snapshot names {} controllers",
+                g.path,
+                g.stats.len(),
+                snap.controllers.len()
+            ));
+        }
+        for (s, c) in g.stats.iter().zip(&snap.controllers) {
+            let n = c.items.len();
+            if s.local.len() != n || s.hierarchical.len() != n {
+                return bad(format!(
+                    "group {:?}: controller {:?} has {n} items but {} local and {} hierarchical values",
+                    g.path,
+                    c.name,
+                    s.local.len(),
+                    s.hierarchical.len()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Build the rows from the previous and the current snapshot, `dt` apart.
-pub fn build(prev: Option<&Snapshot>, cur: &Snapshot, dt: Duration) -> View {
+/// Errors: `cur` fails [`validate`] (`prev` was validated as a `cur`).
+pub fn build(prev: Option<&Snapshot>, cur: &Snapshot, dt: Duration) -> Result<View, String> {
+    validate(cur)?;
+    let base = cur.groups.first().map_or(0, |g| g.depth);
     let usage = item(cur, "cpu", "usage_usec");
     let mut extra_at = Vec::new();
     let mut extra = Vec::new();
@@ -95,7 +144,7 @@ pub fn build(prev: Option<&Snapshot>, cur: &Snapshot, dt: Duration) -> View {
     let secs = dt.as_secs_f64();
     let rate = |now: Option<i64>, before: Option<i64>| -> Option<f64> {
         match (now, before) {
-            (Some(a), Some(b)) if secs > 0.0 => Some((a - b) as f64 / secs),
+            (Some(a), Some(b)) if secs > 0.0 => Some((a as f64 - b as f64) / secs),
             _ => None,
         }
     };
@@ -118,7 +167,10 @@ pub fn build(prev: Option<&Snapshot>, cur: &Snapshot, dt: Duration) -> View {
                     rate(value(g, Some((*c, *i))), before)
                 })
                 .collect();
-            let name = if g.depth == 0 {
+            // Relative to the first group: validated to be at most the
+            // row's index, so indenting by it is bounded.
+            let depth = g.depth - base;
+            let name = if depth == 0 {
                 "/".to_owned()
             } else {
                 g.path.rsplit('/').next().unwrap_or("").to_owned()
@@ -126,20 +178,33 @@ pub fn build(prev: Option<&Snapshot>, cur: &Snapshot, dt: Duration) -> View {
             Row {
                 path: g.path.clone(),
                 name,
-                depth: g.depth,
+                depth,
                 has_children: k + 1 < n && cur.groups[k + 1].depth > g.depth,
                 cpu,
                 mem: g.memory.as_ref().map(|m| m.current),
                 max: g.memory.as_ref().map(|m| m.max),
                 events: g.memory.as_ref().map(|m| {
                     let e = m.events;
-                    e.low + e.high + e.max + e.oom + e.oom_kill
+                    [e.high, e.max, e.oom, e.oom_kill]
+                        .iter()
+                        .fold(e.low, |a, &b| a.saturating_add(b))
                 }),
                 extra,
             }
         })
         .collect();
-    View { extra, rows }
+    Ok(View { extra, rows })
+}
+
+impl View {
+    /// `k` if this view has its column, else [`SortKey::Path`] (a
+    /// controller column can disappear between two refreshes).
+    pub fn sort_key(&self, k: SortKey) -> SortKey {
+        match k {
+            SortKey::Extra(i) if i >= self.extra.len() => SortKey::Path,
+            k => k,
+        }
+    }
 }
 
 fn key(r: &Row, k: SortKey) -> f64 {
@@ -275,6 +340,7 @@ pub fn cells(r: &Row, marker: &str) -> Vec<String> {
 
 /// The plain-text table (`--once`, or not on a terminal).
 pub fn plain(view: &View, by: SortKey) -> String {
+    let by = view.sort_key(by);
     let rows = visible(view, by, &HashSet::new());
     let mut table: Vec<Vec<String>> = vec![headers(view)];
     let sorted = key_column(by);
@@ -332,7 +398,7 @@ mod tests {
         rs.account_cputime(&b, 300_000, 0).unwrap();
         io.add(&a1, 0, 50).unwrap();
         let _c = mem.try_charge(&a, 1 << 20).unwrap();
-        let v = build(Some(&before), &snap(&rs), Duration::from_secs(1));
+        let v = build(Some(&before), &snap(&rs), Duration::from_secs(1)).unwrap();
         assert_eq!(v.extra, ["io.ops"]);
         let names = |rows: Vec<&Row>| rows.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
         let none = HashSet::new();
@@ -363,8 +429,63 @@ mod tests {
         assert!(text.lines().next().unwrap().contains("CPU%*"), "{text}");
         assert!(text.contains("io.ops/s"), "{text}");
         // Without a previous sample there are no rates.
-        let v = build(None, &snap(&rs), Duration::from_secs(1));
+        let v = build(None, &snap(&rs), Duration::from_secs(1)).unwrap();
         assert!(v.rows.iter().all(|r| r.cpu.is_none()));
+    }
+
+    /// A snapshot as the exporter sends it, edited as a hostile one might.
+    fn hostile(edit: impl FnOnce(&mut serde_json::Value)) -> Snapshot {
+        let rs = Rstat::new();
+        let io = rs.register_counters("io", &["ops"]).unwrap();
+        let a = rs.root().create_child("a").unwrap();
+        io.add(&a, 0, 1).unwrap();
+        let mut v = serde_json::to_value(snap(&rs)).unwrap();
+        edit(&mut v);
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn hostile_snapshots_are_refused_with_a_reason_not_a_crash() {
+        let deep = hostile(|v| v["groups"][1]["depth"] = serde_json::json!(u64::MAX));
+        let e = build(None, &deep, Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("depth") && e.contains("pre-order"), "{e}");
+        let short = hostile(|v| v["groups"][1]["stats"] = serde_json::json!([]));
+        let e = build(None, &short, Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("controller entries"), "{e}");
+        let items = hostile(|v| {
+            let last = v["controllers"].as_array().unwrap().len() - 1;
+            v["groups"][1]["stats"][last]["hierarchical"] = serde_json::json!([]);
+        });
+        let e = build(None, &items, Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("items"), "{e}");
+        // Extreme values are shown, not overflowed.
+        let big = hostile(|v| {
+            let last = v["controllers"].as_array().unwrap().len() - 1;
+            v["groups"][1]["stats"][last]["hierarchical"] = serde_json::json!([i64::MAX]);
+        });
+        let small = hostile(|v| {
+            let last = v["controllers"].as_array().unwrap().len() - 1;
+            v["groups"][1]["stats"][last]["hierarchical"] = serde_json::json!([i64::MIN]);
+        });
+        let v = build(Some(&small), &big, Duration::from_secs(1)).unwrap();
+        assert!(v.rows[1].extra[0].unwrap() > 1e18);
+        assert!(plain(&v, SortKey::Extra(0)).contains("io.ops/s*"));
+    }
+
+    #[test]
+    fn a_sort_column_that_disappears_falls_back_to_the_tree_order() {
+        let v = build(None, &hostile(|_| {}), Duration::from_secs(1)).unwrap();
+        assert_eq!(v.sort_key(SortKey::Extra(0)), SortKey::Extra(0));
+        let gone = hostile(|v| {
+            v["controllers"].as_array_mut().unwrap().pop();
+            for g in v["groups"].as_array_mut().unwrap() {
+                g["stats"].as_array_mut().unwrap().pop();
+            }
+        });
+        let v = build(None, &gone, Duration::from_secs(1)).unwrap();
+        assert!(v.extra.is_empty());
+        assert_eq!(v.sort_key(SortKey::Extra(0)), SortKey::Path);
+        assert!(plain(&v, SortKey::Extra(0)).starts_with("GROUP*"));
     }
 
     #[test]

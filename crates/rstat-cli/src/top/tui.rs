@@ -33,19 +33,30 @@ struct App<'a> {
 
 impl App<'_> {
     fn refresh(&mut self, target: &Target, timeout: Duration) {
-        match fetch::fetch(target, timeout) {
-            Ok(cur) => {
-                let now = Instant::now();
-                let (prev, dt) = match &self.prev {
-                    Some((t, s)) => (Some(s), now - *t),
-                    None => (None, Duration::ZERO),
-                };
-                self.view = model::build(prev, &cur, dt);
+        self.apply(fetch::fetch(target, timeout), Instant::now());
+    }
+
+    /// Take a fetched snapshot (or the error fetching it). A snapshot
+    /// that cannot be shown leaves the last view on screen, with the
+    /// reason on the title line. A sort column that is gone falls back to
+    /// tree order.
+    fn apply(&mut self, fetched: Result<Snapshot, String>, now: Instant) {
+        let built = fetched.and_then(|cur| {
+            let (prev, dt) = match &self.prev {
+                Some((t, s)) => (Some(s), now.saturating_duration_since(*t)),
+                None => (None, Duration::ZERO),
+            };
+            Ok((model::build(prev, &cur, dt)?, cur))
+        });
+        match built {
+            Ok((view, cur)) => {
+                self.view = view;
                 self.prev = Some((now, cur));
                 self.error = None;
             }
             Err(e) => self.error = Some(e),
         }
+        self.sort = self.view.sort_key(self.sort);
     }
 
     fn rows(&self) -> Vec<&model::Row> {
@@ -125,6 +136,19 @@ impl App<'_> {
         true
     }
 
+    /// The title line's status: the last error, or what is shown.
+    fn status(&self, headers: &[String], sorted: usize) -> String {
+        match &self.error {
+            Some(e) => format!("error: {e}"),
+            None => format!(
+                "{} groups, sorted by {}, every {:.1}s",
+                self.view.rows.len(),
+                headers.get(sorted).map_or("GROUP", String::as_str),
+                self.opts.interval.as_secs_f64()
+            ),
+        }
+    }
+
     fn draw(&self, f: &mut Frame) {
         let [title, body, help] = Layout::vertical([
             Constraint::Length(1),
@@ -133,16 +157,8 @@ impl App<'_> {
         ])
         .areas(f.area());
         let headers = model::headers(&self.view);
-        let sorted = model::key_column(self.sort);
-        let status = match &self.error {
-            Some(e) => format!("error: {e}"),
-            None => format!(
-                "{} groups, sorted by {}, every {:.1}s",
-                self.view.rows.len(),
-                headers[sorted],
-                self.opts.interval.as_secs_f64()
-            ),
-        };
+        let sorted = model::key_column(self.view.sort_key(self.sort));
+        let status = self.status(&headers, sorted);
         f.render_widget(
             Paragraph::new(Line::from(format!(
                 "rstat top - {} - {status}",
@@ -171,11 +187,10 @@ impl App<'_> {
             TRow::new(model::cells(r, marker))
         });
         let mut widths = vec![Constraint::Min(24)];
-        widths.extend(
-            headers[1..]
-                .iter()
-                .map(|h| Constraint::Length((h.chars().count() as u16 + 2).max(9))),
-        );
+        widths.extend(headers[1..].iter().map(|h| {
+            let w = u16::try_from(h.chars().count()).unwrap_or(u16::MAX);
+            Constraint::Length(w.saturating_add(2).max(9))
+        }));
         let table = Table::new(trows, widths)
             .header(header)
             .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED))
@@ -196,7 +211,7 @@ pub fn run(opts: &Options, target: &Target, timeout: Duration) -> Result<(), Str
     let first = fetch::fetch(target, timeout)?;
     let mut app = App {
         opts,
-        view: model::build(None, &first, Duration::ZERO),
+        view: model::build(None, &first, Duration::ZERO)?,
         prev: Some((Instant::now(), first)),
         sort: opts.sort,
         collapsed: HashSet::new(),
@@ -229,4 +244,92 @@ pub fn run(opts: &Options, target: &Target, timeout: Duration) -> Result<(), Str
     })();
     ratatui::restore();
     result.map_err(|e| format!("terminal error: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstat::report::Reporter;
+    use rstat::Rstat;
+
+    fn opts() -> Options {
+        Options {
+            url: "http://127.0.0.1:1".into(),
+            once: false,
+            interval: Duration::from_secs(1),
+            sort: SortKey::Path,
+        }
+    }
+
+    #[test]
+    fn refreshes_that_drop_the_sort_column_or_send_garbage_do_not_crash() {
+        let rs = Rstat::new();
+        let a = rs.register_counters("a", &["x"]).unwrap();
+        let b = rs.register_counters("b", &["y", "z"]).unwrap();
+        let g = rs.root().create_child("g").unwrap();
+        a.add(&g, 0, 1).unwrap();
+        b.add(&g, 1, 1).unwrap();
+        let full = Reporter::new(&rs).snapshot_all().unwrap();
+        let opts = opts();
+        let t0 = Instant::now();
+        let mut app = App {
+            opts: &opts,
+            view: model::build(None, &full, Duration::ZERO).unwrap(),
+            prev: Some((t0, full.clone())),
+            sort: SortKey::Path,
+            collapsed: HashSet::new(),
+            selected: None,
+            error: None,
+        };
+        // Sort by the last column (`<` from the first wraps to it).
+        assert!(app.key(KeyCode::Char('<'), KeyModifiers::NONE));
+        assert_eq!(app.sort, SortKey::Extra(2));
+        // The exporter now has one controller fewer.
+        let mut v = serde_json::to_value(&full).unwrap();
+        v["controllers"].as_array_mut().unwrap().pop();
+        for g in v["groups"].as_array_mut().unwrap() {
+            g["stats"].as_array_mut().unwrap().pop();
+        }
+        let fewer: Snapshot = serde_json::from_value(v).unwrap();
+        let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(100, 12)).unwrap();
+        term.draw(|f| app.draw(f)).unwrap();
+        app.apply(Ok(fewer), t0 + Duration::from_secs(1));
+        // What the screen does after a refresh (it used to index past the
+        // headers here).
+        term.draw(|f| app.draw(f)).unwrap();
+        assert_eq!(app.error, None);
+        assert_eq!(app.sort, SortKey::Path, "the sort column is gone");
+        let headers = model::headers(&app.view);
+        let status = app.status(&headers, model::key_column(app.view.sort_key(app.sort)));
+        assert!(status.contains("sorted by GROUP"), "{status}");
+        assert!(app.key(KeyCode::Char('>'), KeyModifiers::NONE));
+        assert_eq!(app.sort, SortKey::Cpu);
+        // A hostile snapshot: the view stays, the reason is shown.
+        let mut v = serde_json::to_value(&full).unwrap();
+        v["groups"][1]["depth"] = serde_json::json!(usize::MAX);
+        let bad: Snapshot = serde_json::from_value(v).unwrap();
+        let rows = app.view.rows.len();
+        app.apply(Ok(bad), t0 + Duration::from_secs(2));
+        let e = app.error.clone().unwrap();
+        assert!(e.contains("inconsistent snapshot"), "{e}");
+        assert_eq!(app.view.rows.len(), rows);
+        term.draw(|f| app.draw(f)).unwrap();
+        let screen: String = term
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
+        assert!(
+            screen.contains("error: the exporter sent an inconsistent"),
+            "{screen}"
+        );
+        assert!(app
+            .status(&headers, 0)
+            .starts_with("error: the exporter sent"));
+        // A fetch error likewise.
+        app.apply(Err("cannot reach".into()), t0 + Duration::from_secs(3));
+        assert_eq!(app.error.as_deref(), Some("cannot reach"));
+    }
 }
