@@ -75,8 +75,11 @@ fn pointers_structs_and_buffers() {
         big.base.size = std::mem::size_of::<Bigger>() as u32;
         let mut other: *mut rstat = ptr::null_mut();
         assert_eq!(rstat_new((&raw const big).cast(), &mut other), RSTAT_E2BIG);
-        let mut raw = [0u8; 16];
-        let misaligned = raw.as_mut_ptr().add(1).cast::<*mut rstat>();
+        // One byte into an 8-aligned buffer: misaligned wherever the buffer
+        // lands (a byte array may itself sit at an odd address, as Miri
+        // places it at random, making `+1` aligned).
+        let mut raw = [0u64; 2];
+        let misaligned = raw.as_mut_ptr().cast::<u8>().add(1).cast::<*mut rstat>();
         assert_eq!(rstat_new(&opts, misaligned), RSTAT_EFAULT);
 
         let mut root: *mut rstat_group = ptr::null_mut();
