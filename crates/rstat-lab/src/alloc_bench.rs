@@ -446,15 +446,7 @@ fn run_one<A: GlobalAlloc + Sync>(
 
 /// This thread's CPU time.
 fn cputime() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec; a constant clock id.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    crate::machine::thread_cputime()
 }
 
 /// Run the benchmark.

@@ -171,7 +171,7 @@ where
 }
 
 /// This thread's CPU time (zero if the clock cannot be read).
-fn thread_cputime() -> Duration {
+pub(crate) fn thread_cputime() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
