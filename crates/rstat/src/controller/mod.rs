@@ -922,8 +922,8 @@ pub(crate) unsafe fn fold_node(
         }
         deltas.clear();
         // SAFETY: live css, `cpu` in range.
-        let (slots, counted) = unsafe { css.stats.slot(cpu) }.split_at(css.ctl.nr_stats);
-        let counted = &counted[0].cur;
+        let (slots, extra) = unsafe { css.stats.slot(cpu) }.split_at(css.ctl.nr_stats);
+        let counted = &extra[COUNTED].cur;
         // Before the stat loads: the units read here are units whose change
         // those loads include (see `Css::fold_updates`).
         let units = counted.load(Ordering::SeqCst);
@@ -975,15 +975,10 @@ pub(crate) unsafe fn fold_node(
         // child's fold until this one (a cut leaves the cut subtree's
         // parent on the tree), so this fold comes after the hand-up.
         counted.fetch_sub(units, Ordering::Relaxed);
-        // SAFETY: live css, `cpu` in range.
-        let consumed = unsafe { css.stats.elem(cpu, css.ctl.nr_stats + CONSUMED) };
-        let total = units.wrapping_add(consumed.cur.swap(0, Ordering::Acquire));
+        let total = units.wrapping_add(extra[CONSUMED].cur.swap(0, Ordering::Acquire));
         if total != 0 {
             // Release: pairs with `pending_units`' Acquire (totals above).
-            // SAFETY: as above.
-            unsafe { css.stats.elem(cpu, css.ctl.nr_stats + UPDATES) }
-                .cur
-                .fetch_sub(total, Ordering::Release);
+            extra[UPDATES].cur.fetch_sub(total, Ordering::Release);
             // SAFETY: a child's css keeps its parent's alive; same items.
             if let Some(p) = unsafe { css.parent.as_ref() } {
                 // SAFETY: the parent is live (above), `cpu` in range.
