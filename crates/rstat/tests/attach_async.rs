@@ -1,10 +1,12 @@
 //! Scoped futures on tokio's multi-threaded runtime: tasks that migrate
 //! between workers are charged per group what they burn.
 
+mod common;
+
 use std::collections::HashSet;
 use std::time::Duration;
 
-use rstat::attach::{thread_cpu_time, FutureExt};
+use rstat::attach::FutureExt;
 use rstat::{current_group, Group, Rstat};
 
 fn engine() -> Rstat {
@@ -19,18 +21,10 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Burn `d` of this thread's CPU time (within one poll); returns what the
-/// thread's clock saw.
+/// Burn `d` of this thread's CPU time (within one poll, so in short steps);
+/// returns what the thread's clock saw.
 fn burn(d: Duration) -> Duration {
-    let start = thread_cpu_time();
-    let mut x = 0u64;
-    while thread_cpu_time() - start < d {
-        for i in 0..500u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
-        }
-        std::hint::black_box(x);
-    }
-    thread_cpu_time() - start
+    common::burn_in_steps(d, 500)
 }
 
 /// A task: burn `chunks` × `chunk` between awaits; returns the burn its

@@ -2,6 +2,8 @@
 //! the periodic charger, thread exit, removed groups, other engines, the
 //! user/system split.
 
+mod common;
+
 use std::cell::RefCell;
 use std::time::Duration;
 
@@ -16,18 +18,7 @@ fn engine() -> Rstat {
     Rstat::builder().periodic_flush(None).build().unwrap()
 }
 
-/// Burn `d` of this thread's CPU time; returns the clock delta seen.
-fn burn(d: Duration) -> Duration {
-    let start = thread_cpu_time();
-    let mut x = 0u64;
-    while thread_cpu_time() - start < d {
-        for i in 0..1000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
-        }
-        std::hint::black_box(x);
-    }
-    thread_cpu_time() - start
-}
+use common::burn;
 
 fn usage(rs: &Rstat, g: &Group) -> (i64, i64, i64) {
     let s = rs.cpu().unwrap().read_exact(g).unwrap();

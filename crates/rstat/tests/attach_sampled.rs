@@ -2,25 +2,15 @@
 //! enter and exit read no clock; the charger's samples attribute each
 //! interval to the group current at its end.
 
+mod common;
+
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Duration;
 
-use rstat::attach::{
-    charge_all_threads, set_charge_period, set_cpu_mode, thread_cpu_time, CpuMode,
-};
+use rstat::attach::{charge_all_threads, set_charge_period, set_cpu_mode, CpuMode};
 use rstat::{Group, Rstat};
 
-fn burn(d: Duration) -> Duration {
-    let start = thread_cpu_time();
-    let mut x = 0u64;
-    while thread_cpu_time() - start < d {
-        for i in 0..1000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
-        }
-        std::hint::black_box(x);
-    }
-    thread_cpu_time() - start
-}
+use common::burn;
 
 fn usage(rs: &Rstat, g: &Group) -> i64 {
     rs.cpu()
