@@ -56,7 +56,7 @@
 //! | call | cost |
 //! |---|---|
 //! | [`StatItem::add`], [`StatHandle::add`] | [`UpdatePath::Rseq`]: one restartable section (an unlocked load, add and store on this CPU's slot) + one load; [`UpdatePath::Locked`]: one uncontended locked add + one load; no lock, no allocation, no fence; once per 64 × the item's [unit](Controller::stat_units) of change on a CPU, one uncontended add per ancestor to that CPU's pending counters (no line another CPU's updates write) |
-//! | [`ControllerHandle::add`] | the same, plus a range check and three dependent loads to find the group's state |
+//! | [`ControllerHandle::add`] | the same, plus a range check, an engine check and two dependent loads to find the group's state (a [`StatItem`] resolves these once and keeps the item's slot and links addresses: its `add` loads nothing from the group or its state on the common path) |
 //! | [`ControllerHandle::read_exact`] | the controller's lock; per CPU, drain the backlog; on the rseq path one `membarrier` system call (0.4-0.6 µs measured here with no other thread running, more when it must interrupt CPUs running our threads; the locked path's exact read of one group is ~70 ns); then fold the changed groups under the target |
 //! | [`ControllerHandle::read`] | by policy; `Threshold`: nr_cpus loads of the group's per-CPU pending counters, then a lock-free copy (no lock, no system call) unless more than 64 × nr_cpus units (each item in its declared unit) are pending, then as `read_exact` |
 //! | the periodic flusher | one root flush (as `read_exact` of the root) per period |

@@ -78,6 +78,14 @@ impl Ledger {
         self.done.fetch_add(delta, Ordering::SeqCst);
     }
 
+    /// Add through a resolved [`rstat::StatItem`] (the handle's own
+    /// update path) to an item this ledger covers.
+    fn add_stat(&self, item: &rstat::StatItem, delta: i64) {
+        self.started.fetch_add(delta, Ordering::SeqCst);
+        item.add(delta);
+        self.done.fetch_add(delta, Ordering::SeqCst);
+    }
+
     /// Check one exact read of `g` (whose subtree this ledger covers).
     fn check_exact(&self, ctl: &rstat::ControllerHandle, g: &Group) -> Result<(), String> {
         let lo = self.done.load(Ordering::SeqCst);
@@ -131,8 +139,16 @@ fn exact_reads_on(nr_cpus: Option<usize>, path: UpdatePath, threads: usize, chur
         hs.push(thread::spawn(move || {
             let mut budget = Budget::new();
             let mut i = 0u64;
+            // Every other update goes through a resolved item, the rest
+            // through the controller handle's lookup: both paths race the
+            // same reads.
+            let item = ctl.stat_handle(&g).and_then(|h| h.item(0)).unwrap();
             while budget.more() {
-                ledger.add(&ctl, &g, 1 + (t as i64 & 1));
+                if i.is_multiple_of(2) {
+                    ledger.add(&ctl, &g, 1 + (t as i64 & 1));
+                } else {
+                    ledger.add_stat(&item, 1 + (t as i64 & 1));
+                }
                 i += 1;
                 // Read after every update on half the threads, every 16 on
                 // the others: reads race both claims and pushes.
@@ -152,12 +168,16 @@ fn exact_reads_on(nr_cpus: Option<usize>, path: UpdatePath, threads: usize, chur
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let kid = g.create_child(&format!("k{n}")).unwrap();
-                for _ in 0..8 {
+                let item = ctl.stat_handle(&kid).and_then(|h| h.item(0)).unwrap();
+                for _ in 0..4 {
                     ledger.add(&ctl, &kid, 3);
+                    ledger.add_stat(&item, 3);
                 }
                 kid.remove().unwrap();
-                // Updates through a handle of a removed group still count.
+                // Updates through handles of a removed group still count.
                 ledger.add(&ctl, &kid, 5);
+                ledger.add_stat(&item, 7);
+                drop(item);
                 drop(kid); // released: its stats fold into `g`
                 n += 1;
                 if cfg!(miri) && n > 20 {
@@ -215,38 +235,76 @@ fn more_threads_than_slots_with_group_churn() {
 /// slots.
 #[test]
 fn threshold_bound_holds_with_large_deltas_while_flushes_race() {
-    threshold_bound_while_flushes_race(&[("n", 1)]);
+    threshold_bound_while_flushes_race(&[("n", 1)], UpdatePath::Locked, Via::Handle);
+}
+
+/// As above on the rseq update path (where the machine has it), every
+/// update through a resolved [`rstat::StatItem`] (its own update path).
+#[test]
+fn threshold_bound_holds_with_large_deltas_through_items_on_the_rseq_path() {
+    threshold_bound_while_flushes_race(&[("n", 1)], UpdatePath::Rseq, Via::Items);
 }
 
 /// As above with two items sharing the threshold: bytes declared in pages
 /// (4096, deltas that are not whole pages, up to 10^6 pages) and a plain
-/// count. Each item keeps its own bound, in its own unit.
+/// count. Each item keeps its own bound, in its own unit. Ten items, so
+/// that items past the eight whose units a css keeps inline are covered.
 #[test]
 fn threshold_bound_holds_per_item_in_its_unit_while_flushes_race() {
-    threshold_bound_while_flushes_race(&[("bytes", 4096), ("n", 1)]);
+    let items = [
+        ("bytes", 4096),
+        ("n", 1),
+        ("a", 1),
+        ("b", 1),
+        ("c", 1),
+        ("d", 1),
+        ("e", 1),
+        ("f", 1),
+        ("pages", 4096),
+        ("kb", 1024),
+    ];
+    threshold_bound_while_flushes_race(&items, UpdatePath::Rseq, Via::Both);
 }
 
-fn threshold_bound_while_flushes_race(items: &[(&str, u64)]) {
+/// Which update calls a threshold test makes.
+#[derive(Clone, Copy, PartialEq)]
+enum Via {
+    /// `ControllerHandle::add` only.
+    Handle,
+    /// `StatItem::add` only.
+    Items,
+    /// Half and half, at random.
+    Both,
+}
+
+fn threshold_bound_while_flushes_race(items: &[(&str, u64)], path: UpdatePath, via: Via) {
     const UPDATERS: usize = 3;
-    let rs = Rstat::builder()
-        .nr_cpus(2)
+    // Two slots on the locked path; on the rseq path the engine's own
+    // count (one per CPU plus one for threads without a CPU id: an engine
+    // with fewer slots than that takes the locked path).
+    let mut b = Rstat::builder()
+        .update_path(path)
         .flush_policy(FlushPolicy::Threshold)
-        .periodic_flush(None)
-        .build()
-        .unwrap();
+        .periodic_flush(None);
+    if path == UpdatePath::Locked {
+        b = b.nr_cpus(2);
+    }
+    let rs = b.build().unwrap();
+    eprintln!("update path: {}", rs.update_path());
+    let slots = rs.nr_cpus();
     let ctl = rs.register_counters_with_units("c", items).unwrap();
     let p = rs.root().create_child("p").unwrap();
     let kids: Vec<Group> = (0..3)
         .map(|i| p.create_child(&format!("k{i}")).unwrap())
         .collect();
     let units: Vec<u64> = items.iter().map(|&(_, u)| u).collect();
-    // Subtree of `p`: itself and 3 children, 2 slots; plus one unit batch
+    // Subtree of `p`: itself and 3 children, `slots` slots; plus one unit batch
     // per update in progress when a read begins.
     let bounds: Arc<Vec<i64>> = Arc::new(
         units
             .iter()
             .map(|&u| {
-                let b = FlushPolicy::Threshold.staleness_bound(2, 4, u).unwrap();
+                let b = FlushPolicy::Threshold.staleness_bound(slots, 4, u).unwrap();
                 (b + UPDATERS as u64 * (64 * u - 1)) as i64
             })
             .collect(),
@@ -260,6 +318,15 @@ fn threshold_bound_while_flushes_race(items: &[(&str, u64)]) {
         hs.push(thread::spawn(move || {
             let mut budget = Budget::new();
             let mut x = 0x2545f4914f6cdd1du64 ^ (t as u64 + 1);
+            // Resolved items of every child, for the updates `via` sends
+            // through them.
+            let resolved: Vec<Vec<rstat::StatItem>> = kids
+                .iter()
+                .map(|k| {
+                    let h = ctl.stat_handle(k).unwrap();
+                    (0..units.len()).map(|i| h.item(i).unwrap()).collect()
+                })
+                .collect();
             while budget.more() {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -273,8 +340,12 @@ fn threshold_bound_while_flushes_race(items: &[(&str, u64)]) {
                 } else {
                     1 + (x >> 20) as i64 % (100 * unit)
                 };
-                let g = &kids[(x >> 8) as usize % kids.len()];
-                ledgers[item].add_item(&ctl, g, item, delta);
+                let k = (x >> 8) as usize % kids.len();
+                if via == Via::Handle || (via == Via::Both && x & 32 == 0) {
+                    ledgers[item].add_item(&ctl, &kids[k], item, delta);
+                } else {
+                    ledgers[item].add_stat(&resolved[k][item], delta);
+                }
             }
         }));
     }
@@ -329,7 +400,7 @@ fn threshold_bound_while_flushes_race(items: &[(&str, u64)]) {
     let exact = ctl.read_exact(&p).unwrap();
     for (i, &u) in units.iter().enumerate() {
         let want = ledgers[i].done.load(Ordering::SeqCst);
-        let bound = FlushPolicy::Threshold.staleness_bound(2, 4, u).unwrap() as i64;
+        let bound = FlushPolicy::Threshold.staleness_bound(slots, 4, u).unwrap() as i64;
         let v = s.hierarchical()[i];
         assert!(
             v <= want && v >= want - bound,

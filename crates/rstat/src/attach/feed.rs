@@ -161,7 +161,7 @@ fn charge(group: &GroupInner, usec: u64, user_frac: u32) {
     // up is the general rule for controllers registered later.
     let mut g = group;
     let css = loop {
-        let css = g.tables().css[id].load(Ordering::Acquire);
+        let css = g.css[id].load(Ordering::Acquire);
         if !css.is_null() {
             break css;
         }

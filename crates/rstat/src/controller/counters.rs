@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{Controller, Css, CtlEntry, Totals};
+use super::{Controller, Css, CtlEntry, ItemPath, Totals};
 use crate::engine::policy::FlushPolicy;
 use crate::engine::tree::lock_domain;
 use crate::engine::EngineInner;
@@ -125,7 +125,7 @@ impl ControllerHandle {
         }
         let mut g = group;
         loop {
-            let css = g.tables().css[self.ctl.id].load(Ordering::Acquire);
+            let css = g.css[self.ctl.id].load(Ordering::Acquire);
             if !css.is_null() {
                 return Ok(css);
             }
@@ -154,10 +154,11 @@ impl ControllerHandle {
     /// [`StatItem::add`] (one uncontended add on this CPU's slot and one
     /// load of this CPU's on-list flag; the first update of a group after a
     /// flush also pushes it on a lock-free per-CPU list) plus the lookup of
-    /// the group's state: a range check and three dependent loads (the
-    /// group's table, its entry for this controller, and that state's
-    /// controller, compared with this one). For the hottest paths,
-    /// [`stat_handle`](Self::stat_handle) resolves the lookup once.
+    /// the group's state: a range check, the group's engine compared with
+    /// this one's, and the group's entry for this controller (the group
+    /// keeps its states inline: one load), then the state's fields. For
+    /// the hottest paths, [`stat_handle`](Self::stat_handle) and
+    /// [`StatHandle::item`] resolve the lookup once.
     ///
     /// Updates through a handle to a removed group are accepted: they reach
     /// its ancestors' hierarchical totals at their next flush (as late stats
@@ -180,22 +181,19 @@ impl ControllerHandle {
 
     /// The common case of [`add`](Self::add)'s lookup: `item` in range and
     /// `group` having its own state of this controller; null otherwise.
-    /// No check of the engine is needed: a css whose controller is this
-    /// one belongs to this engine (a group of another engine has other
-    /// controllers' states, or none, at this index).
+    /// A group of this engine has this controller's state, if any, at
+    /// this controller's id; the engine check is one load from the group,
+    /// independent of the table loads (checking the css's controller
+    /// instead would add a fourth dependent load before the update).
     #[inline(always)]
     fn css_for_add(&self, group: &GroupInner, item: usize) -> *const Css {
-        if item >= self.nr_stats {
+        if item >= self.nr_stats || !Arc::ptr_eq(&group.engine, &self.engine) {
             return core::ptr::null();
         }
         // `id < MAX_CONTROLLERS` in every engine: no bounds check fails.
-        let css = group.tables().css[self.id].load(Ordering::Acquire);
-        // SAFETY: a non-null css of `group` lives as long as the group,
-        // which the caller's handle keeps alive.
-        if css.is_null() || !core::ptr::eq(Arc::as_ptr(unsafe { &(*css).ctl }), &*self.ctl) {
-            return core::ptr::null();
-        }
-        css
+        // A non-null css of `group` lives as long as the group, which the
+        // caller's handle keeps alive.
+        group.css[self.id].load(Ordering::Acquire)
     }
 
     /// The rest of [`add`](Self::add): an error, or a group removed before
@@ -451,7 +449,9 @@ impl StatHandle {
         }
         Ok(StatItem {
             handle: self.clone(),
-            item: index,
+            // SAFETY: `index < nr_stats`, checked above; the handle keeps
+            // the css alive.
+            path: unsafe { (*self.css).item_path(index) },
         })
     }
 
@@ -504,8 +504,15 @@ impl StatHandle {
 #[derive(Clone)]
 pub struct StatItem {
     handle: StatHandle,
-    item: usize,
+    /// The item's slot and links, resolved once (see `ItemPath`).
+    path: ItemPath,
 }
+
+// SAFETY: `path` points into the css that `handle` keeps alive; the update
+// path is thread-safe.
+unsafe impl Send for StatItem {}
+// SAFETY: as above.
+unsafe impl Sync for StatItem {}
 
 impl std::fmt::Debug for StatItem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -519,19 +526,22 @@ impl std::fmt::Debug for StatItem {
 
 impl StatItem {
     /// Add `delta` on this thread's CPU. Cost: as [`StatHandle::add`]
-    /// without the range check: one uncontended atomic add on this CPU's
-    /// slot and one load of this CPU's on-list flag; no lock, no allocation.
+    /// without the range check or the lookups: the item's slot and links
+    /// addresses were resolved when this `StatItem` was made, so the
+    /// update is one section (or uncontended atomic add) on this CPU's
+    /// slot and one load of this CPU's on-list flag, reading nothing else
+    /// but this handle; no lock, no allocation.
     #[inline(always)]
     pub fn add(&self, delta: i64) {
         // SAFETY: `self.handle` keeps the css alive; `item` was checked
         // against `nr_stats` when this StatItem was made, and a
         // controller's item list never changes.
-        unsafe { (*self.handle.css).update_here(self.handle.nr_cpus, self.item, delta) };
+        unsafe { self.path.update(self.handle.nr_cpus, delta) };
     }
 
     /// The item's index in its controller's list.
     pub fn index(&self) -> usize {
-        self.item
+        self.path.item()
     }
 
     /// The item's name.
@@ -542,7 +552,7 @@ impl StatItem {
             .ctl()
             .imp
             .stat_names()
-            .get(self.item)
+            .get(self.path.item())
             .map_or("", String::as_str)
     }
 

@@ -410,6 +410,83 @@ unsafe impl Send for CtlEntry {}
 // SAFETY: as above; the other fields are immutable.
 unsafe impl Sync for CtlEntry {}
 
+/// One item's update path, resolved from its css once and kept by a
+/// [`StatItem`](crate::StatItem): CPU 0's addresses of the item's slot and
+/// of the node's links (CPU `c`'s are `c << UNIT_SHIFT` further), the
+/// update path's copies and the item's unit shift. An update then loads
+/// these words from the handle and, on the common path, nothing from the
+/// css: the css is reached only to fold a crossing or to queue the node.
+/// (A restartable section's `asm!` may write any memory as far as the
+/// compiler knows, so every word an update needs is reloaded on each call:
+/// the fewer, the cheaper, above all when a busy sibling hyperthread
+/// shares the core.)
+#[derive(Clone, Copy)]
+pub(crate) struct ItemPath {
+    css: *const Css,
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    slot: *const u8,
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    links: *const u8,
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    section_limit: u32,
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    rseq_off: i32,
+    item: usize,
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    shift: u8,
+}
+
+impl ItemPath {
+    /// The item's index.
+    pub(crate) fn item(&self) -> usize {
+        self.item
+    }
+
+    /// [`Css::update_here`] through the resolved addresses: on the rseq
+    /// path one restartable section on the item's slot of this CPU, the
+    /// boundary test in registers, and one load of this CPU's on-list flag.
+    ///
+    /// # Safety
+    /// The css is live (its group is held) and `nr_cpus` is its engine's.
+    #[inline(always)]
+    pub(crate) unsafe fn update(&self, nr_cpus: usize, delta: i64) {
+        #[cfg(not(any(rstat_loom, miri)))]
+        if self.section_limit != 0 {
+            // SAFETY: slots `0..section_limit` of the css are written only
+            // by sections, and live while the css is (the caller).
+            if let Some((cpu, old)) = unsafe {
+                crate::percpu::rseq::add_fetch_on_this_cpu(
+                    self.rseq_off as isize,
+                    self.slot,
+                    self.section_limit,
+                    delta,
+                )
+            } {
+                // The light half of the asymmetric fence (as in
+                // `Css::update_in_section`).
+                core::sync::atomic::compiler_fence(Ordering::SeqCst);
+                let new = old.wrapping_add(delta);
+                if (old ^ new) >> UPDATE_BATCH_SHIFT != 0 {
+                    // SAFETY: caller's guarantees; `cpu < section_limit`.
+                    unsafe { (*self.css).count_crossing(cpu, old, new, self.shift) };
+                }
+                // SAFETY: `cpu < nr_cpus`: the links of the css's node on
+                // that CPU; its backlog head is reached only to queue it.
+                unsafe {
+                    let links = &*self
+                        .links
+                        .add(cpu << crate::percpu::arena::UNIT_SHIFT)
+                        .cast::<PcpuLinks>();
+                    backlog::mark_updated(links, || (*self.css).backlog.raw(cpu));
+                }
+                return;
+            }
+        }
+        // SAFETY: caller's guarantees; `item < nr_stats` (resolved).
+        unsafe { (*self.css).update_here(nr_cpus, self.item, delta) }
+    }
+}
+
 /// One per-CPU stat counter and the value it had at the last flush.
 ///
 /// A css has `nr_stats + 3` of them per CPU; of the last three only `cur`
@@ -584,7 +661,7 @@ impl Css {
             crate::percpu::rseq::add_fetch_on_this_cpu(
                 self.rseq_off as isize,
                 base,
-                &self.section_limit,
+                self.section_limit,
                 delta,
             )
         } {
@@ -689,7 +766,30 @@ impl Css {
         // SAFETY: caller's guarantees; links and backlog outlive the css.
         unsafe {
             self.count_update(cpu, item, old, delta);
-            backlog::mark_updated(self.links.elem(cpu, 0), self.backlog.raw(cpu));
+            backlog::mark_updated(self.links.elem(cpu, 0), || self.backlog.raw(cpu));
+        }
+    }
+
+    /// Resolve item `item`'s update path once, for a handle to keep (see
+    /// [`ItemPath`]).
+    ///
+    /// # Safety
+    /// `item < nr_stats`.
+    pub(crate) unsafe fn item_path(&self, item: usize) -> ItemPath {
+        let shift = if item < INLINE_SHIFTS {
+            (self.unit_shifts >> (8 * item)) as u8
+        } else {
+            self.ctl.unit_shifts[item]
+        };
+        ItemPath {
+            css: self,
+            // SAFETY: `item < nr_stats`: in bounds of every unit.
+            slot: unsafe { self.stats.raw(0).add(item) }.cast(),
+            links: self.links.raw(0).cast(),
+            section_limit: self.section_limit,
+            rseq_off: self.rseq_off,
+            item,
+            shift,
         }
     }
 
@@ -740,6 +840,18 @@ impl Css {
             // SAFETY: `item < nr_stats`, the table's length.
             unsafe { *self.ctl.unit_shifts.get_unchecked(item) }
         };
+        // SAFETY: caller's guarantees.
+        unsafe { self.count_crossing(cpu, old, new, shift) }
+    }
+
+    /// [`count_update`](Self::count_update) past the cheap test, with
+    /// the item's shift in hand: fold the crossings of the item's own
+    /// boundaries, if any.
+    ///
+    /// # Safety
+    /// As [`count_update`](Self::count_update); `shift` is the item's.
+    #[inline(always)]
+    unsafe fn count_crossing(&self, cpu: usize, old: i64, new: i64, shift: u8) {
         let shift = u32::from(shift);
         // Shifts are at least 6: the quotients are within ±2^57, and so
         // is their difference.
@@ -847,7 +959,7 @@ impl Css {
     pub(crate) unsafe fn mark(&self, cpu: usize) {
         // SAFETY: a css's node links and its domain's backlog outlive the
         // css.
-        unsafe { backlog::mark_updated(self.links.elem(cpu, 0), self.backlog.raw(cpu)) };
+        unsafe { backlog::mark_updated(self.links.elem(cpu, 0), || self.backlog.raw(cpu)) };
     }
 
     /// Copy the totals (caller holds the domain lock).
@@ -909,8 +1021,8 @@ pub(crate) unsafe fn fold_node(
     deltas: &mut Vec<i64>,
 ) {
     // SAFETY: a node's group is live while the node is.
-    let (tables, group) = unsafe { (&*node.group, &*node.owner) };
-    for slot in tables.css.iter() {
+    let group = unsafe { &*node.owner };
+    for slot in group.css.iter() {
         let css = slot.load(Ordering::Acquire);
         if css.is_null() {
             continue;

@@ -157,16 +157,17 @@ impl PcpuLinks {
 }
 
 /// Steps 2-4 of the update protocol, after the stat RMW. `head` is only
-/// dereferenced when the node has to be pushed.
+/// called, and its result dereferenced, when the node has to be pushed (so
+/// the common path does not compute it).
 ///
 /// # Safety
-/// `head` points to a live backlog head.
+/// `head()` returns a pointer to a live backlog head.
 #[inline(always)]
-pub(crate) unsafe fn mark_updated(links: &PcpuLinks, head: *const BacklogHead) {
+pub(crate) unsafe fn mark_updated(links: &PcpuLinks, head: impl FnOnce() -> *const BacklogHead) {
     sync::sc_fence_for_model();
     if links.lnext.load(Ordering::SeqCst) == OFF_LIST {
         // SAFETY: caller's guarantee.
-        claim_and_push(links, unsafe { &*head });
+        claim_and_push(links, unsafe { &*head() });
     }
 }
 

@@ -197,7 +197,6 @@ impl EngineInner {
             unsafe {
                 (*raw).write(TreeNode {
                     parent,
-                    group: g.tables_ptr(),
                     owner: g,
                     releasing: UnsafeCell::new(false),
                     domain: &**domain,
@@ -217,9 +216,7 @@ impl EngineInner {
         for ctl in ctls {
             let node = g.tables().nodes[ctl.domain_idx].load(Ordering::Relaxed);
             let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| {
-                p.inner().tables().css[ctl.id]
-                    .load(Ordering::Relaxed)
-                    .cast_const()
+                p.inner().css[ctl.id].load(Ordering::Relaxed).cast_const()
             });
             // One slot per item, plus the pending-update counters
             // (`COUNTED`, `UPDATES`, `CONSUMED`).
@@ -227,7 +224,7 @@ impl EngineInner {
                 arena.alloc::<StatSlot>(ctl.nr_stats + EXTRA_SLOTS, |_, _| StatSlot::default())?;
             // SAFETY: the node was installed above and lives with `g`.
             let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
-            g.tables().css[ctl.id].store(Box::into_raw(css), Ordering::Release);
+            g.css[ctl.id].store(Box::into_raw(css), Ordering::Release);
         }
         drop(arena);
         if only.is_none() {

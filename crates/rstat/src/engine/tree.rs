@@ -20,7 +20,7 @@ use core::ptr;
 use crate::controller::fold_node;
 use crate::engine::backlog::{self, BacklogHead, PcpuLinks};
 use crate::engine::policy::Coalescer;
-use crate::group::{GroupInner, GroupTables};
+use crate::group::GroupInner;
 use crate::percpu::arena::PcpuPtr;
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering, UnsafeCell};
 
@@ -28,9 +28,8 @@ use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering, UnsafeCell};
 pub(crate) struct TreeNode {
     /// The parent group's node in the same domain; null for the root.
     pub(crate) parent: *const TreeNode,
-    /// The tables of the group this node belongs to.
-    pub(crate) group: *const GroupTables,
-    /// The group itself (its id and name, for [`FlushCtx`]). A group
+    /// The group this node belongs to (its states, and its id and name
+    /// for [`FlushCtx`]). A group
     /// outlives its nodes: they are freed by its release, before it.
     ///
     /// [`FlushCtx`]: crate::FlushCtx

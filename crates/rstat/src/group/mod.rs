@@ -101,9 +101,14 @@ pub(crate) struct GroupInner {
     /// parent's map exactly while it is online, i.e. while its base
     /// reference is held, so the pointers stay valid under this lock.
     pub(crate) children: Mutex<BTreeMap<Box<str>, GroupPtr>>,
-    /// The group's per-controller state, in its own allocation: flushes
-    /// reach it through raw pointers (from tree nodes) while the group is
-    /// being released. Owned; freed by `release`.
+    /// Per controller id, its state in this group; null until attached.
+    /// In the group itself, so `ControllerHandle::add` reaches a css with
+    /// one load from the group. Flushes reach them through their tree
+    /// nodes' `owner`, which outlives the nodes. Freed by `release`, after
+    /// its last flush cut the nodes from every tree.
+    pub(crate) css: [AtomicPtr<Css>; MAX_CONTROLLERS],
+    /// The group's tree nodes and extension states, in their own
+    /// allocation. Owned; freed by `release`.
     tables: NonNull<GroupTables>,
     /// The group's lifetime (seed 001): every `Group` handle, every child
     /// and the hierarchy (the base reference, dropped by `remove`) hold one.
@@ -124,10 +129,8 @@ unsafe impl Send for GroupPtr {}
 // SAFETY: as above.
 unsafe impl Sync for GroupPtr {}
 
-/// A group's controller states and tree nodes.
+/// A group's tree nodes and extension states.
 pub(crate) struct GroupTables {
-    /// Per controller id; null until attached. Freed on final release.
-    pub(crate) css: [AtomicPtr<Css>; MAX_CONTROLLERS],
     /// Per domain index; null until attached. Freed on final release.
     pub(crate) nodes: [AtomicPtr<TreeNode>; MAX_CONTROLLERS],
     /// Per extension id: a boxed `GroupExt::State`; null until attached.
@@ -174,11 +177,6 @@ impl GroupInner {
         unsafe { self.tables.as_ref() }
     }
 
-    /// The tables, for flush code holding only a raw group pointer.
-    pub(crate) fn tables_ptr(&self) -> *const GroupTables {
-        self.tables.as_ptr()
-    }
-
     pub(crate) fn path(&self) -> String {
         let mut parts = Vec::new();
         let mut g = self;
@@ -209,7 +207,7 @@ impl GroupInner {
         // children: those would hold this group).
         tables.flush_nodes(true);
         let mut arena = sync::lock(&self.engine.arena);
-        for slot in tables.css.iter() {
+        for slot in self.css.iter() {
             let css = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
             if !css.is_null() {
                 // SAFETY: created by Box::into_raw at attach; unreachable now.
@@ -405,8 +403,8 @@ impl Group {
             depth,
             online: AtomicBool::new(true),
             children: Mutex::new(BTreeMap::new()),
+            css: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
             tables: NonNull::from(Box::leak(Box::new(GroupTables {
-                css: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
                 nodes: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
                 ext: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
             }))),

@@ -616,7 +616,7 @@ impl Memory {
     #[inline(always)]
     fn count_signed(&self, group: &Group, item: usize, delta: i64, cpu: usize) {
         debug_assert!(item < MEMORY_STAT_NAMES.len() && cpu < self.inner.nr_cpus);
-        let css = group.inner().tables().css[self.inner.stats.ctl.id].load(Ordering::Acquire);
+        let css = group.inner().css[self.inner.stats.ctl.id].load(Ordering::Acquire);
         if css.is_null() {
             // Removed before the controller was registered: the ancestor's.
             let _ = self.inner.stats.add(group, item, delta);

@@ -115,10 +115,12 @@ pub(crate) unsafe fn add_on_this_cpu(
 
 /// Add `delta` (wrapping) to the `i64` at `base + (cpu << UNIT_SHIFT)`,
 /// where `cpu` is the id of the CPU this thread runs on, in one restartable
-/// section that first checks `cpu < *limit`; return `(cpu, old value)`.
+/// section that first checks `cpu < limit`; return `(cpu, old value)`.
+/// Unlike [`add_on_this_cpu`]'s, this limit is fixed for the slots' life
+/// (a css's `section_limit`), so it comes by value, in a register.
 /// This is the kernel's `this_cpu_add` for stat slots in the per-CPU arena
 /// (whose units are `1 << UNIT_SHIFT` bytes apart). `None` (nothing
-/// written) when `cpu >= *limit` or this thread has no rseq area.
+/// written) when `cpu >= limit` or this thread has no rseq area.
 ///
 /// Cost: one store (arming the section), one load of the CPU id, one
 /// compare, one load and one store of the slot; no lock prefix, no fence.
@@ -127,8 +129,8 @@ pub(crate) unsafe fn add_on_this_cpu(
 /// [`membarrier`] on the reading side (see `engine::backlog`).
 ///
 /// # Safety
-/// `cpu_id_off` comes from [`available`]; `limit` is live; for every
-/// `cpu < *limit`, `base + (cpu << UNIT_SHIFT)` is an aligned, live `i64`
+/// `cpu_id_off` comes from [`available`]; for every
+/// `cpu < limit`, `base + (cpu << UNIT_SHIFT)` is an aligned, live `i64`
 /// (an `AtomicI64`) that no other CPU writes while sections can pass the
 /// check.
 ///
@@ -138,7 +140,7 @@ pub(crate) unsafe fn add_on_this_cpu(
 pub(crate) unsafe fn add_fetch_on_this_cpu(
     cpu_id_off: isize,
     base: *const u8,
-    limit: *const u32,
+    limit: u32,
     delta: i64,
 ) -> Option<(usize, i64)> {
     // SAFETY: forwarded.
@@ -204,8 +206,10 @@ mod imp {
     /// version, flags, start, length, abort) goes to the `__rseq_cs`
     /// section, 32-byte aligned, as the ABI asks. The abort handler is
     /// preceded by the signature glibc registered for x86 (`0x53053053`),
-    /// encoded as the operand of a `ud1` so that nothing falls into it; it
-    /// re-arms the section and starts over. A refused check jumps straight
+    /// encoded as the operand of a `ud1`; it re-arms the section and starts
+    /// over. It lives out of line, in its own text section, so a committed
+    /// section falls straight through (no jump over the handler, one
+    /// taken branch fewer per update). A refused check jumps straight
     /// to the caller's slow path (`asm goto`), so the fast path materialises
     /// no flag.
     #[inline(always)]
@@ -231,12 +235,12 @@ mod imp {
                 "shl {t}, {shift}",
                 "add qword ptr [{base} + {t}], {d}",
                 "4:",
-                "jmp 7f",
+                ".pushsection .text.rstat_rseq_abort, \"ax\"",
                 ".byte 0x0f, 0xb9, 0x3d",
                 ".long 0x53053053",
                 "6:",
                 "jmp 2b",
-                "7:",
+                ".popsection",
                 ".pushsection __rseq_cs, \"aw\"",
                 ".balign 32",
                 "5:",
@@ -258,14 +262,16 @@ mod imp {
 
     /// As `add_on_this_cpu`, with the unit stride of the per-CPU arena and
     /// the old value and the CPU id as results. The section loads the slot,
-    /// adds in a register and commits with its only store. (Outputs and an
-    /// `asm goto` label cannot be combined on stable Rust, so a refusal
-    /// jumps to the end and the caller's compare tells.)
+    /// adds in a register and commits with its only store. The limit comes
+    /// in a register, so the caller's check of the CPU id after the section
+    /// is a register compare, not another load. (Outputs and an `asm goto`
+    /// label cannot be combined on stable Rust, so a refusal jumps to the
+    /// end and the caller's compare tells.)
     #[inline(always)]
     pub(super) unsafe fn add_fetch_on_this_cpu(
         cpu_id_off: isize,
         base: *const u8,
-        limit: *const u32,
+        limit: u32,
         delta: i64,
     ) -> Option<(usize, i64)> {
         let cpu: usize;
@@ -279,20 +285,22 @@ mod imp {
                 "mov qword ptr fs:[{off} + 4], {t}",
                 "3:",
                 "mov {c:e}, dword ptr fs:[{off}]",
-                "xor {old:e}, {old:e}",
-                "cmp {c:e}, dword ptr [{limit}]",
+                "cmp {c:e}, {limit:e}",
                 "jae 7f",
                 "mov {t}, {c}",
                 "shl {t}, {shift}",
                 "mov {old}, qword ptr [{base} + {t}]",
+                // A new register for the sum: a restarted section must find
+                // its inputs unchanged.
                 "lea {n}, [{old} + {d}]",
                 "mov qword ptr [{base} + {t}], {n}",
                 "4:",
-                "jmp 7f",
+                ".pushsection .text.rstat_rseq_abort, \"ax\"",
                 ".byte 0x0f, 0xb9, 0x3d",
                 ".long 0x53053053",
                 "6:",
                 "jmp 2b",
+                ".popsection",
                 "7:",
                 ".pushsection __rseq_cs, \"aw\"",
                 ".balign 32",
@@ -312,9 +320,9 @@ mod imp {
                 options(nostack),
             );
         }
-        // A refused section jumped past its body with `cpu >= *limit`.
-        // SAFETY: `limit` is live (caller).
-        (cpu < unsafe { *limit } as usize).then_some((cpu, old))
+        // A refused section jumped past its body with `cpu >= limit` (and
+        // `old` unset: not used then).
+        (cpu < limit as usize).then_some((cpu, old))
     }
 }
 
@@ -339,7 +347,7 @@ mod imp {
     pub(super) unsafe fn add_fetch_on_this_cpu(
         _cpu_id_off: isize,
         _base: *const u8,
-        _limit: *const u32,
+        _limit: u32,
         _delta: i64,
     ) -> Option<(usize, i64)> {
         None
@@ -458,7 +466,7 @@ mod tests {
         for i in 0..10_000i64 {
             // SAFETY: `slots` has an i64 every UNIT_SIZE bytes for `nr`
             // CPUs; only this thread writes them.
-            let (cpu, old) = unsafe { add_fetch_on_this_cpu(off, base, &(nr as u32), 5) }
+            let (cpu, old) = unsafe { add_fetch_on_this_cpu(off, base, nr as u32, 5) }
                 .expect("a registered thread with cpu < nr always commits");
             assert!(cpu < nr);
             let now = slots[cpu * per].load(Ordering::Relaxed);
@@ -469,7 +477,7 @@ mod tests {
             .sum();
         assert_eq!(sum, 50_000);
         // SAFETY: as above; a limit of 0 admits no CPU.
-        assert!(unsafe { add_fetch_on_this_cpu(off, base, &0, 5) }.is_none());
+        assert!(unsafe { add_fetch_on_this_cpu(off, base, 0, 5) }.is_none());
         let sum: i64 = (0..nr)
             .map(|c| slots[c * per].load(Ordering::Relaxed))
             .sum();
@@ -499,7 +507,7 @@ mod tests {
                             // SAFETY: as above; threads share a CPU's slot
                             // only through sections.
                             let r = unsafe {
-                                add_fetch_on_this_cpu(off, base as *const u8, &(nr as u32), 1)
+                                add_fetch_on_this_cpu(off, base as *const u8, nr as u32, 1)
                             };
                             assert!(r.is_some());
                             if i % 4096 == 0 {
