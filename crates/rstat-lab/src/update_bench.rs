@@ -14,6 +14,9 @@
 //!   two);
 //! - **`ControllerHandle::add`**: the same update through the controller
 //!   handle, which finds the group's state on each call (at most 1.5x);
+//! - **`StatHandle::add`**: the same update through the group's resolved
+//!   handle, with its item range check: what issue 10 item 3 compares
+//!   `ControllerHandle::add` with (within 1.5x);
 //! - **locked**: the same update on an engine built with
 //!   [`rstat::UpdatePath::Locked`] (a locked RMW instead of a restartable
 //!   section), for comparison with the path the default engine took
@@ -118,6 +121,9 @@ pub struct Report {
     /// ns per [`rstat::ControllerHandle::add`] (delta 1, the shallow group),
     /// 1 thread.
     pub controller_handle_ns_1t: f64,
+    /// ns per [`rstat::StatHandle::add`] (item 0, delta 1, the shallow
+    /// group), 1 thread.
+    pub stat_handle_ns_1t: f64,
     /// ns per update on an engine built with the locked update path, 1t.
     pub locked_ns_1t: f64,
     /// The locked path, 2 threads on one group, Mops/s.
@@ -128,6 +134,9 @@ pub struct Report {
     pub deep_large_vs_update_2t: f64,
     /// `controller_handle_ns_1t / ns_per_update_1t` (target <= 1.5).
     pub controller_handle_vs_update_1t: f64,
+    /// `controller_handle_ns_1t / stat_handle_ns_1t` (issue 10 item 3:
+    /// within 1.5x of `StatHandle::add`).
+    pub controller_handle_vs_stat_handle_1t: f64,
     /// `rstat_mops_2t / bare_percpu_mops_2t` (target >= 0.9).
     pub ratio_vs_bare_percpu_2t: f64,
     /// Where CPU ids came from.
@@ -165,6 +174,7 @@ struct Bench {
     rs: rstat::Rstat,
     ctl: rstat::ControllerHandle,
     g: rstat::Group,
+    handle: rstat::StatHandle,
     item: rstat::StatItem,
     bytes: rstat::ControllerHandle,
     deep: rstat::Group,
@@ -183,10 +193,8 @@ impl Bench {
             rs.register_counters_with_units("bytes", &[("bytes", 4096)]),
         );
         let g = must("creating the bench group", rs.root().create_child("g"));
-        let item = must(
-            "resolving the item",
-            ctl.stat_handle(&g).and_then(|h| h.item(0)),
-        );
+        let handle = must("resolving the handle", ctl.stat_handle(&g));
+        let item = must("resolving the item", handle.item(0));
         let mut deep = rs.root().clone();
         for d in 1..=5 {
             deep = must(
@@ -202,6 +210,7 @@ impl Bench {
             rs,
             ctl,
             g,
+            handle,
             item,
             bytes,
             deep,
@@ -251,6 +260,7 @@ pub fn run(cfg: &Config) -> Report {
     let mut d1 = Vec::new();
     let mut d2 = Vec::new();
     let mut c1 = Vec::new();
+    let mut s1 = Vec::new();
     let mut l1 = Vec::new();
     let mut l2 = Vec::new();
     let nr = rstat::percpu::cpu::possible_cpus();
@@ -311,6 +321,16 @@ pub fn run(cfg: &Config) -> Report {
                 }
             }
         })));
+        s1.push(mops_to_ns(per_thread(1, n, |_| {
+            let h = main.handle.clone();
+            move || {
+                for _ in 0..n {
+                    if !h.add(black_box(0), black_box(1)) {
+                        panic!("StatHandle::add refused item 0");
+                    }
+                }
+            }
+        })));
         l1.push(mops_to_ns(item_loop(1, n, &locked.item, 1)));
         l2.push(item_loop(t, n, &locked.item, 1));
     }
@@ -322,12 +342,13 @@ pub fn run(cfg: &Config) -> Report {
     unpin();
     // Honesty check, on every engine and controller measured: per sample,
     // the unit item took 1 + `t` threads' updates (plus the controller
-    // handle's on the default engine), the deep item 1 + `t` threads' 4096s.
+    // handle's and the stat handle's on the default engine), the deep item
+    // 1 + `t` threads' 4096s.
     let (samples, n_i, t_i) = (cfg.samples as i64, n as i64, t as i64);
     main.check(
         &main.ctl,
         &main.g,
-        samples * (2 + t_i) * n_i,
+        samples * (3 + t_i) * n_i,
         "default engine, unit item",
     );
     main.check(
@@ -345,7 +366,7 @@ pub fn run(cfg: &Config) -> Report {
 
     let (ns1, at1, pl1, m2, am2) = (median(r1), median(a1), median(p1), median(r2), median(a2));
     let (bn1, bm2) = (median(b1), median(b2));
-    let (dn1, dm2, cn1) = (median(d1), median(d2), median(c1));
+    let (dn1, dm2, cn1, sn1) = (median(d1), median(d2), median(c1), median(s1));
     let (ln1, lm2) = (median(l1), median(l2));
     Report {
         ns_per_update_1t: round(ns1, 3),
@@ -361,11 +382,13 @@ pub fn run(cfg: &Config) -> Report {
         deep_large_ns_1t: round(dn1, 3),
         deep_large_mops_2t: round(dm2, 1),
         controller_handle_ns_1t: round(cn1, 3),
+        stat_handle_ns_1t: round(sn1, 3),
         locked_ns_1t: round(ln1, 3),
         locked_mops_2t: round(lm2, 1),
         deep_large_vs_update_1t: round(dn1 / ns1, 2),
         deep_large_vs_update_2t: round(dm2 / m2, 2),
         controller_handle_vs_update_1t: round(cn1 / ns1, 2),
+        controller_handle_vs_stat_handle_1t: round(cn1 / sn1, 2),
         ratio_vs_bare_percpu_2t: round(m2 / bm2, 2),
         cpu_id_source: main.rs.cpu_id_source().to_string(),
         update_path: main.rs.update_path().to_string(),
@@ -464,6 +487,7 @@ pub fn table(r: &Report) -> String {
         r.deep_large_mops_2t,
     );
     s += &row_ns("ControllerHandle::add, 1t", r.controller_handle_ns_1t);
+    s += &row_ns("StatHandle::add, 1t", r.stat_handle_ns_1t);
     s += &row_ns("locked update path, 1t", r.locked_ns_1t);
     s += &row_mops(&format!("locked update path, {t}t"), r.locked_mops_2t);
     let check = |ok: bool| if ok { "ok" } else { "MISSED" };
@@ -473,7 +497,8 @@ pub fn table(r: &Report) -> String {
          {t}-thread rate vs bare per-CPU:     {:.2}x (target >= 0.9) {}\n\
          deep large vs update, 1 thread:    {:.2}x (target <= 1.25) {}\n\
          deep large vs update, {t} threads:   {:.2}x (target >= 0.8) {}\n\
-         ControllerHandle::add vs update:   {:.2}x (target <= 1.5) {}\n",
+         ControllerHandle::add vs update:   {:.2}x (target <= 1.5) {}\n\
+         ControllerHandle vs StatHandle:    {:.2}x (target <= 1.5) {}\n",
         r.ratio_vs_shared_atomic_2t,
         r.bare_ratio_vs_shared_atomic_2t,
         r.ratio_vs_shared_atomic_1t,
@@ -486,6 +511,8 @@ pub fn table(r: &Report) -> String {
         check(r.deep_large_vs_update_2t >= 0.8),
         r.controller_handle_vs_update_1t,
         check(r.controller_handle_vs_update_1t <= 1.5),
+        r.controller_handle_vs_stat_handle_1t,
+        check(r.controller_handle_vs_stat_handle_1t <= 1.5),
     );
     if !r.shapes.is_empty() {
         s += &format!("\nsweep (item unit 1):  depth  delta     ns 1t   Mops/s {t}t\n");

@@ -491,6 +491,7 @@ fn update_view(f: &Fig) -> View {
         ("rstat update (depth 1, delta 1)", "/ns_per_update_1t"),
         ("depth 5, delta 4096 (unit 4096)", "/deep_large_ns_1t"),
         ("`ControllerHandle::add`", "/controller_handle_ns_1t"),
+        ("`StatHandle::add`", "/stat_handle_ns_1t"),
         ("locked update path", "/locked_ns_1t"),
         ("shared `AtomicU64::fetch_add`", "/shared_atomic_ns_1t"),
         ("reference: bare per-CPU counter", "/bare_percpu_ns_1t"),
@@ -612,6 +613,13 @@ fn update_targets(_: &Fig) -> Vec<Target> {
             Op::Le,
             1.5,
             "issue 10",
+        ),
+        Target::new(
+            "controller_handle_vs_stat_handle_1t",
+            "/controller_handle_vs_stat_handle_1t",
+            Op::Le,
+            1.5,
+            "issue 10 item 3",
         ),
     ]
 }
