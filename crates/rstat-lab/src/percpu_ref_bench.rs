@@ -22,7 +22,18 @@
 //!   into its own 1 KiB buffer from a shared read-only source;
 //! - each case alternates the two variants over several rounds, so that
 //!   background load drifting during the run hits both alike; the counts
-//!   are totals over all rounds, `seconds_per_case` per variant.
+//!   are totals over all rounds, `seconds_per_case` per variant;
+//! - on a machine with two CPUs or more, the one-thread block runs twice:
+//!   with the other CPUs idle, and with a *memory-bound neighbour* pinned
+//!   to CPU 1 (random read-modify-writes over an L1-sized 32 KiB buffer)
+//!   while the measured thread runs on CPU 0. Where CPUs 0 and 1 are
+//!   hyperthreads of one core (this VM's two vCPUs behave so at times) the
+//!   neighbour competes for the core's load/store queues and L1; a thread
+//!   of another VM on a sibling does the same, which is what the "other
+//!   VM state" of issue 10 looked like. The rseq fast path makes more
+//!   memory accesses per get than the atomic's one locked RMW (arm the
+//!   section, read the CPU id and the mode word, then the slot), so it
+//!   loses more of its lead there.
 //!
 //! In the kernel `this_cpu_add` needs no lock prefix (preemption is the only
 //! hazard, and it is disabled). In userspace a thread can migrate between
@@ -64,6 +75,9 @@ pub struct Row {
     pub copy_bytes: usize,
     /// Threads, one pinned per CPU.
     pub threads: usize,
+    /// Whether a memory-bound neighbour ran on CPU 1 meanwhile (one-thread
+    /// block only; see the module documentation).
+    pub busy_neighbour: bool,
     /// get + copy + put loops completed with the shared atomic, all threads.
     pub atomic_ops: u64,
     /// The same with `PercpuRef` on its default fast path.
@@ -110,6 +124,9 @@ pub struct Config {
     /// Threads of the all-CPUs block, one pinned per CPU (`None`: every
     /// possible CPU).
     pub threads: Option<usize>,
+    /// Run the one-thread block a second time beside a memory-bound
+    /// neighbour on CPU 1 (needs two CPUs).
+    pub neighbour: bool,
 }
 
 impl Default for Config {
@@ -117,6 +134,7 @@ impl Default for Config {
         Config {
             seconds_per_case: 0.5,
             threads: None,
+            neighbour: true,
         }
     }
 }
@@ -145,8 +163,16 @@ pub fn run(cfg: &Config) -> Report {
         Config::default().seconds_per_case
     };
     let round = Duration::from_secs_f64(secs / f64::from(ROUNDS));
-    let mut thread_counts = vec![1, cfg.threads.unwrap_or(nr_cpus).max(1)];
-    thread_counts.dedup();
+    // (threads, busy neighbour): one thread alone, one thread beside the
+    // neighbour, then one thread per CPU.
+    let mut blocks = vec![(1, false)];
+    if cfg.neighbour && nr_cpus >= 2 {
+        blocks.push((1, true));
+    }
+    let all = cfg.threads.unwrap_or(nr_cpus).max(1);
+    if all > 1 {
+        blocks.push((all, false));
+    }
 
     let atomic = PaddedCount(AtomicUsize::new(1));
     let released = Arc::new(AtomicBool::new(false));
@@ -170,7 +196,8 @@ pub fn run(cfg: &Config) -> Report {
         Err("the default fast path is not rseq here".to_string())
     };
     let mut rows = Vec::new();
-    for &threads in &thread_counts {
+    for &(threads, busy_neighbour) in &blocks {
+        let neighbour = busy_neighbour.then(Neighbour::start);
         for &copy_bytes in &COPY_SIZES {
             let mut ops = [0u64; 3];
             let mut aborts = 0u64;
@@ -200,6 +227,7 @@ pub fn run(cfg: &Config) -> Report {
             rows.push(Row {
                 copy_bytes,
                 threads,
+                busy_neighbour,
                 atomic_ops: ops[0],
                 percpu_ops: ops[1],
                 diff_pct: diff(ops[1]),
@@ -209,6 +237,10 @@ pub fn run(cfg: &Config) -> Report {
                 aborts_per_million_sections: counted
                     .map(|a| a as f64 * 1e6 / (2 * ops[1]).max(1) as f64),
             });
+        }
+        if let Some(n) = neighbour {
+            let rounds = n.stop();
+            assert!(rounds > 0, "the memory-bound neighbour never ran");
         }
     }
 
@@ -272,6 +304,48 @@ fn measure(v: &Variant<'_>, threads: usize, copy_bytes: usize, dur: Duration) ->
             .sum::<u64>()
     });
     total
+}
+
+/// A thread pinned to CPU 1 doing random read-modify-writes over a 32 KiB
+/// buffer (the size of an L1 data cache) until stopped.
+struct Neighbour {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<u64>,
+}
+
+impl Neighbour {
+    fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let handle = std::thread::spawn(move || {
+            pin_to_cpu(1);
+            let mut buf = vec![0u64; 4096];
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut rounds = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                for _ in 0..4096 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let i = (x as usize) & 4095;
+                    buf[i] = buf[i].wrapping_add(x);
+                }
+                black_box(&buf);
+                rounds += 1;
+            }
+            rounds
+        });
+        Neighbour { stop, handle }
+    }
+
+    /// Stop it; the rounds of 4096 updates it made.
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.handle.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
 }
 
 /// Copy `n` bytes (at most `BUF`) so the compiler cannot drop or merge it.
@@ -345,14 +419,18 @@ pub fn table(r: &Report) -> String {
         "percpu_ref: the default fast path ({}); locked: InitFlags::LOCKED_SLOTS (lock xadd)",
         r.fast_path
     );
-    let mut threads: Vec<usize> = r.rows.iter().map(|row| row.threads).collect();
-    threads.dedup();
-    for t in threads {
+    let mut blocks: Vec<(usize, bool)> = r
+        .rows
+        .iter()
+        .map(|row| (row.threads, row.busy_neighbour))
+        .collect();
+    blocks.dedup();
+    for (t, busy) in blocks {
         let _ = writeln!(out);
-        let what = if t == 1 {
-            "1 thread, pinned".to_string()
-        } else {
-            format!("{t} threads, one pinned per CPU")
+        let what = match (t, busy) {
+            (1, false) => "1 thread, pinned, other CPUs idle".to_string(),
+            (1, true) => "1 thread, pinned to CPU 0, a memory-bound neighbour on CPU 1".to_string(),
+            _ => format!("{t} threads, one pinned per CPU"),
         };
         let _ = writeln!(out, "{what}");
         let _ = writeln!(
@@ -360,7 +438,11 @@ pub fn table(r: &Report) -> String {
             "{:>9}  {:>14}  {:>14}  {:>10}  {:>14}  {:>10}  {:>13}",
             "copy size", "atomic", "percpu_ref", "diff", "locked", "diff", "aborts/M sec"
         );
-        for row in r.rows.iter().filter(|row| row.threads == t) {
+        for row in r
+            .rows
+            .iter()
+            .filter(|row| row.threads == t && row.busy_neighbour == busy)
+        {
             let aborts = row
                 .aborts_per_million_sections
                 .map_or_else(|| "-".to_string(), |a| format!("{a:.3}"));
@@ -394,8 +476,9 @@ mod tests {
         let rep = run(&Config {
             seconds_per_case: 0.02,
             threads: None,
+            neighbour: true,
         });
-        let blocks = if rep.nr_cpus > 1 { 2 } else { 1 };
+        let blocks = if rep.nr_cpus > 1 { 3 } else { 1 };
         assert_eq!(rep.rows.len(), COPY_SIZES.len() * blocks);
         for row in &rep.rows {
             assert!(

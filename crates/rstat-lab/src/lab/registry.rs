@@ -1074,8 +1074,8 @@ fn accuracy_plot(f: &Fig, machine: &str) -> Result<String, String> {
     )
 }
 
-fn percpu_rows(f: &Fig) -> Vec<(usize, u64, u64)> {
-    // (row index, threads, copy bytes)
+/// (row index, threads, copy bytes, busy neighbour) of each row.
+fn percpu_rows(f: &Fig) -> Vec<(usize, u64, u64, bool)> {
     let n = f
         .med
         .get("rows")
@@ -1085,7 +1085,12 @@ fn percpu_rows(f: &Fig) -> Vec<(usize, u64, u64)> {
         .filter_map(|i| {
             let t = f.v(&format!("/rows/{i}/threads"))? as u64;
             let c = f.v(&format!("/rows/{i}/copy_bytes"))? as u64;
-            Some((i, t, c))
+            let busy = f
+                .med
+                .pointer(&format!("/rows/{i}/busy_neighbour"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            Some((i, t, c, busy))
         })
         .collect()
 }
@@ -1105,9 +1110,10 @@ fn percpu_view(f: &Fig) -> View {
     };
     let rows: Vec<Vec<String>> = percpu_rows(f)
         .iter()
-        .map(|&(i, t, c)| {
+        .map(|&(i, t, c, busy)| {
             vec![
                 t.to_string(),
+                (if busy { "memory-bound" } else { "idle" }).to_string(),
                 c.to_string(),
                 mops(&format!("/rows/{i}/atomic_ops")),
                 mops(&format!("/rows/{i}/percpu_ops")),
@@ -1118,22 +1124,32 @@ fn percpu_view(f: &Fig) -> View {
             ]
         })
         .collect();
-    let pick = |threads_one: bool| -> Vec<String> {
+    let pick = |threads_one: bool, busy: bool| -> Vec<String> {
         percpu_rows(f)
             .iter()
-            .filter(|r| (r.1 == 1) == threads_one)
-            .map(|&(i, _, c)| format!("{c}: {}%", f.f(&format!("/rows/{i}/diff_pct"), 1)))
+            .filter(|r| (r.1 == 1) == threads_one && r.3 == busy)
+            .map(|&(i, _, c, _)| format!("{c}: {}%", f.f(&format!("/rows/{i}/diff_pct"), 1)))
             .collect()
     };
+    let beside = pick(true, true);
     View {
         ours: format!(
-            "1 thread: {}; all CPUs: {}",
-            pick(true).join(", "),
-            pick(false).join(", ")
+            "1 thread: {}; {}all CPUs: {}",
+            pick(true, false).join(", "),
+            if beside.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "1 thread beside a memory-bound neighbour: {}; ",
+                    beside.join(", ")
+                )
+            },
+            pick(false, false).join(", ")
         ),
         table: md_table(
             &[
                 "threads",
+                "other CPU",
                 "copy bytes",
                 "atomic Mloops/s",
                 "percpu_ref Mloops/s",
@@ -1147,7 +1163,11 @@ fn percpu_view(f: &Fig) -> View {
         notes: format!(
             "`percpu_ref` is the default fast path ({}); `locked` is `InitFlags::LOCKED_SLOTS`. \
              {} s per variant per case; CPU ids from {}. Aborts: restartable sections of the \
-             default fast path that the kernel aborted (counted by {}).",
+             default fast path that the kernel aborted (counted by {}). `other CPU`: idle, or a \
+             memory-bound neighbour pinned to CPU 1 (random read-modify-writes over 32 KiB) while \
+             the one measured thread runs on CPU 0: where the two are hyperthreads of one core, \
+             the neighbour competes for the core's load/store queues and L1, as another VM's \
+             thread on a sibling does.",
             f.s("/fast_path"),
             f.s("/seconds_per_case"),
             f.s("/cpu_id_source"),
@@ -1159,11 +1179,16 @@ fn percpu_view(f: &Fig) -> View {
 fn percpu_targets(f: &Fig) -> Vec<Target> {
     percpu_rows(f)
         .iter()
-        .filter_map(|&(i, t, c)| {
+        .filter_map(|&(i, t, c, busy)| {
             let p = format!("/rows/{i}/diff_pct");
             if t == 1 {
+                let beside = if busy {
+                    " beside a memory-bound neighbour"
+                } else {
+                    ""
+                };
                 Some(Target::new(
-                    &format!("1 thread, copy {c}: diff_pct"),
+                    &format!("1 thread{beside}, copy {c}: diff_pct"),
                     &p,
                     Op::Ge,
                     -10.0,
@@ -1187,26 +1212,26 @@ fn percpu_targets(f: &Fig) -> Vec<Target> {
 fn percpu_plot(f: &Fig, machine: &str) -> Result<String, String> {
     let secs = f.v("/seconds_per_case").unwrap_or(1.0).max(1e-9);
     let rows = percpu_rows(f);
-    let mut threads: Vec<u64> = rows.iter().map(|r| r.1).collect();
-    threads.dedup();
-    let panels: Vec<Panel> = threads
+    let mut blocks: Vec<(u64, bool)> = rows.iter().map(|r| (r.1, r.3)).collect();
+    blocks.dedup();
+    let panels: Vec<Panel> = blocks
         .iter()
-        .map(|&t| {
+        .map(|&(t, busy)| {
             let line = |name: &str, key: &str| Line {
                 name: name.into(),
                 points: rows
                     .iter()
-                    .filter(|r| r.1 == t)
-                    .filter_map(|&(i, _, c)| {
+                    .filter(|r| r.1 == t && r.3 == busy)
+                    .filter_map(|&(i, _, c, _)| {
                         Some((c as f64, f.v(&format!("/rows/{i}/{key}"))? / secs / 1e6))
                     })
                     .collect(),
             };
             Panel::Lines {
-                title: if t == 1 {
-                    "1 thread, pinned".into()
-                } else {
-                    format!("{t} threads, one per CPU")
+                title: match (t, busy) {
+                    (1, false) => "1 thread, pinned".into(),
+                    (1, true) => "1 thread, memory-bound neighbour on CPU 1".into(),
+                    _ => format!("{t} threads, one per CPU"),
                 },
                 x_desc: "bytes copied while the reference is held".into(),
                 y_desc: "million get+copy+put per s".into(),

@@ -52,6 +52,7 @@ fn real(name: &str) -> Value {
             &crate::percpu_ref_bench::Config {
                 seconds_per_case: 0.004,
                 threads: Some(2),
+                neighbour: true,
             },
         )),
         "page-counter" => serde_json::to_value(crate::page_counter_bench::run(
