@@ -12,9 +12,9 @@
 //! - `percpu_ref`: [`rstat::percpu_ref::PercpuRef`] in percpu mode, `get` and
 //!   `put` on the calling thread's CPU slot, on its default fast path: a
 //!   restartable sequence (arm the section, read the CPU id from rseq,
-//!   compare it with the mode/limit word, one *unlocked* add on a line no
-//!   other CPU writes), the kernel's `this_cpu_add`, where the machine has
-//!   rseq and membarrier;
+//!   compare it with the slot count, check the slot's mode gate, one
+//!   *unlocked* add on the gate's line, which no other CPU writes), the
+//!   kernel's `this_cpu_add`, where the machine has rseq and membarrier;
 //! - `locked`: the same with [`InitFlags::LOCKED_SLOTS`]: a `lock xadd` on
 //!   the slot, whose old value says whether the slot is frozen (the fallback,
 //!   and what rstat's groups use because their kills must not `membarrier`);
@@ -32,7 +32,7 @@
 //!   of another VM on a sibling does the same, which is what the "other
 //!   VM state" of issue 10 looked like. The rseq fast path makes more
 //!   memory accesses per get than the atomic's one locked RMW (arm the
-//!   section, read the CPU id and the mode word, then the slot), so it
+//!   section, read the CPU id and the slot's gate, then add to it), so it
 //!   loses more of its lead there.
 //!
 //! In the kernel `this_cpu_add` needs no lock prefix (preemption is the only

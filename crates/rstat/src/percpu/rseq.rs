@@ -85,32 +85,38 @@ pub(crate) fn membarrier() -> Result<(), i32> {
 /// immediate.
 pub(crate) const SLOT_SHIFT: u32 = 7;
 
+/// Where [`add_on_this_cpu`] finds a slot's gate: this many bytes after
+/// its count, on the same line.
+pub(crate) const GATE_OFFSET: usize = 8;
+
 /// Add `delta` (wrapping) to the `u64` at `base + (cpu << SLOT_SHIFT)`,
 /// where `cpu` is the id of the CPU this thread runs on, in one restartable
-/// section that first checks `cpu < *limit`. Returns whether the add was
-/// done; `false` (nothing written) when `cpu >= *limit` or this thread has
-/// no rseq area. `*limit` is both the slot count and the switch: storing 0
-/// there and then calling [`membarrier`] stops every section.
+/// section that first checks `cpu < nr` and that the slot's *gate* (the
+/// `u64` [`GATE_OFFSET`] bytes after it) is not 0. Returns whether the add
+/// was done; `false` (nothing written) when `cpu >= nr`, the gate is 0 or
+/// this thread has no rseq area. The gates are the switch: storing 0 to
+/// every one and then calling [`membarrier`] stops every section.
 ///
 /// Cost: one store (arming the section), one load of the CPU id, one
-/// compare with `*limit`, one unlocked add; no lock prefix, no fence.
+/// compare with `nr` (a register), one load of the gate, one unlocked add
+/// on the gate's line; no lock prefix, no fence.
 ///
 /// # Safety
-/// `cpu_id_off` comes from [`available`]; `limit` is live; for every
-/// `cpu < *limit`, `base + (cpu << SLOT_SHIFT)` is an aligned, live `u64`
-/// (an `AtomicU64`) written only by such sections, or by others while no
-/// section can pass the check (0 was stored to `*limit` and [`membarrier`]
-/// returned since).
+/// `cpu_id_off` comes from [`available`]; for every `cpu < nr`,
+/// `base + (cpu << SLOT_SHIFT)` is an aligned, live `u64` (an `AtomicU64`)
+/// followed by its gate, written only by such sections, or by others while
+/// no section can pass the check (0 was stored to every gate and
+/// [`membarrier`] returned since).
 #[inline(always)]
 #[cfg_attr(any(rstat_loom, miri), allow(dead_code))] // the model simulates it
 pub(crate) unsafe fn add_on_this_cpu(
     cpu_id_off: isize,
     base: *const u8,
-    limit: *const usize,
+    nr: usize,
     delta: u64,
 ) -> bool {
     // SAFETY: forwarded.
-    unsafe { imp::add_on_this_cpu(cpu_id_off, base, limit, delta) }
+    unsafe { imp::add_on_this_cpu(cpu_id_off, base, nr, delta) }
 }
 
 /// Add `delta` (wrapping) to the `i64` at `base + (cpu << UNIT_SHIFT)`,
@@ -216,7 +222,7 @@ mod imp {
     pub(super) unsafe fn add_on_this_cpu(
         cpu_id_off: isize,
         base: *const u8,
-        limit: *const usize,
+        nr: usize,
         delta: u64,
     ) -> bool {
         // SAFETY: the caller guarantees the addresses (see the wrapper). The
@@ -230,9 +236,11 @@ mod imp {
                 "mov qword ptr fs:[{off} + 4], {t}",
                 "3:",
                 "mov {t:e}, dword ptr fs:[{off}]",
-                "cmp {t}, qword ptr [{limit}]",
+                "cmp {t}, {nr}",
                 "jae {refused}",
                 "shl {t}, {shift}",
+                "cmp qword ptr [{base} + {t} + {gate}], 0",
+                "je {refused}",
                 "add qword ptr [{base} + {t}], {d}",
                 "4:",
                 ".pushsection .text.rstat_rseq_abort, \"ax\"",
@@ -248,10 +256,11 @@ mod imp {
                 ".quad 3b, 4b - 3b, 6b",
                 ".popsection",
                 off = in(reg) cpu_id_off,
-                limit = in(reg) limit,
+                nr = in(reg) nr,
                 base = in(reg) base,
                 d = in(reg) delta,
                 shift = const super::SLOT_SHIFT,
+                gate = const super::GATE_OFFSET,
                 t = out(reg) _,
                 refused = label { return false; },
                 options(nostack),
@@ -359,7 +368,7 @@ mod imp {
     pub(super) unsafe fn add_on_this_cpu(
         _cpu_id_off: isize,
         _base: *const u8,
-        _limit: *const usize,
+        _nr: usize,
         _delta: u64,
     ) -> bool {
         false
@@ -371,9 +380,17 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
 
+    /// A count and its gate, as `percpu_ref`'s owned slots.
     #[repr(C, align(128))]
-    struct Slot(AtomicU64);
+    struct Slot(AtomicU64, AtomicU64);
     const _: () = assert!(core::mem::size_of::<Slot>() == 1 << SLOT_SHIFT);
+    const _: () = assert!(core::mem::offset_of!(Slot, 1) == GATE_OFFSET);
+
+    fn open_slots(nr: usize) -> Vec<Slot> {
+        (0..nr)
+            .map(|_| Slot(AtomicU64::new(0), AtomicU64::new(1)))
+            .collect()
+    }
 
     #[test]
     fn sections_add_on_this_cpu_slot_and_respect_the_switch() {
@@ -382,13 +399,13 @@ mod tests {
             return;
         };
         let nr = super::super::cpu::possible_cpus();
-        let slots: Vec<Slot> = (0..nr).map(|_| Slot(AtomicU64::new(0))).collect();
+        let slots = open_slots(nr);
         let base = slots.as_ptr().cast::<u8>();
         let mut done = 0u64;
         for _ in 0..10_000 {
-            // SAFETY: `slots` has `nr` slots `1 << SLOT_SHIFT` apart; only
-            // this thread writes them.
-            done += u64::from(unsafe { add_on_this_cpu(off, base, &nr, 3) });
+            // SAFETY: `slots` has `nr` slots `1 << SLOT_SHIFT` apart, each
+            // followed by its gate; only this thread writes them.
+            done += u64::from(unsafe { add_on_this_cpu(off, base, nr, 3) });
         }
         assert_eq!(
             done, 10_000,
@@ -396,8 +413,14 @@ mod tests {
         );
         let sum: u64 = slots.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
         assert_eq!(sum, 30_000);
-        // SAFETY: as above; a limit of 0 admits no CPU.
-        assert!(!unsafe { add_on_this_cpu(off, base, &0, 3) });
+        // SAFETY: as above; a slot count of 0 admits no CPU.
+        assert!(!unsafe { add_on_this_cpu(off, base, 0, 3) });
+        // Closed gates admit no CPU either.
+        for s in &slots {
+            s.1.store(0, Ordering::Relaxed);
+        }
+        // SAFETY: as above.
+        assert!(!unsafe { add_on_this_cpu(off, base, nr, 3) });
         let sum: u64 = slots.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
         assert_eq!(sum, 30_000, "a refused section writes nothing");
         membarrier().expect("membarrier works once available() said so");
@@ -407,7 +430,7 @@ mod tests {
     fn concurrent_sections_and_membarriers_lose_no_add() {
         let Some(off) = available() else { return };
         let nr = super::super::cpu::possible_cpus();
-        let slots: Vec<Slot> = (0..nr).map(|_| Slot(AtomicU64::new(0))).collect();
+        let slots = open_slots(nr);
         let base = slots.as_ptr() as usize;
         let stop = std::sync::atomic::AtomicBool::new(false);
         let threads = 2 * nr.max(2);
@@ -426,7 +449,7 @@ mod tests {
                         for i in 0..per_thread {
                             // SAFETY: as in the test above; several threads
                             // share a CPU's slot only through sections.
-                            let ok = unsafe { add_on_this_cpu(off, base as *const u8, &nr, 1) };
+                            let ok = unsafe { add_on_this_cpu(off, base as *const u8, nr, 1) };
                             missed += u64::from(!ok);
                             if i % 4096 == 0 {
                                 std::thread::yield_now();

@@ -85,15 +85,19 @@
 //!   source, `membarrier`'s rseq commands (Linux 5.10), owned slots): each
 //!   get or put
 //!   is a *restartable sequence* (see [`crate::percpu`]'s rseq module): read
-//!   this CPU's id from the rseq area, compare it with the ref's
-//!   `section_limit` (the slot count in percpu mode, 0 otherwise: one compare
-//!   is both the range and the mode check), add to the slot. The kernel
-//!   restarts the sequence if the thread is preempted, migrated or signalled
-//!   inside it, so the add needs no lock prefix and nothing waits for a store
-//!   buffer to drain. A switch to atomic mode stores 0 to `section_limit` and
-//!   calls `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)`: on return,
-//!   every sequence that read the old limit has committed (and is visible)
-//!   or was aborted (and will read 0 and go to `count`). That is the
+//!   this CPU's id from the rseq area, compare it with the slot count (held
+//!   in a register), check the slot's *gate* (this CPU's copy of the mode,
+//!   on the slot's own line: nonzero in percpu mode, 0 otherwise), add to
+//!   the slot. The kernel restarts the sequence if the thread is preempted,
+//!   migrated or signalled inside it, so the add needs no lock prefix and
+//!   nothing waits for a store buffer to drain; and the section touches one
+//!   line of the ref, the one it writes (an earlier design read a shared
+//!   mode word, a second line per get: measurably slower beside a
+//!   memory-bound sibling hyperthread). A switch to atomic mode stores 0 to
+//!   every gate and calls
+//!   `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)`: on return, every
+//!   sequence that read an open gate has committed (and is visible) or was
+//!   aborted (and will read 0 and go to `count`). That is the
 //!   kernel's RCU grace period, synchronous. Only then are the slots frozen
 //!   and folded, as below. The price: a `kill` makes a system call that
 //!   interrupts every CPU running a thread of this process (and recent
@@ -118,7 +122,7 @@
 //! arithmetic after each); with two or more CPUs both are many times faster
 //! than the atomic. loom checks the `Rseq` protocol through
 //! [`FastPath::Simulated`]: the same switch code, with a section modelled
-//! as a per-CPU lock held across "check the limit, add to the slot" and the
+//! as a per-CPU lock held across "check the gate, add to the slot" and the
 //! `membarrier` as taking every CPU's lock in turn (Miri runs it too). Not
 //! modelled: the instructions of the real section (tested directly, with
 //! concurrent `membarrier`s, in `percpu::rseq`), the system call's
@@ -129,7 +133,7 @@
 //!
 //! | operation | percpu mode | atomic mode |
 //! |---|---|---|
-//! | `get`, `put`, `tryget`, `tryget_live` | `Rseq`: arm the section, read the CPU id, one compare, one unlocked add. `Locked`: read the CPU id, one uncontended locked add. No lock, no allocation, no shared line written | `Rseq`: the section refuses at the compare; `Locked`: the add finds the slot frozen. Then a CAS loop on the shared count |
+//! | `get`, `put`, `tryget`, `tryget_live` | `Rseq`: arm the section, read the CPU id, one compare, one load of the slot's gate, one unlocked add on the same line. `Locked`: read the CPU id, one uncontended locked add. No lock, no allocation, no shared line written | `Rseq`: the section refuses at the compare; `Locked`: the add finds the slot frozen. Then a CAS loop on the shared count |
 //! | `kill`, `switch_to_atomic` | the ref's lock + (`Rseq`) one `membarrier` system call + one RMW per CPU + one CAS | the lock |
 //! | `switch_to_percpu`, `resurrect`, `reinit` | the lock | the lock + one RMW per CPU |
 //!
@@ -144,18 +148,17 @@
 //! This section is the `Locked` protocol, and the part of the `Rseq` one
 //! that runs once the sections are stopped. For `Rseq`, the fast path's
 //! correctness rests on two facts, one per side: a section either commits
-//! its add on the CPU whose id it read, with `section_limit` above that id
-//! when it read it, or has no effect and restarts (the kernel's rseq
-//! guarantee); and after `store(section_limit, 0)` + `membarrier`, no
-//! section can commit without reading 0 (the membarrier guarantee), and
+//! its add on the CPU whose id it read, with that CPU's gate open when it
+//! read it, or has no effect and restarts (the kernel's rseq guarantee);
+//! and after storing 0 to every gate + `membarrier`, no section can commit
+//! without reading 0 (the membarrier guarantee), and
 //! every committed add happens before the switcher's next step (membarrier
 //! is a full barrier on every CPU it interrupts, and the scheduler one on
 //! the others). From then on the slots have no writer but the lock holder,
 //! which freezes and folds them exactly as below; a fast path that reads 0
 //! goes to `count`, exactly like one that finds its slot frozen. Returning
-//! to percpu mode resets the slots and then stores the slot count to
-//! `section_limit` with Release, which the section's acquire load (a plain
-//! x86 load) pairs with. A section cannot target another CPU's slot, so
+//! to percpu mode resets the slots and then opens every gate with Release,
+//! which the section's acquire load (a plain x86 load) pairs with. A section cannot target another CPU's slot, so
 //! the test-only `*_on(cpu)` calls count on `count` on this path.
 //!
 //! Shared state:
@@ -173,7 +176,8 @@
 //!   and `Debug`. Relaxed, a snapshot; the fast paths do not read it (on the
 //!   `Locked` path the slot's own `FROZEN` bit is their mode check, one load
 //!   fewer on the hot path).
-//! - `section_limit` (`Rseq` only): described above.
+//! - the gates (`Rseq` and `Simulated`, owned slots): described above;
+//!   written only by the `ctl` holder, all together.
 //! - `ctl`: a mutex serialising kill, the switches, resurrect and reinit. Only
 //!   its holder freezes or resets slots, adds or removes `BIAS`, or changes
 //!   `DEAD`.
@@ -266,7 +270,7 @@ pub use slots::{PercpuRefSlot, MAX_SLOTS};
 use crate::percpu::arena::PcpuPtr;
 use crate::percpu::{cpu, rseq};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex};
+use crate::sync::{AtomicBool, AtomicU64, Mutex};
 use slots::{Padded, Slots};
 
 /// Slot bit 0: this slot has been folded into `count`; operations that find
@@ -424,10 +428,6 @@ struct Shared {
     /// On its own cache line: contended in atomic mode, and on the `Rseq`
     /// path by CPUs without a slot.
     count: Padded<AtomicU64>,
-    /// `Rseq`, `Simulated`: the number of slots in percpu mode, 0 otherwise.
-    /// A section adds to this CPU's slot only if the CPU id is below it: one
-    /// compare is both the range check and the mode check.
-    section_limit: AtomicUsize,
     /// `Ctl::percpu`, readable without the lock: a snapshot for
     /// `is_percpu`.
     percpu_hint: AtomicBool,
@@ -515,10 +515,10 @@ impl PercpuRef {
         } else {
             word += 1;
         }
-        let sections = fast != FastPath::Locked && !atomic;
+        // Relaxed: as the slot stores above.
+        slots.set_gates(fast != FastPath::Locked && !atomic, Relaxed);
         let shared = Box::new(Shared {
             count: Padded(AtomicU64::new(word)),
-            section_limit: AtomicUsize::new(if sections { slots.nr() } else { 0 }),
             percpu_hint: AtomicBool::new(!atomic),
             #[cfg(any(rstat_loom, miri))]
             sim: (0..slots.nr()).map(|_| Mutex::new(())).collect(),
@@ -702,15 +702,15 @@ impl PercpuRef {
             // exists only under loom and Miri), which `build` chose only
             // with `rseq_off` from `rseq::available()` and owned slots:
             // `nr` live `AtomicU64`s `1 << SLOT_SHIFT` bytes apart, as long
-            // as `self`. `section_limit` is `nr` or 0. In percpu mode only
+            // as `self`, each followed by its gate. In percpu mode only
             // sections write the slots (`Cpu::Given` was refused above);
             // the lock holder writes them (freeze, reset) only after storing
-            // 0 to `section_limit` and a `membarrier`. See "Two fast paths".
+            // 0 to every gate and a `membarrier`. See "Two fast paths".
             unsafe {
                 rseq::add_on_this_cpu(
                     self.rseq_off,
                     self.slots.base_bytes(),
-                    self.shared.section_limit.as_ptr(),
+                    self.slots.nr(),
                     delta,
                 )
             }
@@ -731,9 +731,10 @@ impl PercpuRef {
             return false; // as the real section: no slot, use `count`
         }
         let _on_cpu = crate::sync::lock(&self.shared.sim[c]);
-        // Acquire: the real section's load is an x86 load (acquire); pairs
-        // with the Release store that ends a switch to percpu mode.
-        if c >= self.shared.section_limit.load(Acquire) {
+        // Acquire: the real section's load of the gate is an x86 load
+        // (acquire); pairs with the Release stores that end a switch to
+        // percpu mode. (Owned slots: every `Simulated` ref has them.)
+        if self.slots.gate(c).is_none_or(|g| g.load(Acquire) == 0) {
             return false;
         }
         let slot = self.slots.slot(c);
@@ -744,7 +745,7 @@ impl PercpuRef {
     }
 
     /// Wait until no section can still be running with a check made before
-    /// `section_limit` was set to 0, and every section that committed is
+    /// the gates were closed, and every section that committed is
     /// visible here. Holds `ctl`.
     fn quiesce_sections(&self) -> Result<(), PercpuRefError> {
         match self.fast {

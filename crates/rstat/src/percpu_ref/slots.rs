@@ -3,7 +3,9 @@
 //! Two placements, one access path (`base + (cpu << shift)`, no branch):
 //!
 //! - **owned**: a private array of cache-line-padded slots, one per CPU, so
-//!   no two CPUs' slots share a line (the default; `nr_cpus` × 128 bytes);
+//!   no two CPUs' slots share a line (the default; `nr_cpus` × 128 bytes).
+//!   Each also holds the *gate* that restartable sections read on the same
+//!   line as the count they add to (see [`OwnedSlot`]);
 //! - **arena**: one [`PercpuRefSlot`] allocated by the caller from the
 //!   crate's per-CPU [`Arena`](crate::percpu::arena::Arena), so a group's
 //!   slot for CPU *c* sits in unit *c* next to the group's other per-CPU
@@ -30,10 +32,26 @@ impl<T> core::ops::Deref for Padded<T> {
 
 // Both strides must be powers of two for `shift`.
 const _: () = assert!(UNIT_SIZE.is_power_of_two());
-const _: () = assert!(core::mem::size_of::<Padded<PercpuRefSlot>>().is_power_of_two());
-// Restartable sections address owned slots with this constant stride.
+const _: () = assert!(core::mem::size_of::<Padded<OwnedSlot>>().is_power_of_two());
+// Restartable sections address owned slots with this constant stride, and
+// find the gate at this offset from the count.
 const _: () =
-    assert!(core::mem::size_of::<Padded<PercpuRefSlot>>() == 1 << crate::percpu::rseq::SLOT_SHIFT);
+    assert!(core::mem::size_of::<Padded<OwnedSlot>>() == 1 << crate::percpu::rseq::SLOT_SHIFT);
+const _: () = assert!(core::mem::offset_of!(OwnedSlot, gate) == crate::percpu::rseq::GATE_OFFSET);
+
+/// An owned slot: the count, and beside it on the same line this CPU's
+/// copy of the ref's mode for restartable sections: nonzero while sections
+/// may add to the slot (percpu mode on the `Rseq` path), 0 otherwise.
+/// Written only by the ref's lock holder (all gates at once, see
+/// `PercpuRef::stop_sections`); read by the sections of the CPU that owns
+/// the slot. A section so touches one line of the ref, the one it writes,
+/// rather than a shared mode word and its slot.
+#[repr(C)]
+#[derive(Debug)]
+pub(super) struct OwnedSlot {
+    slot: PercpuRefSlot,
+    gate: AtomicU64,
+}
 
 /// One CPU's share of a [`PercpuRef`](super::PercpuRef)'s count.
 ///
@@ -75,7 +93,7 @@ pub(super) struct Slots {
     /// The boxed slice to free on drop, for owned slots. Kept as a raw
     /// pointer (from `Box::leak`) rather than a `Box`, so moving the ref does
     /// not retag a unique pointer under `base`.
-    owned: Option<*mut [Padded<PercpuRefSlot>]>,
+    owned: Option<*mut [Padded<OwnedSlot>]>,
 }
 
 // SAFETY: `Slots` hands out only `&AtomicU64`s (which are `Sync`) into memory
@@ -90,12 +108,19 @@ impl Slots {
     /// allocation.
     pub(super) fn owned(nr: usize) -> Self {
         let nr = nr.clamp(1, MAX_SLOTS);
-        let boxed: Box<[Padded<PercpuRefSlot>]> =
-            (0..nr).map(|_| Padded(PercpuRefSlot::new())).collect();
-        let owned: *mut [Padded<PercpuRefSlot>] = Box::leak(boxed);
+        let boxed: Box<[Padded<OwnedSlot>]> = (0..nr)
+            .map(|_| {
+                Padded(OwnedSlot {
+                    slot: PercpuRefSlot::new(),
+                    gate: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        let owned: *mut [Padded<OwnedSlot>] = Box::leak(boxed);
         Slots {
+            // `repr(C)`: the count is at offset 0 of each element.
             base: owned as *const PercpuRefSlot,
-            shift: core::mem::size_of::<Padded<PercpuRefSlot>>().trailing_zeros(),
+            shift: core::mem::size_of::<Padded<OwnedSlot>>().trailing_zeros(),
             nr,
             owned: Some(owned),
         }
@@ -155,6 +180,37 @@ impl Slots {
                 .cast::<PercpuRefSlot>())
             .0
         }
+    }
+}
+
+impl Slots {
+    /// Owned slot `cpu`'s gate (`cpu < nr`); `None` for arena slots, which
+    /// have none (their refs take the `Locked` path).
+    #[inline(always)]
+    pub(super) fn gate(&self, cpu: usize) -> Option<&AtomicU64> {
+        let owned = self.owned?;
+        let cpu = cpu::fold(cpu, self.nr);
+        // SAFETY: `owned` is the live boxed slice of `nr` elements this
+        // `Slots` frees only on drop; `cpu < nr`; a shared reference to an
+        // atomic field.
+        Some(unsafe { &(*owned.cast::<Padded<OwnedSlot>>().add(cpu)).0.gate })
+    }
+
+    /// Set every gate (owned slots; nothing for arena slots) to `open`,
+    /// with `order`. Only the ref's lock holder calls this.
+    pub(super) fn set_gates(&self, open: bool, order: crate::sync::Ordering) {
+        for c in 0..self.nr {
+            if let Some(g) = self.gate(c) {
+                g.store(u64::from(open), order);
+            }
+        }
+    }
+
+    /// Whether slot 0's gate is open (all gates are, or none: they change
+    /// together under the ref's lock). Relaxed: for the lock holder.
+    pub(super) fn gates_open(&self) -> bool {
+        self.gate(0)
+            .is_some_and(|g| g.load(crate::sync::Ordering::Relaxed) != 0)
     }
 }
 

@@ -311,21 +311,21 @@ impl PercpuRef {
 
     /// Stop the restartable sections (`Rseq`, `Simulated`; nothing to do on
     /// the `Locked` path or when they are already stopped): store 0 to
-    /// `section_limit`, then wait until every section that read the old
-    /// limit has committed or been aborted. Holds `ctl`. On failure nothing
-    /// changed.
+    /// every slot's gate, then wait until every section that read an open
+    /// gate has committed or been aborted. Holds `ctl` (the only writer of
+    /// the gates, which change together). On failure nothing changed.
     fn stop_sections(&self) -> Result<(), PercpuRefError> {
+        if !self.slots.gates_open() {
+            return Ok(());
+        }
         // Relaxed: the sections learn of it through the quiescence below (a
         // membarrier, a full barrier on every CPU running this process; or
         // the simulated CPUs' locks).
-        let limit = self.shared.section_limit.swap(0, Relaxed);
-        if limit == 0 {
-            return Ok(());
-        }
+        self.slots.set_gates(false, Relaxed);
         if let Err(e) = self.quiesce_sections() {
-            // Release: as the store that opened them (the slots were not
+            // Release: as the stores that opened them (the slots were not
             // touched, so sections simply carry on).
-            self.shared.section_limit.store(limit, Release);
+            self.slots.set_gates(true, Release);
             return Err(e);
         }
         Ok(())
@@ -360,9 +360,9 @@ impl PercpuRef {
         // Relaxed: a snapshot for `is_percpu`.
         self.shared.percpu_hint.store(true, Relaxed);
         if self.fast != FastPath::Locked {
-            // Release: a section that passes the check (an acquire load)
+            // Release: a section that passes its gate (an acquire load)
             // must find the slots reset and `BIAS` in `count`.
-            self.shared.section_limit.store(self.slots.nr(), Release);
+            self.slots.set_gates(true, Release);
         }
     }
 }
