@@ -182,3 +182,52 @@ pub(crate) fn thread_cputime() -> Duration {
     }
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
+
+/// A thread pinned to CPU 1 doing random read-modify-writes over a 32 KiB
+/// buffer (the size of an L1 data cache) until stopped: the *memory-bound
+/// neighbour* some benchmarks run one-thread cases beside. Where CPUs 0
+/// and 1 are hyperthreads of one core (this VM's two vCPUs behave so at
+/// times) it competes with a thread on CPU 0 for the core's load/store
+/// queues and L1, as a busy thread of another VM on a sibling does.
+pub struct Neighbour {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<u64>,
+}
+
+impl Neighbour {
+    /// Start it.
+    pub fn start() -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let handle = std::thread::spawn(move || {
+            pin_to_cpu(1);
+            let mut buf = vec![0u64; 4096];
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut rounds = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                for _ in 0..4096 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let i = (x as usize) & 4095;
+                    buf[i] = buf[i].wrapping_add(x);
+                }
+                std::hint::black_box(&buf);
+                rounds += 1;
+            }
+            rounds
+        });
+        Neighbour { stop, handle }
+    }
+
+    /// Stop it; the rounds of 4096 updates it made (a caller checks that
+    /// it ran at all).
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        match self.handle.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}

@@ -54,6 +54,7 @@ use std::time::Duration;
 use rstat::percpu::cpu;
 use rstat::percpu_ref::{FastPath, InitFlags, PercpuRef};
 
+use crate::machine::Neighbour;
 use crate::rseq_aborts::AbortCounter;
 
 /// The seed's copy sizes, in bytes.
@@ -304,48 +305,6 @@ fn measure(v: &Variant<'_>, threads: usize, copy_bytes: usize, dur: Duration) ->
             .sum::<u64>()
     });
     total
-}
-
-/// A thread pinned to CPU 1 doing random read-modify-writes over a 32 KiB
-/// buffer (the size of an L1 data cache) until stopped.
-struct Neighbour {
-    stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<u64>,
-}
-
-impl Neighbour {
-    fn start() -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let handle = std::thread::spawn(move || {
-            pin_to_cpu(1);
-            let mut buf = vec![0u64; 4096];
-            let mut x = 0x9e37_79b9_7f4a_7c15u64;
-            let mut rounds = 0u64;
-            while !flag.load(Ordering::Relaxed) {
-                for _ in 0..4096 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let i = (x as usize) & 4095;
-                    buf[i] = buf[i].wrapping_add(x);
-                }
-                black_box(&buf);
-                rounds += 1;
-            }
-            rounds
-        });
-        Neighbour { stop, handle }
-    }
-
-    /// Stop it; the rounds of 4096 updates it made.
-    fn stop(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        match self.handle.join() {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    }
 }
 
 /// Copy `n` bytes (at most `BUF`) so the compiler cannot drop or merge it.

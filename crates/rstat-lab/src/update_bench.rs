@@ -27,6 +27,12 @@
 //! crosses the `Threshold` count on every update, so it shows what the
 //! walk over the ancestors costs as the tree deepens.
 //!
+//! Beside a *memory-bound neighbour* (`*_1t_neighbour`, machines with two
+//! CPUs or more): the one-thread rstat update, shared atomic and bare
+//! per-CPU counter again, on CPU 0, while [`crate::machine::Neighbour`]
+//! runs on CPU 1. Where the two are hyperthreads of one core this is the
+//! VM state in which the section's extra memory accesses cost the most.
+//!
 //! The multi-thread figures (`*_2t`) run on `Config::threads` pinned
 //! threads: 2 unless `rstat bench update --cpus N` says otherwise (the
 //! names keep the `2t` of the issue that defined them; `threads` in the
@@ -113,6 +119,15 @@ pub struct Report {
     /// `ns_per_update_1t / shared_atomic_ns_1t` (target <= 1; issue 2 had
     /// <= 2).
     pub ratio_vs_shared_atomic_1t: f64,
+    /// `ns_per_update_1t` beside a memory-bound neighbour on CPU 1 (`None`
+    /// on one CPU).
+    pub ns_per_update_1t_neighbour: Option<f64>,
+    /// `shared_atomic_ns_1t` beside the neighbour.
+    pub shared_atomic_ns_1t_neighbour: Option<f64>,
+    /// `bare_percpu_ns_1t` beside the neighbour.
+    pub bare_percpu_ns_1t_neighbour: Option<f64>,
+    /// `ns_per_update_1t_neighbour / shared_atomic_ns_1t_neighbour`.
+    pub ratio_vs_shared_atomic_1t_neighbour: Option<f64>,
     /// ns per update of a 4096-unit item of a group at depth 5, delta 4096,
     /// 1 thread (same engine and policy).
     pub deep_large_ns_1t: f64,
@@ -334,6 +349,27 @@ pub fn run(cfg: &Config) -> Report {
         l1.push(mops_to_ns(item_loop(1, n, &locked.item, 1)));
         l2.push(item_loop(t, n, &locked.item, 1));
     }
+    // The one-thread figures again beside the neighbour, interleaved.
+    let (mut r1n, mut a1n, mut b1n) = (Vec::new(), Vec::new(), Vec::new());
+    if crate::machine::online_cpus() >= 2 {
+        let neighbour = crate::machine::Neighbour::start();
+        for _ in 0..cfg.samples {
+            r1n.push(mops_to_ns(item_loop(1, n, &main.item, 1)));
+            a1n.push(mops_to_ns(per_thread(1, n, |_| {
+                let s = Arc::clone(&shared);
+                move || {
+                    let s = black_box(&*s);
+                    for _ in 0..n {
+                        s.fetch_add(black_box(1), Ordering::Relaxed);
+                    }
+                }
+            })));
+            b1n.push(mops_to_ns(per_thread(1, n, |_| {
+                bare_loop(Arc::clone(&bare))
+            })));
+        }
+        assert!(neighbour.stop() > 0, "the memory-bound neighbour never ran");
+    }
     let shapes = if cfg.sweep {
         sweep(&main.rs, n / 8, cfg.samples, t)
     } else {
@@ -342,13 +378,15 @@ pub fn run(cfg: &Config) -> Report {
     unpin();
     // Honesty check, on every engine and controller measured: per sample,
     // the unit item took 1 + `t` threads' updates (plus the controller
-    // handle's and the stat handle's on the default engine), the deep item
-    // 1 + `t` threads' 4096s.
+    // handle's and the stat handle's on the default engine, and one more
+    // beside the neighbour when it ran), the deep item 1 + `t` threads'
+    // 4096s.
     let (samples, n_i, t_i) = (cfg.samples as i64, n as i64, t as i64);
+    let beside = r1n.len() as i64;
     main.check(
         &main.ctl,
         &main.g,
-        samples * (3 + t_i) * n_i,
+        samples * (3 + t_i) * n_i + beside * n_i,
         "default engine, unit item",
     );
     main.check(
@@ -368,6 +406,8 @@ pub fn run(cfg: &Config) -> Report {
     let (bn1, bm2) = (median(b1), median(b2));
     let (dn1, dm2, cn1, sn1) = (median(d1), median(d2), median(c1), median(s1));
     let (ln1, lm2) = (median(l1), median(l2));
+    let beside = |v: Vec<f64>| (!v.is_empty()).then(|| median(v));
+    let (rn1, an1, bn1n) = (beside(r1n), beside(a1n), beside(b1n));
     Report {
         ns_per_update_1t: round(ns1, 3),
         shared_atomic_ns_1t: round(at1, 3),
@@ -379,6 +419,10 @@ pub fn run(cfg: &Config) -> Report {
         bare_ratio_vs_shared_atomic_2t: round(bm2 / am2, 2),
         ratio_vs_shared_atomic_2t: round(m2 / am2, 2),
         ratio_vs_shared_atomic_1t: round(ns1 / at1, 2),
+        ns_per_update_1t_neighbour: rn1.map(|x| round(x, 3)),
+        shared_atomic_ns_1t_neighbour: an1.map(|x| round(x, 3)),
+        bare_percpu_ns_1t_neighbour: bn1n.map(|x| round(x, 3)),
+        ratio_vs_shared_atomic_1t_neighbour: rn1.zip(an1).map(|(r, a)| round(r / a, 2)),
         deep_large_ns_1t: round(dn1, 3),
         deep_large_mops_2t: round(dm2, 1),
         controller_handle_ns_1t: round(cn1, 3),
@@ -490,6 +534,20 @@ pub fn table(r: &Report) -> String {
     s += &row_ns("StatHandle::add, 1t", r.stat_handle_ns_1t);
     s += &row_ns("locked update path, 1t", r.locked_ns_1t);
     s += &row_mops(&format!("locked update path, {t}t"), r.locked_mops_2t);
+    if let (Some(u), Some(a), Some(b), Some(ratio)) = (
+        r.ns_per_update_1t_neighbour,
+        r.shared_atomic_ns_1t_neighbour,
+        r.bare_percpu_ns_1t_neighbour,
+        r.ratio_vs_shared_atomic_1t_neighbour,
+    ) {
+        s += "
+beside a memory-bound neighbour on CPU 1 (the measured thread on CPU 0):
+";
+        s += &row_ns("rstat update, 1t", u);
+        s += &row_ns("shared AtomicU64::fetch_add, 1t", a);
+        s += &row_ns("reference: bare per-CPU counter, 1t", b);
+        s += &format!("1-thread cost vs shared atomic there: {ratio:.2}x\n");
+    }
     let check = |ok: bool| if ok { "ok" } else { "MISSED" };
     s += &format!(
         "\nratio vs shared atomic, {t} threads: {:.2}x (target >= 8; bare per-CPU counter: {:.2}x)\n\

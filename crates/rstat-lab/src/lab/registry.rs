@@ -529,6 +529,29 @@ fn update_view(f: &Fig) -> View {
         ],
         &rows,
     );
+    if f.v("/ns_per_update_1t_neighbour").is_some() {
+        let rows: Vec<Vec<String>> = [
+            (
+                "rstat update (depth 1, delta 1)",
+                "/ns_per_update_1t_neighbour",
+            ),
+            (
+                "shared `AtomicU64::fetch_add`",
+                "/shared_atomic_ns_1t_neighbour",
+            ),
+            (
+                "reference: bare per-CPU counter",
+                "/bare_percpu_ns_1t_neighbour",
+            ),
+        ]
+        .iter()
+        .map(|(l, p)| vec![(*l).to_owned(), f.f(p, 2)])
+        .collect();
+        table += "\nOne thread on CPU 0 beside a memory-bound neighbour on CPU 1 (random \
+                  read-modify-writes over 32 KiB; where the two are hyperthreads of one core, \
+                  the state in which the section's memory accesses cost the most):\n\n";
+        table += &md_table(&["case", "ns per update, 1 thread"], &rows);
+    }
     if let Some(Value::Array(shapes)) = f.med.get("shapes") {
         if !shapes.is_empty() {
             let rows: Vec<Vec<String>> = (0..shapes.len())
@@ -570,8 +593,8 @@ fn update_view(f: &Fig) -> View {
     }
 }
 
-fn update_targets(_: &Fig) -> Vec<Target> {
-    vec![
+fn update_targets(f: &Fig) -> Vec<Target> {
+    let mut v = vec![
         Target::new(
             "ratio_vs_shared_atomic_2t",
             "/ratio_vs_shared_atomic_2t",
@@ -621,7 +644,18 @@ fn update_targets(_: &Fig) -> Vec<Target> {
             1.5,
             "issue 10 item 3",
         ),
-    ]
+    ];
+    // Measured only where there is a CPU 1 for the neighbour.
+    if f.v("/ratio_vs_shared_atomic_1t_neighbour").is_some() {
+        v.push(Target::new(
+            "ratio_vs_shared_atomic_1t_neighbour",
+            "/ratio_vs_shared_atomic_1t_neighbour",
+            Op::Le,
+            1.0,
+            "issue 10, beside a busy sibling",
+        ));
+    }
+    v
 }
 
 fn update_plot(f: &Fig, machine: &str) -> Result<String, String> {
