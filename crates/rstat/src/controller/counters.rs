@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{Controller, Css, CtlEntry, ItemPath, Totals};
+use super::{Controller, Css, CtlEntry, ItemPath, PathCopy, Totals};
 use crate::engine::policy::FlushPolicy;
 use crate::engine::tree::lock_domain;
 use crate::engine::EngineInner;
@@ -66,6 +66,11 @@ pub struct ControllerHandle {
     /// checks its arguments without dereferencing `ctl`.
     id: usize,
     nr_stats: usize,
+    /// Copies of the engine's slot count and update path, so
+    /// [`add`](Self::add) reads nothing from the engine or the css for
+    /// them.
+    nr_cpus: usize,
+    path: PathCopy,
 }
 
 /// A handle to a counter-set controller.
@@ -82,11 +87,21 @@ impl std::fmt::Debug for ControllerHandle {
 impl ControllerHandle {
     pub(crate) fn new(engine: Arc<EngineInner>, ctl: Arc<CtlEntry>) -> Self {
         let (id, nr_stats) = (ctl.id, ctl.nr_stats);
+        // SAFETY: a controller's domain lives as long as its engine, which
+        // `engine` holds.
+        let domain = unsafe { &*ctl.domain };
+        // Every css of the domain copies the same (`Css::new`).
+        let path = PathCopy {
+            section_limit: domain.section_limit as u32,
+            rseq_off: domain.rseq_off as i32,
+        };
         ControllerHandle {
+            nr_cpus: engine.nr_cpus,
             engine,
             ctl,
             id,
             nr_stats,
+            path,
         }
     }
 
@@ -175,7 +190,7 @@ impl ControllerHandle {
         }
         // SAFETY: `css` is this controller's state of `group`, kept alive by
         // `group`; item checked against this controller's items.
-        unsafe { (*css).update_here(self.engine.nr_cpus, item, delta) };
+        unsafe { (*css).update_here_via(self.path, self.nr_cpus, item, delta) };
         Ok(())
     }
 
@@ -254,6 +269,7 @@ impl ControllerHandle {
             css,
             nr_stats: self.ctl.nr_stats,
             nr_cpus: self.engine.nr_cpus,
+            path: self.path,
         })
     }
 
@@ -390,6 +406,8 @@ pub struct StatHandle {
     css: *const Css,
     nr_stats: usize,
     nr_cpus: usize,
+    /// The engine's update path, so `add` tests it on this handle's line.
+    path: PathCopy,
 }
 
 // SAFETY: the css is owned by `group`, which this handle keeps alive; the
@@ -420,8 +438,9 @@ impl StatHandle {
         if item >= self.nr_stats {
             return false;
         }
-        // SAFETY: `self.group` keeps the css alive; item checked.
-        unsafe { (*self.css).update_here(self.nr_cpus, item, delta) };
+        // SAFETY: `self.group` keeps the css alive; item checked; `path`
+        // is its engine's.
+        unsafe { (*self.css).update_here_via(self.path, self.nr_cpus, item, delta) };
         true
     }
 

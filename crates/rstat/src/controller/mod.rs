@@ -410,6 +410,16 @@ unsafe impl Send for CtlEntry {}
 // SAFETY: as above; the other fields are immutable.
 unsafe impl Sync for CtlEntry {}
 
+/// A copy of an engine's update path (`Css::section_limit`,
+/// `Css::rseq_off`: the same in every css of the engine), for handles to
+/// keep on their own line.
+#[derive(Clone, Copy)]
+pub(crate) struct PathCopy {
+    pub(crate) section_limit: u32,
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    pub(crate) rseq_off: i32,
+}
+
 /// One item's update path, resolved from its css once and kept by a
 /// [`StatItem`](crate::StatItem): CPU 0's addresses of the item's slot and
 /// of the node's links (CPU `c`'s are `c << UNIT_SHIFT` further), the
@@ -615,7 +625,7 @@ impl Css {
     pub(crate) unsafe fn update(&self, cpu: usize, item: usize, delta: i64) {
         if self.section_limit != 0 {
             // SAFETY: caller's guarantees.
-            return unsafe { self.update_in_section(cpu, item, delta) };
+            return unsafe { self.update_in_section(self.path_copy(), cpu, item, delta) };
         }
         // SAFETY: caller's guarantees.
         unsafe { self.update_locked(cpu, item, delta) }
@@ -630,15 +640,43 @@ impl Css {
     /// The css is live, `item < nr_stats`, `nr_cpus` is its engine's.
     #[inline(always)]
     pub(crate) unsafe fn update_here(&self, nr_cpus: usize, item: usize, delta: i64) {
+        // SAFETY: caller's guarantees; the css's own copies.
+        unsafe { self.update_here_via(self.path_copy(), nr_cpus, item, delta) }
+    }
+
+    /// This css's copy of its engine's update path.
+    #[inline(always)]
+    pub(crate) fn path_copy(&self) -> PathCopy {
+        PathCopy {
+            section_limit: self.section_limit,
+            rseq_off: self.rseq_off,
+        }
+    }
+
+    /// [`update_here`](Self::update_here) with the engine's update path
+    /// given by the caller (a handle's copy, equal to this css's: every
+    /// css of an engine has the same), so the path test and the section's
+    /// limit and offset come from the caller's line rather than the css's.
+    ///
+    /// # Safety
+    /// As [`update_here`](Self::update_here); `path` is the engine's.
+    #[inline(always)]
+    pub(crate) unsafe fn update_here_via(
+        &self,
+        path: PathCopy,
+        nr_cpus: usize,
+        item: usize,
+        delta: i64,
+    ) {
         let this_cpu = || crate::percpu::cpu::fold(crate::percpu::cpu::current(), nr_cpus);
-        if self.section_limit != 0 {
+        if path.section_limit != 0 {
             let cpu = if cfg!(any(rstat_loom, miri)) {
                 this_cpu()
             } else {
                 0
             };
             // SAFETY: caller's guarantees; `cpu` folded where it is used.
-            return unsafe { self.update_in_section(cpu, item, delta) };
+            return unsafe { self.update_in_section(path, cpu, item, delta) };
         }
         // SAFETY: caller's guarantees; `cpu` folded.
         unsafe { self.update_locked(this_cpu(), item, delta) }
@@ -647,10 +685,11 @@ impl Css {
     /// A restartable section on this CPU's slot (see `percpu::rseq`).
     ///
     /// # Safety
-    /// As [`update`](Self::update); `section_limit != 0`.
+    /// As [`update`](Self::update); `path` is the engine's, with
+    /// `section_limit != 0`.
     #[cfg(not(any(rstat_loom, miri)))]
     #[inline(always)]
-    unsafe fn update_in_section(&self, _cpu: usize, item: usize, delta: i64) {
+    unsafe fn update_in_section(&self, path: PathCopy, _cpu: usize, item: usize, delta: i64) {
         // SAFETY: `item < nr_stats`: the slot lies inside the allocation
         // in every unit; `cur` is its first field (repr(C)).
         let base = unsafe { self.stats.raw(0).add(item) }.cast::<u8>();
@@ -659,9 +698,9 @@ impl Css {
         // above the limit), and are live while the css is.
         match unsafe {
             crate::percpu::rseq::add_fetch_on_this_cpu(
-                self.rseq_off as isize,
+                path.rseq_off as isize,
                 base,
-                self.section_limit,
+                path.section_limit,
                 delta,
             )
         } {
@@ -687,7 +726,7 @@ impl Css {
     /// As [`update`](Self::update).
     #[cfg(any(rstat_loom, miri))]
     #[inline(always)]
-    unsafe fn update_in_section(&self, cpu: usize, item: usize, delta: i64) {
+    unsafe fn update_in_section(&self, _path: PathCopy, cpu: usize, item: usize, delta: i64) {
         // SAFETY: a css's node and domain outlive it; caller bounds `cpu`
         // and `item`.
         let (domain, slot) = unsafe { (&*(*self.node).domain, self.stats.elem(cpu, item)) };
