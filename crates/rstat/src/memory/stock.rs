@@ -76,6 +76,7 @@
 
 use std::sync::Arc;
 
+use super::objcg::ObjCg;
 use super::MemCg;
 use crate::page_counter::CachePadded;
 use crate::sync::{AtomicBool, AtomicUsize, Ordering, UnsafeCell};
@@ -102,10 +103,13 @@ struct CpuStock {
 // Send + Sync.
 unsafe impl Sync for CpuStock {}
 
-/// The slot table: `cached[i]` holds `nr[i]` pre-charged units.
+/// The slot table: `cached[i]` holds `nr[i]` pre-charged units and
+/// `refs[i]` references on its group's owner handle ([`super::objcg`]),
+/// taken in batches for the allocator's objects.
 struct Slots {
     cached: [Option<Arc<MemCg>>; NR_STOCK],
     nr: [u64; NR_STOCK],
+    refs: [usize; NR_STOCK],
     /// The next slot to evict when none is free (round-robin).
     next_evict: usize,
 }
@@ -118,15 +122,61 @@ impl Slots {
             .position(|c| c.as_deref().is_some_and(|c| core::ptr::eq(c, memcg)))
     }
 
-    /// Empty slot `i`; its group and units, if it named one.
-    fn take(&mut self, i: usize) -> Option<(Arc<MemCg>, u64)> {
+    /// Empty slot `i`; its group, units and handle references, if it
+    /// named one.
+    fn take(&mut self, i: usize) -> Option<Taken> {
         let nr = core::mem::take(&mut self.nr[i]);
-        self.cached[i].take().map(|m| (m, nr))
+        let refs = core::mem::take(&mut self.refs[i]);
+        self.cached[i].take().map(|m| Taken { memcg: m, nr, refs })
+    }
+
+    /// The slot of `memcg`, made (a free one, or one evicted round-robin)
+    /// if it has none: its index and what was evicted.
+    #[inline(always)]
+    fn slot_for(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
+        if let Some(i) = self.find(memcg) {
+            return (i, None);
+        }
+        let (i, evicted) = match self.cached.iter().position(Option::is_none) {
+            Some(i) => (i, None),
+            None => {
+                let i = self.next_evict % NR_STOCK;
+                self.next_evict = (i + 1) % NR_STOCK;
+                (i, self.take(i))
+            }
+        };
+        self.cached[i] = Some(Arc::clone(memcg));
+        (i, evicted)
     }
 }
 
-/// Proof that this thread holds one CPU's lock; releases it on drop.
-struct Held<'a>(&'a CpuStock);
+/// What a slot held when it was emptied: units to uncharge and handle
+/// references to drop, after the lock is released ([`Taken::give_back`]).
+#[must_use]
+pub(crate) struct Taken {
+    memcg: Arc<MemCg>,
+    nr: u64,
+    refs: usize,
+}
+
+impl Taken {
+    /// Uncharge the units and drop the references. Returns the units.
+    pub(crate) fn give_back(self) -> u64 {
+        self.memcg.uncharge_counter(self.nr);
+        // SAFETY: the slot owned these references on its group's handle.
+        unsafe { self.memcg.put_objcg(self.refs) };
+        self.nr
+    }
+}
+
+/// References on a handle the allocator takes at once into a stock slot,
+/// and the most a slot keeps (above it, the surplus goes back).
+pub(crate) const REF_BATCH: usize = 64;
+const REF_MAX: usize = 2 * REF_BATCH;
+
+/// Proof that this thread holds one CPU's lock; releases it on drop. The
+/// accounting allocator's read side ([`super::objcg`]).
+pub(crate) struct Held<'a>(&'a CpuStock);
 
 impl Held<'_> {
     #[inline(always)]
@@ -179,6 +229,7 @@ impl Stocks {
                     slots: UnsafeCell::new(Slots {
                         cached: Default::default(),
                         nr: [0; NR_STOCK],
+                        refs: [0; NR_STOCK],
                         next_evict: 0,
                     }),
                 })
@@ -289,22 +340,101 @@ impl Stocks {
                 s.nr[i] += n;
                 return if s.nr[i] > batch { s.take(i) } else { None };
             }
-            let (i, evicted) = match s.cached.iter().position(Option::is_none) {
-                Some(i) => (i, None),
-                None => {
-                    let i = s.next_evict % NR_STOCK;
-                    s.next_evict = (i + 1) % NR_STOCK;
-                    (i, s.take(i))
-                }
-            };
-            s.cached[i] = Some(Arc::clone(memcg));
+            let (i, evicted) = s.slot_for(memcg);
             s.nr[i] = n;
             evicted
         });
         drop(h);
-        if let Some((m, nr)) = out {
-            m.uncharge_counter(nr);
+        if let Some(t) = out {
+            t.give_back();
         }
+    }
+
+    /// The accounting allocator's charge of one object: take `n` units of
+    /// `memcg` and one reference on its owner handle from the held stock
+    /// (references are fetched [`REF_BATCH`] at a time). False if the slot
+    /// has fewer units, or none.
+    ///
+    /// The caller checked, under this lock, that `memcg` is online: its
+    /// handle's base reference is then held until a drain that waits for
+    /// this lock, so the handle is live.
+    #[inline(always)]
+    pub(crate) fn heap_consume(&self, h: &mut Held<'_>, memcg: &MemCg, n: u64) -> bool {
+        h.with(|s| match s.find(memcg) {
+            Some(i) if s.nr[i] >= n => {
+                s.nr[i] -= n;
+                if s.refs[i] == 0 {
+                    // SAFETY: the handle is live (above).
+                    unsafe { ObjCg::get(memcg.objcg(), REF_BATCH) };
+                    s.refs[i] = REF_BATCH;
+                }
+                s.refs[i] -= 1;
+                true
+            }
+            _ => false,
+        })
+    }
+
+    /// The accounting allocator's uncharge of one object bound to
+    /// `memcg`'s handle: its `n` units (at most `batch`) and its reference
+    /// go into the held stock. Returns what must be given back once the
+    /// lock is released (a slot that overflowed or was evicted).
+    ///
+    /// The caller checked, under this lock, that `memcg` is online and may
+    /// be stocked (see [`refill`](Self::refill) for the rules).
+    #[inline(always)]
+    pub(crate) fn heap_refill(
+        &self,
+        h: &mut Held<'_>,
+        memcg: &Arc<MemCg>,
+        n: u64,
+    ) -> Option<Taken> {
+        let batch = self.batch;
+        h.with(|s| {
+            let (i, evicted) = s.slot_for(memcg);
+            // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
+            s.nr[i] += n;
+            s.refs[i] += 1;
+            if s.refs[i] > REF_MAX {
+                // SAFETY: these references were the slot's; the base
+                // reference is held (the group is online), so this is not
+                // the last.
+                unsafe { memcg.put_objcg(s.refs[i] - REF_BATCH) };
+                s.refs[i] = REF_BATCH;
+            }
+            if s.nr[i] > batch {
+                // A slot found (not made) overflowed: nothing was evicted.
+                return s.take(i);
+            }
+            evicted
+        })
+    }
+
+    /// This CPU's lock, else any other CPU's that is free, else wait for
+    /// this CPU's: the read side of the owner handles' grace period (any
+    /// one stock lock will do; see [`super::objcg`]).
+    #[inline(always)]
+    pub(crate) fn lock_any(&self, cpu: usize) -> Held<'_> {
+        if let Some(h) = self.cpus[cpu].try_lock() {
+            return h;
+        }
+        self.lock_any_slow(cpu)
+    }
+
+    #[cold]
+    fn lock_any_slow(&self, cpu: usize) -> Held<'_> {
+        for c in self
+            .cpus
+            .iter()
+            .cycle()
+            .skip(cpu + 1)
+            .take(self.cpus.len() - 1)
+        {
+            if let Some(h) = c.try_lock() {
+                return h;
+            }
+        }
+        self.cpus[cpu].lock()
     }
 
     /// Empty, on every CPU, the slots whose group satisfies `pred`, into
@@ -315,7 +445,7 @@ impl Stocks {
         // Room for one CPU's slots, made before any lock is taken: growing
         // it under a stock lock would allocate there, and the accounting
         // allocator's charge of that allocation may need this lock.
-        let mut taken: Vec<(Arc<MemCg>, u64)> = Vec::with_capacity(NR_STOCK);
+        let mut taken: Vec<Taken> = Vec::with_capacity(NR_STOCK);
         for cpu in self.cpus.iter() {
             let mut h = cpu.lock();
             h.with(|s| {
@@ -326,9 +456,8 @@ impl Stocks {
                 }
             });
             drop(h);
-            for (m, nr) in taken.drain(..) {
-                m.uncharge_counter(nr);
-                total = total.saturating_add(nr);
+            for t in taken.drain(..) {
+                total = total.saturating_add(t.give_back());
             }
         }
         total
