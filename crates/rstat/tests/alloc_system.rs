@@ -613,3 +613,40 @@ fn allocations_under_the_crates_own_locks_never_wait_for_them() {
     mem.set_heap_limit_mode(&g, HeapLimitMode::Account).unwrap();
     g.remove().unwrap();
 }
+
+/// The allocator counts its `memory.stat` deltas in the stock slots (plain
+/// adds under the lock it holds) and adds them to the stat items in
+/// batches; a `memory.stat` read must still see every operation made
+/// before it, without anyone draining the stocks.
+#[test]
+fn memory_stat_is_exact_without_draining_the_stocks() {
+    let (rs, mem) = env();
+    let g = rs.root().create_child("stat-no-drain").unwrap();
+    let l = Layout::from_size_align(40, 8).unwrap();
+    let mut ptrs: Vec<Ptr> = Vec::with_capacity(10);
+    {
+        let _in = g.enter();
+        for _ in 0..10 {
+            // SAFETY: non-zero size.
+            let p = unsafe { alloc(l) };
+            assert!(!p.is_null());
+            ptrs.push(Ptr(p));
+        }
+    }
+    let s = mem.stat_exact(&g).unwrap();
+    assert_eq!(s.get_local("heap"), Some(400));
+    assert_eq!(s.get_local("heap_allocs"), Some(10));
+    for p in ptrs.drain(..3) {
+        // SAFETY: allocated above with `l`.
+        unsafe { dealloc(p.0, l) };
+    }
+    let s = mem.stat_exact(&g).unwrap();
+    assert_eq!(s.get_local("heap"), Some(280));
+    assert_eq!(s.get_local("heap_frees"), Some(3));
+    for p in ptrs.drain(..) {
+        // SAFETY: as above.
+        unsafe { dealloc(p.0, l) };
+    }
+    assert_eq!(mem.stat_exact(&g).unwrap().get_local("heap"), Some(0));
+    g.remove().unwrap();
+}

@@ -56,8 +56,16 @@
 //!    reference on it. The reference is taken from this CPU's stock slot,
 //!    which fetches them 64 at a time: no shared write on the common path.
 //! 5. **Stats**: `heap`, `heap_overhead` and `heap_allocs` in
-//!    `memory.stat` (three per-CPU adds; see
-//!    [`MEMORY_STAT_NAMES`](crate::memory::MEMORY_STAT_NAMES)).
+//!    `memory.stat` (see [`MEMORY_STAT_NAMES`](crate::memory::MEMORY_STAT_NAMES)),
+//!    counted in the same stock slot, under the lock already held (plain
+//!    adds), and added to the group's per-CPU stat items every
+//!    [`HEAP_STAT_BATCH`](crate::memory::stock::HEAP_STAT_BATCH) operations
+//!    or when the slot is emptied. **Reads stay exact:**
+//!    [`Memory::stat`] and [`Memory::stat_exact`] first add every slot's
+//!    pending deltas for the group's subtree
+//!    ([`Memory::flush_heap_stats`]: each CPU's stock lock once); a read
+//!    of the raw stat controller ([`Memory::stats`]) without that may miss
+//!    fewer than 64 operations per (group, CPU).
 //!
 //! **Where reclaim runs.** Reclaimers (for `memory.high`, and for
 //! `memory.max` in enforce mode) run on the allocating thread, inside the
@@ -143,8 +151,9 @@
 //!
 //! An allocation served from the stock: the thread-local loads, one
 //! uncontended compare-and-swap on this CPU's stock lock (the handle
-//! reference comes from the same slot: a shared atomic add once per 64
-//! objects), three per-CPU stat adds, the trailer store; a free the same
+//! reference and the stat deltas are plain adds in the same slot: a shared
+//! atomic add once per 64 objects for the references, three per-CPU stat
+//! adds once per 64 operations), the trailer store; a free the same
 //! (the handle's word is one more load, of a line nobody writes while the
 //! group lives). A stock miss: one atomic add per ancestor's usage. A
 //! group removal: every CPU's stock lock once (the drain it makes anyway

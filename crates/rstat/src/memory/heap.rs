@@ -4,8 +4,9 @@
 //! items of `memory.stat`, and the per-group limit mode.
 //!
 //! Nothing here allocates on the common path (a stock hit): a few loads,
-//! one uncontended compare-and-swap on this CPU's stock lock, three
-//! per-CPU stat adds; the object's reference on its owner handle
+//! one uncontended compare-and-swap on this CPU's stock lock, the stat
+//! deltas counted in the stock slot (see the stock's `HEAP_STAT_BATCH`);
+//! the object's reference on its owner handle
 //! ([`objcg`](super::objcg)) is taken from (or put back into) the stock
 //! slot, a shared atomic add only once per [`REF_BATCH`](super::stock::REF_BATCH)
 //! objects. The slow
@@ -101,10 +102,8 @@ impl Memory {
                 let mut h = stocks.lock_any(cpu);
                 // Online, checked under the lock: the handle's base
                 // reference is held until after this critical section.
-                if m.is_online() && stocks.heap_consume(&mut h, m, n) {
+                if m.is_online() && stocks.heap_consume(&mut h, m, size, overhead) {
                     drop(h);
-                    self.count_heap(group, size, overhead, false, cpu);
-                    self.count_on(group, STAT_HEAP_ALLOCS, 1, cpu);
                     return Some(m.objcg());
                 }
             }
@@ -157,7 +156,7 @@ impl Memory {
         let h = self.inner.shared.stocks.lock_any(cpu);
         // SAFETY: caller's reference.
         let cur = unsafe { x.as_ref() }.current();
-        let g = NonNull::new(cur.group as *mut GroupInner).map(|p| {
+        let g = NonNull::new(cur.group.cast::<GroupInner>()).map(|p| {
             // SAFETY: the group stays allocated while we hold the stock
             // lock, and its count is not zero (see `objcg`).
             unsafe { Group::clone_from_ptr(p) }
@@ -238,7 +237,7 @@ impl Memory {
         // SAFETY: the object's reference keeps `x` live. From here until
         // the lock is released the group it names stays allocated (`objcg`).
         let cur = unsafe { x.as_ref() }.current();
-        let Some(gp) = NonNull::new(cur.group as *mut GroupInner) else {
+        let Some(gp) = NonNull::new(cur.group.cast::<GroupInner>()) else {
             drop(h);
             // SAFETY: the object's reference (an unbound handle: nothing
             // was charged through it).
@@ -256,9 +255,7 @@ impl Memory {
                 {
                     debug_assert_eq!(m.objcg(), x, "a bound handle is its group's");
                     // The object's reference on `x` moves into the slot.
-                    let out = stocks.heap_refill(&mut h, m, n);
-                    self.count_heap(&g, size, overhead, true, cpu);
-                    self.count_on(&g, STAT_HEAP_FREES, 1, cpu);
+                    let out = stocks.heap_refill(&mut h, m, size, overhead);
                     drop(h);
                     if let Some(t) = out {
                         t.give_back();

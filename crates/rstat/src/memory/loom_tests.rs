@@ -30,7 +30,7 @@ fn is(m: &Arc<MemCg>) -> impl Fn(&MemCg) -> bool + '_ {
 #[test]
 fn consume_refill_vs_drain() {
     model(|| {
-        let stocks = Arc::new(Stocks::new(1, 2));
+        let stocks = Arc::new(Stocks::new(1, 2, usize::MAX));
         let m = Arc::new(MemCg::new(None));
         // Start with one unit in the stock (charged, held by nobody).
         m.counter.charge(1).unwrap();
@@ -59,7 +59,7 @@ fn consume_refill_vs_drain() {
 #[test]
 fn two_threads_share_one_cpu_stock_vs_drain() {
     model(|| {
-        let stocks = Arc::new(Stocks::new(1, 2));
+        let stocks = Arc::new(Stocks::new(1, 2, usize::MAX));
         let m = Arc::new(MemCg::new(None));
         let spawn = |n: u64| {
             let (stocks, m) = (Arc::clone(&stocks), Arc::clone(&m));
@@ -87,7 +87,7 @@ fn two_threads_share_one_cpu_stock_vs_drain() {
 #[test]
 fn refill_vs_offline() {
     model(|| {
-        let shared = Arc::new(Shared::new(Stocks::new(2, 2), 0, 0));
+        let shared = Arc::new(Shared::new(Stocks::new(2, 2, usize::MAX), 0, 0));
         let stocks = &shared.stocks;
         let root = Arc::new(MemCg::new(None));
         let m = Arc::new(MemCg::new(Some(&root)));
@@ -115,8 +115,8 @@ struct StandIn {
 }
 
 impl StandIn {
-    fn addr(&self) -> usize {
-        self as *const StandIn as usize
+    fn addr(&self) -> *mut () {
+        (self as *const StandIn).cast_mut().cast()
     }
 }
 
@@ -131,7 +131,7 @@ impl StandIn {
 #[test]
 fn free_racing_reparent_never_uses_a_released_group() {
     model(|| {
-        let shared = Arc::new(Shared::new(Stocks::new(2, 2), 0, 0));
+        let shared = Arc::new(Shared::new(Stocks::new(2, 2, usize::MAX), 0, 0));
         let root = Arc::new(MemCg::new(None));
         let m = Arc::new(MemCg::new(Some(&root)));
         let (parent_g, child_g) = (
@@ -151,7 +151,9 @@ fn free_racing_reparent_never_uses_a_released_group() {
         let x = m.objcg();
         // SAFETY: the base reference is held.
         unsafe { ObjCg::get(x, 1) };
-        let send_x = x.as_ptr() as usize;
+        // A raw pointer is not `Send`: carry the address, and the
+        // provenance through `with_exposed_provenance` (a model only).
+        let send_x = x.as_ptr().expose_provenance();
         let t = {
             let (shared, parent_g, child_g) = (
                 Arc::clone(&shared),
@@ -159,7 +161,10 @@ fn free_racing_reparent_never_uses_a_released_group() {
                 Arc::clone(&child_g),
             );
             loom::thread::spawn(move || {
-                let x = core::ptr::NonNull::new(send_x as *mut ObjCg).unwrap();
+                let x = core::ptr::NonNull::new(core::ptr::with_exposed_provenance_mut::<ObjCg>(
+                    send_x,
+                ))
+                .unwrap();
                 let h = shared.stocks.lock_any(1);
                 // SAFETY: the object's reference.
                 let cur = unsafe { x.as_ref() }.current();

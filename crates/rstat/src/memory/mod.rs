@@ -172,7 +172,7 @@ use crate::engine::Rstat;
 use crate::group::ext::{Ext, GroupExt};
 use crate::group::Group;
 use crate::page_counter::PageCounter;
-use crate::sync::{self, AtomicBool, Mutex, Ordering};
+use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
 
 pub use charge::{Charge, Charged, OnOom, OwnedCharge};
 pub use error::{parse_limit, MemoryError, OverLimit};
@@ -321,6 +321,11 @@ pub(crate) struct MemCg {
     /// The group's owner handle for heap objects ([`objcg`]), bound to
     /// the group by the extension's `online` hook.
     objcg: ObjCgPtr,
+    /// The group's address (set by the extension's `online` hook; null in
+    /// models), for the heap stat deltas the stocks keep. Dereferenced only
+    /// under a stock lock while a slot names this state (the group is live
+    /// then: its removal drains its slots first).
+    group: AtomicPtr<()>,
     /// Whether this state still holds the handle's base reference: until
     /// the group is removed (or, for the root, until this state is
     /// dropped). Cleared under [`Shared::objcg_lock`].
@@ -359,6 +364,7 @@ impl MemCg {
     pub(crate) fn new_in(parent: Option<&Arc<MemCg>>, engine: usize) -> Self {
         MemCg {
             objcg: ObjCgPtr(ObjCg::new(engine)),
+            group: AtomicPtr::new(core::ptr::null_mut()),
             objcg_base: AtomicBool::new(true),
             counter: Arc::new(PageCounter::new(parent.map(|p| Arc::clone(&p.counter)))),
             parent: parent.cloned(),
@@ -383,6 +389,33 @@ impl MemCg {
     #[inline(always)]
     pub(crate) fn objcg(&self) -> core::ptr::NonNull<ObjCg> {
         self.objcg.0
+    }
+
+    /// Add heap stat deltas `d` (see [`stock::HeapStats`]) to the group's
+    /// stat items on CPU slot `cpu` of stat controller `ctl`. Called under
+    /// a stock lock by a slot naming this state.
+    pub(crate) fn add_heap_stats(&self, ctl: usize, cpu: usize, d: stock::HeapStats) {
+        // Relaxed: written before the state was published.
+        let g = self
+            .group
+            .load(Ordering::Relaxed)
+            .cast::<crate::group::GroupInner>();
+        if g.is_null() || ctl == usize::MAX {
+            return;
+        }
+        // SAFETY: the group is live (see `group`).
+        let css = unsafe { &*g }.tables().css[ctl].load(Ordering::Acquire);
+        if css.is_null() {
+            return;
+        }
+        for (k, v) in d.into_iter().enumerate() {
+            if v != 0 {
+                // SAFETY: a non-null css lives as long as its group (live);
+                // `cpu` is a stock index, below the engine's CPU count;
+                // the items are the heap ones of MEMORY_STAT_NAMES.
+                unsafe { (*css).update(cpu, STAT_HEAP + k, v) };
+            }
+        }
     }
 
     /// Drop `n` references on the handle.
@@ -544,9 +577,12 @@ impl GroupExt for MemExt {
     }
 
     fn online(&self, state: &Arc<MemCg>, group: &Group) {
+        let g = group.inner_ptr().as_ptr().cast::<()>();
+        // Relaxed: the state is published afterwards (Release).
+        state.group.store(g, Ordering::Relaxed);
         // SAFETY: nobody else reaches the handle before the state is
         // published.
-        unsafe { state.objcg.0.as_ref() }.bind(group.inner_ptr().as_ptr() as usize);
+        unsafe { state.objcg.0.as_ref() }.bind(group.inner_ptr().as_ptr().cast_const().cast());
     }
 
     fn offline(&self, state: &Arc<MemCg>, parent: Option<&Arc<MemCg>>) {
@@ -624,11 +660,6 @@ impl Memory {
                 ),
             });
         }
-        let shared = Arc::new(Shared::new(
-            Stocks::new(rs.nr_cpus(), cfg.batch),
-            cfg.max_reclaim_retries,
-            rs.engine_ptr() as usize,
-        ));
         let unit = stat_unit(cfg.batch);
         let items: Vec<(&str, u64)> = MEMORY_STAT_NAMES
             .iter()
@@ -639,6 +670,11 @@ impl Memory {
             })
             .collect();
         let stats = rs.register_counters_with_units("memory", &items)?;
+        let shared = Arc::new(Shared::new(
+            Stocks::new(rs.nr_cpus(), cfg.batch, stats.ctl.id),
+            cfg.max_reclaim_retries,
+            rs.engine_ptr() as usize,
+        ));
         let ext = rs.register_ext(MemExt {
             shared: Arc::clone(&shared),
         })?;
@@ -808,13 +844,30 @@ impl Memory {
     /// hierarchical, as fresh as the controller's flush policy makes them
     /// (see [`ControllerHandle::read`]).
     pub fn stat(&self, group: &Group) -> Result<GroupStats, MemoryError> {
+        self.flush_heap_stats(group)?;
         Ok(self.inner.stats.read(group)?)
     }
 
     /// `memory.stat`, exact: every update completed before the call is in.
     /// Takes the controller's flush lock.
     pub fn stat_exact(&self, group: &Group) -> Result<GroupStats, MemoryError> {
+        self.flush_heap_stats(group)?;
         Ok(self.inner.stats.read_exact(group)?)
+    }
+
+    /// Add the heap stat deltas the stocks keep for `group`'s subtree to
+    /// its groups' stat items (every CPU's stock lock in turn), so a read
+    /// of the stat items that follows includes every heap operation
+    /// completed before this call. [`stat`](Self::stat) and
+    /// [`stat_exact`](Self::stat_exact) call it; call it before reading the
+    /// raw controller ([`stats`](Self::stats)) for the same.
+    pub fn flush_heap_stats(&self, group: &Group) -> Result<(), MemoryError> {
+        let t = self.target(group)?;
+        self.inner
+            .shared
+            .stocks
+            .flush_stats(|m| m.is_in_subtree(&t.memcg));
+        Ok(())
     }
 
     /// The controller behind `memory.stat` (flush policy, raw reads).

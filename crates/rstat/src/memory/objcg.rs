@@ -57,15 +57,22 @@
 
 use core::ptr::NonNull;
 
-use crate::sync::{fence, AtomicUsize, Ordering};
+use crate::sync::{fence, AtomicPtr, AtomicUsize, Ordering};
 
 /// The tag of a reparented handle's word.
 const REPARENTED: usize = 1;
 
+/// The parent handle a reparented word points to.
+#[inline(always)]
+fn untag(s: *mut ()) -> *mut ObjCg {
+    s.map_addr(|a| a & !REPARENTED).cast()
+}
+
 /// An owner handle. See the module docs.
 pub(crate) struct ObjCg {
-    /// The group's address (bound) or the parent's handle | 1.
-    state: AtomicUsize,
+    /// The group (bound) or the parent's handle with the low bit set
+    /// (strict provenance: the tag is set and cleared with `map_addr`).
+    state: AtomicPtr<()>,
     /// The base reference (the group's memory state, until removal),
     /// objects, the stocks' cached references, reparented children.
     refs: AtomicUsize,
@@ -77,8 +84,8 @@ pub(crate) struct ObjCg {
 /// Where a handle's objects are charged now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Current {
-    /// The group's address; 0 if the handle was never bound.
-    pub(crate) group: usize,
+    /// The group; null if the handle was never bound.
+    pub(crate) group: *mut (),
     /// Whether that is an ancestor of the handle's own group (the group
     /// was removed).
     pub(crate) reparented: bool,
@@ -91,7 +98,7 @@ impl ObjCg {
     pub(crate) fn new(engine: usize) -> NonNull<ObjCg> {
         let b = crate::alloc::untracked(|| {
             Box::new(ObjCg {
-                state: AtomicUsize::new(0),
+                state: AtomicPtr::new(core::ptr::null_mut()),
                 refs: AtomicUsize::new(1),
                 engine,
             })
@@ -99,13 +106,13 @@ impl ObjCg {
         NonNull::from(Box::leak(b))
     }
 
-    /// Bind an unbound handle to its group's address (before any object
-    /// can be charged through it).
-    pub(crate) fn bind(&self, group: usize) {
-        debug_assert_eq!(group & REPARENTED, 0);
+    /// Bind an unbound handle to its group (before any object can be
+    /// charged through it).
+    pub(crate) fn bind(&self, group: *const ()) {
+        debug_assert_eq!(group.addr() & REPARENTED, 0);
         // Relaxed: the group's state, and with it this handle, is published
         // afterwards (a Release store of the state pointer in its tables).
-        self.state.store(group, Ordering::Relaxed);
+        self.state.store(group.cast_mut(), Ordering::Relaxed);
     }
 
     /// The engine identity given at creation.
@@ -125,7 +132,7 @@ impl ObjCg {
         // Acquire: the parent's handle linked here was made (and bound)
         // before the Release swap that linked it.
         let s = self.state.load(Ordering::Acquire);
-        if s & REPARENTED == 0 {
+        if s.addr() & REPARENTED == 0 {
             return Current {
                 group: s,
                 reparented: false,
@@ -135,12 +142,12 @@ impl ObjCg {
     }
 
     #[cold]
-    fn current_reparented(mut s: usize) -> Current {
-        while s & REPARENTED != 0 {
+    fn current_reparented(mut s: *mut ()) -> Current {
+        while s.addr() & REPARENTED != 0 {
             // SAFETY: a reparented handle holds a reference on its parent's
             // handle for as long as it lives, and our caller holds one on
             // the first of the chain.
-            let p = unsafe { &*((s & !REPARENTED) as *const ObjCg) };
+            let p = unsafe { &*untag(s) };
             s = p.state.load(Ordering::Acquire);
         }
         Current {
@@ -153,8 +160,8 @@ impl ObjCg {
     /// `parent` that the caller took. The caller serialises reparenting
     /// and, before the old group may be freed, waits out the readers (the
     /// stock locks). Returns the previous word.
-    pub(crate) fn reparent(&self, parent: NonNull<ObjCg>) -> usize {
-        let tagged = parent.as_ptr() as usize | REPARENTED;
+    pub(crate) fn reparent(&self, parent: NonNull<ObjCg>) -> *mut () {
+        let tagged = parent.as_ptr().cast::<()>().map_addr(|a| a | REPARENTED);
         // Release: publishes the parent's handle to the Acquire loads of
         // `current`.
         self.state.swap(tagged, Ordering::AcqRel)
@@ -200,8 +207,8 @@ impl ObjCg {
             // SAFETY: made by `Box` in `new`; no reference remains.
             drop(unsafe { Box::from_raw(p.as_ptr()) });
             freed += 1;
-            match NonNull::new((s & !REPARENTED) as *mut ObjCg) {
-                Some(parent) if s & REPARENTED != 0 => {
+            match NonNull::new(untag(s)) {
+                Some(parent) if s.addr() & REPARENTED != 0 => {
                     p = parent;
                     n = 1;
                 }

@@ -19,6 +19,19 @@
 //!   reclaiming and before declaring OOM (a subtree's slots), and when a
 //!   group goes offline or is released (its slots).
 //!
+//! **The accounting allocator's extras** ([`crate::alloc`]). A slot also
+//! keeps, for its group, references on the group's owner handle
+//! (`memory::objcg`; fetched 64 at a time, one per object
+//! handed out, given back on frees) and the allocator's `memory.stat`
+//! deltas (added to the group's stat items every [`HEAP_STAT_BATCH`]
+//! operations, when the slot is emptied, and by
+//! [`Memory::flush_heap_stats`](super::Memory::flush_heap_stats) before a
+//! read). Both are plain integers under the slot's lock. The allocator
+//! takes this lock on every allocation and free, also when it then goes to
+//! the page counter: the lock is the read side of the owner handles' grace
+//! period (see `objcg`), and it takes another CPU's
+//! rather than wait when this CPU's is busy.
+//!
 //! **Overcharge bound.** A slot never holds more than `batch` units once
 //! its operation returns, and a group has at most one slot per CPU, so the
 //! units charged to a group's counter that no caller holds are at most
@@ -103,13 +116,22 @@ struct CpuStock {
 // Send + Sync.
 unsafe impl Sync for CpuStock {}
 
-/// The slot table: `cached[i]` holds `nr[i]` pre-charged units and
+/// The slot table: `cached[i]` holds `nr[i]` pre-charged units,
 /// `refs[i]` references on its group's owner handle ([`super::objcg`]),
-/// taken in batches for the allocator's objects.
+/// taken in batches for the allocator's objects, and `stat[i]` the
+/// allocator's `memory.stat` deltas of its group not yet added to the
+/// group's stat items (see [`HEAP_STAT_BATCH`]).
 struct Slots {
     cached: [Option<Arc<MemCg>>; NR_STOCK],
     nr: [u64; NR_STOCK],
     refs: [usize; NR_STOCK],
+    stat: [HeapStats; NR_STOCK],
+    /// Operations counted in `stat[i]` since it was last added.
+    nstat: [u32; NR_STOCK],
+    /// This stock's CPU index, and the memory controller's stat
+    /// controller id (`usize::MAX`: none, in models), for those adds.
+    cpu: usize,
+    stat_ctl: usize,
     /// The next slot to evict when none is free (round-robin).
     next_evict: usize,
 }
@@ -122,9 +144,39 @@ impl Slots {
             .position(|c| c.as_deref().is_some_and(|c| core::ptr::eq(c, memcg)))
     }
 
+    /// Add slot `i`'s pending heap stat deltas to its group's stat items
+    /// (per-CPU adds). Under the lock: the group is live while a slot
+    /// names its state (its removal drains the slot first).
+    #[inline(never)]
+    fn flush_stats(&mut self, i: usize) {
+        if self.nstat[i] == 0 {
+            return;
+        }
+        self.nstat[i] = 0;
+        let d = core::mem::take(&mut self.stat[i]);
+        if let Some(m) = self.cached[i].as_deref() {
+            m.add_heap_stats(self.stat_ctl, self.cpu, d);
+        }
+    }
+
+    /// Count one heap operation's deltas in slot `i`, adding them to the
+    /// group's items every [`HEAP_STAT_BATCH`] operations.
+    #[inline(always)]
+    fn count(&mut self, i: usize, d: HeapStats) {
+        for (a, b) in self.stat[i].iter_mut().zip(d) {
+            *a = a.wrapping_add(b);
+        }
+        self.nstat[i] += 1;
+        if self.nstat[i] >= HEAP_STAT_BATCH {
+            self.flush_stats(i);
+        }
+    }
+
     /// Empty slot `i`; its group, units and handle references, if it
-    /// named one.
+    /// named one (its stat deltas are added first).
+    #[inline(never)]
     fn take(&mut self, i: usize) -> Option<Taken> {
+        self.flush_stats(i);
         let nr = core::mem::take(&mut self.nr[i]);
         let refs = core::mem::take(&mut self.refs[i]);
         self.cached[i].take().map(|m| Taken { memcg: m, nr, refs })
@@ -137,6 +189,13 @@ impl Slots {
         if let Some(i) = self.find(memcg) {
             return (i, None);
         }
+        self.new_slot(memcg)
+    }
+
+    /// [`slot_for`](Self::slot_for) when `memcg` has no slot (kept out of
+    /// line: the allocator's free path inlines `slot_for`).
+    #[inline(never)]
+    fn new_slot(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
         let (i, evicted) = match self.cached.iter().position(Option::is_none) {
             Some(i) => (i, None),
             None => {
@@ -168,6 +227,19 @@ impl Taken {
         self.nr
     }
 }
+
+/// The allocator's `memory.stat` deltas of one group kept in a stock slot:
+/// `heap`, `heap_overhead`, `heap_allocs`, `heap_frees` (the items at
+/// `STAT_HEAP..` in [`MEMORY_STAT_NAMES`](super::MEMORY_STAT_NAMES)).
+pub(crate) type HeapStats = [i64; 4];
+
+/// Heap operations a slot counts before adding its stat deltas to its
+/// group's items: a read through [`Memory::stat`](super::Memory::stat) or
+/// [`stat_exact`](super::Memory::stat_exact) adds every slot's first, so it
+/// stays exact; a read of the raw stat controller
+/// ([`Memory::stats`](super::Memory::stats)) may miss fewer than this many
+/// operations' deltas per (group, CPU).
+pub const HEAP_STAT_BATCH: u32 = 64;
 
 /// References on a handle the allocator takes at once into a stock slot,
 /// and the most a slot keeps (above it, the surplus goes back).
@@ -221,15 +293,21 @@ impl CpuStock {
 
 impl Stocks {
     /// Empty stocks for `nr_cpus` CPUs; `batch == 0` disables stocking.
-    pub(crate) fn new(nr_cpus: usize, batch: u64) -> Self {
+    /// `stat_ctl`: the memory controller's stat controller id, for the
+    /// heap stat deltas slots keep (`usize::MAX` in models: none).
+    pub(crate) fn new(nr_cpus: usize, batch: u64, stat_ctl: usize) -> Self {
         let cpus = (0..nr_cpus.max(1))
-            .map(|_| {
+            .map(|cpu| {
                 CachePadded::new(CpuStock {
                     locked: AtomicBool::new(false),
                     slots: UnsafeCell::new(Slots {
                         cached: Default::default(),
                         nr: [0; NR_STOCK],
                         refs: [0; NR_STOCK],
+                        stat: [[0; 4]; NR_STOCK],
+                        nstat: [0; NR_STOCK],
+                        cpu,
+                        stat_ctl,
                         next_evict: 0,
                     }),
                 })
@@ -359,7 +437,14 @@ impl Stocks {
     /// handle's base reference is then held until a drain that waits for
     /// this lock, so the handle is live.
     #[inline(always)]
-    pub(crate) fn heap_consume(&self, h: &mut Held<'_>, memcg: &MemCg, n: u64) -> bool {
+    pub(crate) fn heap_consume(
+        &self,
+        h: &mut Held<'_>,
+        memcg: &MemCg,
+        size: u64,
+        overhead: u64,
+    ) -> bool {
+        let n = size + overhead;
         h.with(|s| match s.find(memcg) {
             Some(i) if s.nr[i] >= n => {
                 s.nr[i] -= n;
@@ -369,6 +454,8 @@ impl Stocks {
                     s.refs[i] = REF_BATCH;
                 }
                 s.refs[i] -= 1;
+                // Amounts are below PAGE_COUNTER_MAX: they fit an i64.
+                s.count(i, [size as i64, overhead as i64, 1, 0]);
                 true
             }
             _ => false,
@@ -387,14 +474,17 @@ impl Stocks {
         &self,
         h: &mut Held<'_>,
         memcg: &Arc<MemCg>,
-        n: u64,
+        size: u64,
+        overhead: u64,
     ) -> Option<Taken> {
         let batch = self.batch;
+        let n = size + overhead;
         h.with(|s| {
             let (i, evicted) = s.slot_for(memcg);
             // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
             s.nr[i] += n;
             s.refs[i] += 1;
+            s.count(i, [-(size as i64), -(overhead as i64), 0, 1]);
             if s.refs[i] > REF_MAX {
                 // SAFETY: these references were the slot's; the base
                 // reference is held (the group is online), so this is not
@@ -461,6 +551,22 @@ impl Stocks {
             }
         }
         total
+    }
+
+    /// Add the pending heap stat deltas of every slot whose group
+    /// satisfies `pred`, on every CPU, to their groups' stat items. Takes
+    /// each CPU's lock in turn.
+    pub(crate) fn flush_stats(&self, pred: impl Fn(&MemCg) -> bool) {
+        for cpu in self.cpus.iter() {
+            let mut h = cpu.lock();
+            h.with(|s| {
+                for i in 0..NR_STOCK {
+                    if s.cached[i].as_deref().is_some_and(&pred) {
+                        s.flush_stats(i);
+                    }
+                }
+            });
+        }
     }
 
     /// Units of `memcg` in all stocks. Takes every CPU's lock in turn.
