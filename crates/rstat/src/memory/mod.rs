@@ -842,14 +842,18 @@ impl Memory {
 
     /// `memory.stat`: the [`MEMORY_STAT_NAMES`] items, local and
     /// hierarchical, as fresh as the controller's flush policy makes them
-    /// (see [`ControllerHandle::read`]).
+    /// (see [`ControllerHandle::read`]), after adding the accounting
+    /// allocator's pending deltas ([`flush_heap_stats`](Self::flush_heap_stats):
+    /// each CPU's stock lock once).
     pub fn stat(&self, group: &Group) -> Result<GroupStats, MemoryError> {
         self.flush_heap_stats(group)?;
         Ok(self.inner.stats.read(group)?)
     }
 
-    /// `memory.stat`, exact: every update completed before the call is in.
-    /// Takes the controller's flush lock.
+    /// `memory.stat`, exact: every update completed before the call is in,
+    /// the accounting allocator's included. Takes each CPU's stock lock
+    /// once ([`flush_heap_stats`](Self::flush_heap_stats)), then the
+    /// controller's flush lock.
     pub fn stat_exact(&self, group: &Group) -> Result<GroupStats, MemoryError> {
         self.flush_heap_stats(group)?;
         Ok(self.inner.stats.read_exact(group)?)
