@@ -549,7 +549,8 @@ impl<A> Accounted<A> {
         // path allocates only on errors, which then pass through).
         let _inside = Inside::enter();
         // SAFETY: the object holds a reference on its handle.
-        let engine = unsafe { owner.as_ref() }.engine() as *const EngineInner;
+        let engine =
+            core::ptr::without_provenance::<EngineInner>(unsafe { owner.as_ref() }.engine());
         match self.binding_for(engine) {
             Some(b) => {
                 let cpu = b.mem.this_cpu();
@@ -573,7 +574,8 @@ impl<A> Accounted<A> {
     fn resize(&self, owner: NonNull<ObjCg>, old: (usize, usize), new: (usize, usize)) -> bool {
         let _inside = Inside::enter();
         // SAFETY: the object holds a reference on its handle.
-        let engine = unsafe { owner.as_ref() }.engine() as *const EngineInner;
+        let engine =
+            core::ptr::without_provenance::<EngineInner>(unsafe { owner.as_ref() }.engine());
         let Some(b) = self.binding_for(engine) else {
             return true;
         };

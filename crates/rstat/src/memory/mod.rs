@@ -673,7 +673,7 @@ impl Memory {
         let shared = Arc::new(Shared::new(
             Stocks::new(rs.nr_cpus(), cfg.batch, stats.ctl.id),
             cfg.max_reclaim_retries,
-            rs.engine_ptr() as usize,
+            rs.engine_ptr().addr(),
         ));
         let ext = rs.register_ext(MemExt {
             shared: Arc::clone(&shared),
