@@ -192,8 +192,19 @@ impl Slots {
         self.new_slot(memcg)
     }
 
+    /// [`Stocks::heap_refill`] when `memcg` has no slot: make one (`n` at
+    /// most the batch, so it cannot overflow) and return what was evicted.
+    #[inline(never)]
+    fn heap_refill_new(&mut self, memcg: &Arc<MemCg>, n: u64, d: HeapStats) -> Option<Taken> {
+        let (i, evicted) = self.new_slot(memcg);
+        self.nr[i] = n;
+        self.refs[i] = 1;
+        self.count(i, d);
+        evicted
+    }
+
     /// [`slot_for`](Self::slot_for) when `memcg` has no slot (kept out of
-    /// line: the allocator's free path inlines `slot_for`).
+    /// line).
     #[inline(never)]
     fn new_slot(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
         let (i, evicted) = match self.cached.iter().position(Option::is_none) {
@@ -480,11 +491,19 @@ impl Stocks {
         let batch = self.batch;
         let n = size + overhead;
         h.with(|s| {
-            let (i, evicted) = s.slot_for(memcg);
+            // Made here, not captured: a captured array is read back from
+            // the caller's stack with wider loads than it was written with
+            // (a store-forwarding stall on this hot path).
+            let d = [-(size as i64), -(overhead as i64), 0, 1];
+            let Some(i) = s.find(memcg) else {
+                // Out of line, so the common case returns `None` without
+                // moving a `Taken` through the stack.
+                return s.heap_refill_new(memcg, n, d);
+            };
             // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
             s.nr[i] += n;
             s.refs[i] += 1;
-            s.count(i, [-(size as i64), -(overhead as i64), 0, 1]);
+            s.count(i, d);
             if s.refs[i] > REF_MAX {
                 // SAFETY: these references were the slot's; the base
                 // reference is held (the group is online), so this is not
@@ -493,10 +512,9 @@ impl Stocks {
                 s.refs[i] = REF_BATCH;
             }
             if s.nr[i] > batch {
-                // A slot found (not made) overflowed: nothing was evicted.
                 return s.take(i);
             }
-            evicted
+            None
         })
     }
 
