@@ -9,15 +9,53 @@
 //! the objects the test made in it.
 
 use std::alloc::{alloc, dealloc, realloc, Layout, System};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex, OnceLock};
 
 use rstat::alloc::{overhead, Accounted};
 use rstat::memory::{HeapLimitMode, Limit, Memory, MemoryEvent, Reclaimer};
-use rstat::{Group, Rstat};
+use rstat::{Group, GroupExt, Rstat};
 
 #[global_allocator]
 static ALLOC: Accounted<System> = Accounted::new(System);
+
+/// The ids of the groups released so far (their final release ran), seen
+/// through an extension's `release` hook: how the tests observe that a
+/// removed group is freed while its objects still live.
+static RELEASED: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+
+struct ReleaseWatch;
+
+impl GroupExt for ReleaseWatch {
+    type State = AtomicU64;
+    fn name(&self) -> &str {
+        "release-watch"
+    }
+    fn create(&self, _parent: Option<&AtomicU64>) -> AtomicU64 {
+        AtomicU64::new(u64::MAX)
+    }
+    fn online(&self, state: &AtomicU64, group: &Group) {
+        state.store(group.id(), Ordering::Relaxed);
+    }
+    fn release(&self, state: &AtomicU64, _parent: Option<&AtomicU64>) {
+        RELEASED
+            .lock()
+            .unwrap()
+            .get_or_insert_with(HashSet::new)
+            .insert(state.load(Ordering::Relaxed));
+    }
+}
+
+/// Whether the group with id `id` was released.
+fn released(id: u64) -> bool {
+    env().0.release_deferred();
+    RELEASED
+        .lock()
+        .unwrap()
+        .as_ref()
+        .is_some_and(|s| s.contains(&id))
+}
 
 fn env() -> &'static (Rstat, Memory) {
     static ENV: OnceLock<(Rstat, Memory)> = OnceLock::new();
@@ -26,6 +64,7 @@ fn env() -> &'static (Rstat, Memory) {
         // engine lives in this static), which Miri reports.
         let rs = Rstat::builder().periodic_flush(None).build().unwrap();
         let mem = Memory::register_with(&rs, rstat::alloc::heap_config()).unwrap();
+        rs.register_ext(ReleaseWatch).unwrap();
         ALLOC.install(&rs, &mem).unwrap();
         (rs, mem)
     })
@@ -152,6 +191,15 @@ struct Ptr(*mut u8);
 // time.
 unsafe impl Send for Ptr {}
 
+/// A leaf of the exactness test: its tenant, and the test's handle on it
+/// until it is removed (then only its id: the test keeps no reference, so
+/// the group can be released while its objects live).
+struct Leaf {
+    tenant: usize,
+    group: Option<Group>,
+    id: u64,
+}
+
 /// One live object in the exactness test.
 struct Obj {
     ptr: Ptr,
@@ -181,17 +229,31 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
     let tenants: Vec<Group> = (0..2)
         .map(|i| top.create_child(&format!("t{i}")).unwrap())
         .collect();
-    // Every leaf ever made, live or removed: (tenant index, group).
-    let leaves: Mutex<Vec<(usize, Group)>> = Mutex::new(Vec::new());
+    // Every leaf ever made, live or removed.
+    let leaves: Mutex<Vec<Leaf>> = Mutex::new(Vec::new());
     let new_leaf = |t: usize, n: usize| {
         let g = tenants[t].create_child(&format!("leaf{n}")).unwrap();
         let mut l = leaves.lock().unwrap();
-        l.push((t, g));
+        l.push(Leaf {
+            tenant: t,
+            id: g.id(),
+            group: Some(g),
+        });
         l.len() - 1
     };
-    // Thread i allocates in `current_leaf[i]`.
+    // Removed leaves found released while objects of theirs were live.
+    let mut released_with_live_objects = 0;
+    // Thread i allocates in `current_leaf[i]`; a new leaf's handle is
+    // handed to it through `handoff[i]` (so the test's own handle can go
+    // at removal while the thread still allocates in the leaf).
     let current_leaf: Vec<AtomicU64> = (0..THREADS)
         .map(|i| AtomicU64::new(new_leaf(i % 2, i) as u64))
+        .collect();
+    let handoff: Vec<Mutex<Option<Group>>> = (0..THREADS)
+        .map(|i| {
+            let leaf = current_leaf[i].load(Ordering::Relaxed) as usize;
+            Mutex::new(leaves.lock().unwrap()[leaf].group.clone())
+        })
         .collect();
     let mut next_leaf_name = THREADS;
     // Objects handed to other threads to free: one inbox per thread.
@@ -206,11 +268,12 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
     let mut failure: Option<String> = None;
     std::thread::scope(|s| {
         for t in 0..THREADS {
-            let (start, done, inbox, live, current_leaf, leaves, stop) =
-                (&start, &done, &inbox, &live, &current_leaf, &leaves, &stop);
+            let (start, done, inbox, live, current_leaf, handoff, stop) =
+                (&start, &done, &inbox, &live, &current_leaf, &handoff, &stop);
             s.spawn(move || {
                 let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t as u64 + 1));
                 let mut mine: Vec<Obj> = Vec::with_capacity(max_live + 2);
+                let mut mine_g: Option<Group> = None;
                 for _ in 0..rounds {
                     start.wait();
                     if stop.load(Ordering::Relaxed) {
@@ -220,7 +283,10 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
                     // groups removed since) may be freed in this one.
                     mine.append(&mut live[t].lock().unwrap());
                     let leaf = current_leaf[t].load(Ordering::Relaxed) as usize;
-                    let g = leaves.lock().unwrap()[leaf].1.clone();
+                    if let Some(n) = handoff[t].lock().unwrap().take() {
+                        mine_g = Some(n);
+                    }
+                    let g = mine_g.clone().expect("a leaf handed over");
                     for i in 0..per_round {
                         let size = match rng.below(16) {
                             0 => 4097 + rng.below(60_000) as usize,
@@ -269,36 +335,40 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
                         }
                     }
                     live[t].lock().unwrap().append(&mut mine);
+                    // No handle of ours on a removed leaf outlives the
+                    // round: it can be released.
+                    drop(g);
+                    if mine_g.as_ref().is_some_and(|g| !g.is_online()) {
+                        mine_g = None;
+                    }
                     done.wait();
                 }
             });
         }
         let mut rng = Rng(42);
-        // Leaves removed while their thread was allocating in them: objects
+        // A leaf removed while its thread allocates in it: objects
         // allocated after the removal are charged to (and owned by) the
-        // tenant, so only the tenants' figures say where those went.
-        let mut removed_running: Vec<usize> = Vec::new();
+        // tenant; the tenants' figures cover them.
         for round in 0..rounds {
             // On odd rounds, remove one thread's leaf while it allocates.
             let victim = rng.below(THREADS as u64) as usize;
             start.wait();
             if round % 2 == 1 {
                 let old = current_leaf[victim].load(Ordering::Relaxed) as usize;
-                let g = leaves.lock().unwrap()[old].1.clone();
+                let g = leaves.lock().unwrap()[old].group.take().unwrap();
                 std::thread::yield_now();
                 g.remove().unwrap();
-                removed_running.push(old);
             }
             done.wait();
             // Quiescent: every thread waits at `start`. Expected bytes per
             // leaf from the live objects (inboxes included).
-            let leaves_now: Vec<(usize, Group)> = leaves
+            let leaves_now: Vec<(usize, Option<Group>, u64)> = leaves
                 .lock()
                 .unwrap()
                 .iter()
-                .map(|(t, g)| (*t, g.clone()))
+                .map(|l| (l.tenant, l.group.clone(), l.id))
                 .collect();
-            let check = || -> Result<(), String> {
+            let mut check = || -> Result<(), String> {
                 let mut per_leaf = vec![0u64; leaves_now.len()];
                 for o in live.iter().chain(inbox.iter()) {
                     for o in o.lock().unwrap().iter() {
@@ -306,13 +376,30 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
                     }
                 }
                 let mut per_tenant = [0u64; 2];
-                for (i, (t, g)) in leaves_now.iter().enumerate() {
+                for (i, (t, g, id)) in leaves_now.iter().enumerate() {
                     per_tenant[*t] += per_leaf[i];
-                    let want = if g.is_online() { per_leaf[i] } else { 0 };
-                    check_eq!(current(g), want, "round {round} leaf {i} ({})", g.path());
-                    if removed_running.contains(&i) {
+                    let Some(g) = g else {
+                        // Removed, and the test holds no handle on it: it
+                        // must be released, whatever objects of it live
+                        // (they point to an owner handle, reparented).
+                        if !released(*id) {
+                            return Err(format!(
+                                "round {round}: removed leaf {i} (id {id}) not released \
+                                 ({} bytes of its objects live)",
+                                per_leaf[i]
+                            ));
+                        }
+                        if per_leaf[i] > 0 {
+                            released_with_live_objects += 1;
+                        }
                         continue;
-                    }
+                    };
+                    check_eq!(
+                        current(g),
+                        per_leaf[i],
+                        "round {round} leaf {i} ({})",
+                        g.path()
+                    );
                     let hs = mem.stat_exact(g).unwrap();
                     let heap =
                         hs.get_local("heap").unwrap() + hs.get_local("heap_overhead").unwrap();
@@ -342,18 +429,25 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
             // new leaf.
             let t = victim;
             let old = current_leaf[t].load(Ordering::Relaxed) as usize;
+            drop(leaves_now);
             if round % 2 == 0 {
-                leaves_now[old].1.remove().unwrap();
+                let g = leaves.lock().unwrap()[old].group.take().unwrap();
+                g.remove().unwrap();
             }
             let fresh = new_leaf(rng.below(2) as usize, next_leaf_name);
             next_leaf_name += 1;
             current_leaf[t].store(fresh as u64, Ordering::Relaxed);
+            *handoff[t].lock().unwrap() = leaves.lock().unwrap()[fresh].group.clone();
         }
     });
     if let Some(e) = failure {
         panic!("{e}");
     }
     assert_eq!(checks, rounds);
+    assert!(
+        released_with_live_objects > 0,
+        "no removed leaf was seen released while objects of it lived"
+    );
     // Free everything, from this thread; all groups back to zero.
     for o in live.iter().chain(inbox.iter()) {
         for o in o.lock().unwrap().drain(..) {
@@ -361,8 +455,11 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
             unsafe { dealloc(o.ptr.0, o.layout) };
         }
     }
-    for (_, g) in leaves.lock().unwrap().iter() {
-        assert_eq!(current(g), 0, "{}", g.path());
+    for l in leaves.lock().unwrap().iter() {
+        match &l.group {
+            Some(g) => assert_eq!(current(g), 0, "{}", g.path()),
+            None => assert!(released(l.id), "removed leaf {} not released", l.id),
+        }
     }
     assert_eq!(current(&top), 0);
     let hs = mem.stat_exact(&top).unwrap();
@@ -370,8 +467,10 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
     assert_eq!(hs.get("heap_overhead"), Some(0));
     assert_eq!(hs.get("heap_allocs"), hs.get("heap_frees"));
     assert!(hs.get("heap_reparented").unwrap() > 0);
-    for (_, g) in leaves.lock().unwrap().drain(..) {
-        let _ = g.remove();
+    for l in leaves.lock().unwrap().drain(..) {
+        if let Some(g) = l.group {
+            g.remove().unwrap();
+        }
     }
     for t in tenants {
         t.remove().unwrap();
@@ -512,5 +611,42 @@ fn allocations_under_the_crates_own_locks_never_wait_for_them() {
     );
     drop(fill);
     mem.set_heap_limit_mode(&g, HeapLimitMode::Account).unwrap();
+    g.remove().unwrap();
+}
+
+/// The allocator counts its `memory.stat` deltas in the stock slots (plain
+/// adds under the lock it holds) and adds them to the stat items in
+/// batches; a `memory.stat` read must still see every operation made
+/// before it, without anyone draining the stocks.
+#[test]
+fn memory_stat_is_exact_without_draining_the_stocks() {
+    let (rs, mem) = env();
+    let g = rs.root().create_child("stat-no-drain").unwrap();
+    let l = Layout::from_size_align(40, 8).unwrap();
+    let mut ptrs: Vec<Ptr> = Vec::with_capacity(10);
+    {
+        let _in = g.enter();
+        for _ in 0..10 {
+            // SAFETY: non-zero size.
+            let p = unsafe { alloc(l) };
+            assert!(!p.is_null());
+            ptrs.push(Ptr(p));
+        }
+    }
+    let s = mem.stat_exact(&g).unwrap();
+    assert_eq!(s.get_local("heap"), Some(400));
+    assert_eq!(s.get_local("heap_allocs"), Some(10));
+    for p in ptrs.drain(..3) {
+        // SAFETY: allocated above with `l`.
+        unsafe { dealloc(p.0, l) };
+    }
+    let s = mem.stat_exact(&g).unwrap();
+    assert_eq!(s.get_local("heap"), Some(280));
+    assert_eq!(s.get_local("heap_frees"), Some(3));
+    for p in ptrs.drain(..) {
+        // SAFETY: as above.
+        unsafe { dealloc(p.0, l) };
+    }
+    assert_eq!(mem.stat_exact(&g).unwrap().get_local("heap"), Some(0));
     g.remove().unwrap();
 }

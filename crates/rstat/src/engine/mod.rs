@@ -155,8 +155,11 @@ impl EngineInner {
         let parent = g.parent.as_ref().map_or(core::ptr::null_mut(), |p| {
             p.inner().tables().ext[id].load(Ordering::Acquire)
         });
+        // SAFETY: the group is live (the caller is attaching it), and the
+        // handle is never dropped (it holds no reference of its own).
+        let handle = unsafe { Group::borrow_ptr(core::ptr::NonNull::from(g)) };
         // SAFETY: the parent's state is null (root) or live.
-        let s = unsafe { e.create_erased(parent) };
+        let s = unsafe { e.create_erased(parent, &handle) };
         g.tables().ext[id].store(s, Ordering::Release);
     }
 

@@ -37,6 +37,12 @@ pub trait GroupExt: Send + Sync + 'static {
     /// Make a group's state; `parent` is the parent's (`None` at the root).
     fn create(&self, parent: Option<&Self::State>) -> Self::State;
 
+    /// The state was just made for `group`, before anyone else can reach
+    /// it (the kernel's `css_online`, run before publication here).
+    /// `group` is borrowed: do not keep a clone of it in the state, which
+    /// the group owns (the group would never be released).
+    fn online(&self, _state: &Self::State, _group: &Group) {}
+
     /// The group was removed (it is offline; handles may still use it).
     fn offline(&self, _state: &Self::State, _parent: Option<&Self::State>) {}
 
@@ -49,7 +55,7 @@ pub(crate) trait ErasedExt: Send + Sync {
     fn ext_name(&self) -> &str;
     /// # Safety
     /// `parent` is null or a live state of this extension.
-    unsafe fn create_erased(&self, parent: *const ()) -> *mut ();
+    unsafe fn create_erased(&self, parent: *const (), group: &Group) -> *mut ();
     /// # Safety
     /// `s` live; `parent` null or live; both of this extension.
     unsafe fn offline_erased(&self, s: *const (), parent: *const ());
@@ -65,10 +71,12 @@ impl<E: GroupExt> ErasedExt for E {
     fn ext_name(&self) -> &str {
         self.name()
     }
-    unsafe fn create_erased(&self, parent: *const ()) -> *mut () {
+    unsafe fn create_erased(&self, parent: *const (), group: &Group) -> *mut () {
         // SAFETY: caller's guarantee.
         let parent = unsafe { parent.cast::<E::State>().as_ref() };
-        Box::into_raw(Box::new(self.create(parent))).cast()
+        let s = self.create(parent);
+        self.online(&s, group);
+        Box::into_raw(Box::new(s)).cast()
     }
     unsafe fn offline_erased(&self, s: *const (), parent: *const ()) {
         // SAFETY: caller's guarantee.

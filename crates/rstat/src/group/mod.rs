@@ -430,24 +430,6 @@ impl Group {
         let _ = self.inner().refcnt.kill();
     }
 
-    /// Give up the handle without dropping its reference: the caller keeps
-    /// it as the returned address (see [`from_raw`](Self::from_raw)).
-    #[inline(always)]
-    pub(crate) fn into_raw(self) -> NonNull<GroupInner> {
-        let p = self.ptr;
-        core::mem::forget(self);
-        p
-    }
-
-    /// Take back a reference given up by [`into_raw`](Self::into_raw).
-    ///
-    /// # Safety
-    /// `p` came from `into_raw` and its reference is not taken back twice.
-    #[inline(always)]
-    pub(crate) unsafe fn from_raw(p: NonNull<GroupInner>) -> Group {
-        Group { ptr: p }
-    }
-
     /// A handle on the group at `p` that must not be dropped (it holds no
     /// reference of its own): for code that knows someone else holds one.
     ///

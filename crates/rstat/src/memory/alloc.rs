@@ -50,12 +50,22 @@
 //!    `max`/`oom`; enforce: drain, reclaim, retry, then return null). Over
 //!    `memory.high`: the registered reclaimers run
 //!    ([`Memory::reclaim_high`]).
-//! 4. **Owner**: the trailer records the group charged, holding one
-//!    reference on it (a per-CPU count: no shared write), like the kernel's
-//!    `obj_cgroup` pointer in each slab object.
+//! 4. **Owner**: the trailer records the group's *owner handle*
+//!    (`memory::objcg`, the kernel's `obj_cgroup`: a small
+//!    reference-counted object each group's memory state owns), holding one
+//!    reference on it. The reference is taken from this CPU's stock slot,
+//!    which fetches them 64 at a time: no shared write on the common path.
 //! 5. **Stats**: `heap`, `heap_overhead` and `heap_allocs` in
-//!    `memory.stat` (three per-CPU adds; see
-//!    [`MEMORY_STAT_NAMES`](crate::memory::MEMORY_STAT_NAMES)).
+//!    `memory.stat` (see [`MEMORY_STAT_NAMES`](crate::memory::MEMORY_STAT_NAMES)),
+//!    counted in the same stock slot, under the lock already held (plain
+//!    adds), and added to the group's per-CPU stat items every
+//!    [`HEAP_STAT_BATCH`](crate::memory::stock::HEAP_STAT_BATCH) operations
+//!    or when the slot is emptied. **Reads stay exact:**
+//!    [`Memory::stat`] and [`Memory::stat_exact`] first add every slot's
+//!    pending deltas for the group's subtree
+//!    ([`Memory::flush_heap_stats`]: each CPU's stock lock once); a read
+//!    of the raw stat controller ([`Memory::stats`]) without that may miss
+//!    fewer than 64 operations per (group, CPU).
 //!
 //! **Where reclaim runs.** Reclaimers (for `memory.high`, and for
 //! `memory.max` in enforce mode) run on the allocating thread, inside the
@@ -67,12 +77,14 @@
 //! `memory.max` if need be and counted as such; the next allocation made
 //! outside catches up.
 //!
-//! A free reads the trailer and uncharges that group through the freeing
-//! CPU's stock (so a free on another thread is exact: the bytes leave the
-//! group that was charged, not the freeing thread's), counts `heap_frees`,
-//! and drops the reference. `realloc` keeps the inner allocator's
-//! in-place growth: it charges (or uncharges) only the difference to the
-//! object's owner and moves the trailer. (An object allocated while the
+//! A free reads the trailer and, holding a stock lock (any CPU's; its own
+//! if free), reads the group the handle names and uncharges it through that
+//! stock (so a free on another thread is exact: the bytes leave the group
+//! that was charged, not the freeing thread's), counts `heap_frees`, and
+//! puts the object's reference on the handle back into the stock slot.
+//! `realloc` keeps the inner allocator's in-place growth: it charges (or
+//! uncharges) only the difference to the group the object's handle names
+//! and moves the trailer. (An object allocated while the
 //! allocator passed through stays uncharged, counted as pass-through,
 //! through its reallocs and its free.)
 //!
@@ -80,22 +92,34 @@
 //!
 //! When a group is removed its remaining charges are reparented
 //! ([`crate::memory`], "Removed groups"): its parent's counter, which
-//! counted them all along, keeps them. A later free of one of its objects
-//! uncharges the nearest live ancestor and counts `heap_reparented` there;
-//! its `heap` bytes are counted off the removed group's own stats, which
-//! fold into its parent. The objects keep references on the removed
-//! group, so its memory (its per-CPU stat slots, a few hundred bytes per
-//! CPU) is freed when its last object is, not at removal: unlike the
-//! kernel's `obj_cgroup`, whose owner pointer is moved to the parent so the
-//! dying group can go at once, an object here keeps pointing at its first
-//! group. (Moving the pointer needs a grace period for frees racing the
-//! move, which this crate does not have yet.)
+//! counted them all along, keeps them. Its owner handle is reparented too:
+//! linked to the parent's handle (and, if the parent is removed later,
+//! through it to the next live ancestor). A later free of one of its
+//! objects uncharges the nearest live ancestor and counts both its `heap`
+//! bytes (negative) and `heap_reparented` there: the removed group's own
+//! stats stop at its removal (they were folded into the parent's
+//! hierarchical totals), so a group's *local* `heap` is its own objects'
+//! bytes less those of removed descendants' objects freed since, and its
+//! *hierarchical* `heap` is exactly its subtree's live heap.
+//!
+//! **Objects do not pin their group.** Nothing an object holds points at
+//! its group: the removed group (its per-CPU stat slots, tables, memory
+//! state) is released as soon as the last handle on it is dropped, while
+//! its objects live on. They keep only their owner handle (three words)
+//! and the handles linked above it, freed with the last object. Costs: a
+//! free of an object of a removed group takes the slow path (a per-CPU
+//! reference on the live ancestor, the page counter, one link per removed
+//! ancestor); frees of live groups' objects are unchanged.
 //!
 //! The allocator never releases a group itself: its caller may hold the
-//! engine's locks (rstat's own code frees memory under them). The last
-//! reference it drops puts the group on a deferred list, released at the
-//! next `create_child`, `remove`, engine drop or
-//! [`Rstat::release_deferred`](crate::Rstat::release_deferred).
+//! engine's locks (rstat's own code frees memory under them). A reference
+//! it took for a slow path is dropped with `Group::drop_deferred`: if it
+//! was the last, the group is released at the next `create_child`,
+//! `remove`, engine drop or
+//! [`Rstat::release_deferred`](crate::Rstat::release_deferred). Owner
+//! handles are freed inside `dealloc` when their last reference goes; they
+//! were allocated uncharged (pass-through), so that free does not recurse
+//! into the charge path.
 //!
 //! # Binding: how a `static` allocator finds its controller
 //!
@@ -126,9 +150,14 @@
 //! # Costs
 //!
 //! An allocation served from the stock: the thread-local loads, one
-//! uncontended compare-and-swap on this CPU's stock lock, three per-CPU
-//! stat adds, one per-CPU reference get, the trailer store; a free the
-//! same with a put. A stock miss: one atomic add per ancestor's usage.
+//! uncontended compare-and-swap on this CPU's stock lock (the handle
+//! reference and the stat deltas are plain adds in the same slot: a shared
+//! atomic add once per 64 objects for the references, three per-CPU stat
+//! adds once per 64 operations), the trailer store; a free the same
+//! (the handle's word is one more load, of a line nobody writes while the
+//! group lives). A stock miss: one atomic add per ancestor's usage. A
+//! group removal: every CPU's stock lock once (the drain it makes anyway
+//! doubles as the handles' grace period, see `memory::objcg`).
 //! Drift: at quiescent points, a group's `memory.current` exceeds its live
 //! objects' bytes (plus overhead) by what sits in the stocks, at most
 //! `batch × nr_cpus` ([`drift_bound`]); 0 after
@@ -139,14 +168,17 @@
 //! One test binary per `#[global_allocator]` configuration:
 //! `tests/alloc_system.rs` (exactness per group at quiescent points with
 //! frees on other threads and groups removed while their objects live,
-//! every alignment, realloc, limits, reclaim, allocations under the
-//! crate's locks), `tests/alloc_lifecycle.rs` (before install, TLS
-//! destructors, deferred release, the engine dropped, uninstall) and
+//! each removed group seen released, through an extension's `release`
+//! hook, while its objects live; every alignment, realloc, limits,
+//! reclaim, allocations under the crate's locks), `tests/alloc_lifecycle.rs`
+//! (before install, TLS destructors, a removed group released at once
+//! while its object lives, the engine dropped, uninstall) and
 //! `tests/alloc_mimalloc.rs` (`--features mimalloc`). CI runs the first two
 //! under Miri with Tree Borrows (Stacked Borrows rejects reading the
 //! trailer through the pointer a `Box` gives back, whose tag covers only
-//! the object) and under AddressSanitizer; the deferred-release stack has a
-//! loom model in `group`.
+//! the object) and under AddressSanitizer; the owner handle's reparenting
+//! against a racing free has a loom model in `memory::loom_tests`, the
+//! deferred-release stack one in `group`.
 //!
 //! # Synchronization
 //!
@@ -155,13 +187,21 @@
 //! fields; bindings are never freed, so a racing `uninstall` cannot leave
 //! a reader with a dangling one. The retired list is push-only (`Release`
 //! push, `Acquire` reads). Pass-through counters are `Relaxed` counts.
-//! Everything else is the memory controller's (see [`crate::memory`]).
+//! The owner handle in each object's trailer is written before the block
+//! is returned and read by the free, which the program orders after the
+//! allocation. Where a handle's objects go is read under a stock lock and
+//! changed only by a group's removal, which then waits for every stock
+//! lock once before the group can be freed: a lock-based grace period, in
+//! place of the kernel's RCU (`memory::objcg`, `# Synchronization`; loom
+//! model in `memory::loom_tests`). Everything else is the memory
+//! controller's (see [`crate::memory`]).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::ptr::NonNull;
 
-use super::{Memory, MemoryConfig, Target};
+use super::objcg::ObjCg;
+use super::{Memory, MemoryConfig};
 use crate::engine::{EngineInner, Rstat};
 use crate::group::{Group, GroupInner};
 // std's atomics, not `crate::sync`'s: the allocator must be constructible
@@ -217,7 +257,7 @@ fn inner_layout(layout: Layout) -> Option<(Layout, usize)> {
 /// # Safety
 /// `ptr` came from [`Accounted`] for a layout of `size` bytes.
 #[inline(always)]
-unsafe fn trailer(ptr: *mut u8, size: usize) -> *mut *mut GroupInner {
+unsafe fn trailer(ptr: *mut u8, size: usize) -> *mut *mut ObjCg {
     // SAFETY: the inner block has `round_up(size, 8) + 8` bytes, aligned to
     // at least 8; the trailer is its last 8, aligned.
     unsafe { ptr.add(size.next_multiple_of(TRAILER)).cast() }
@@ -253,6 +293,15 @@ impl Drop for Inside {
     fn drop(&mut self) {
         let _ = INSIDE.try_with(|c| c.set(false));
     }
+}
+
+/// Run `f` with this thread's allocations passing through the accounting
+/// allocator uncharged (counted in [`Accounted::pass_through`]): for the
+/// crate's own metadata that must be freeable from inside `dealloc`
+/// without charging anything (owner handles).
+pub(crate) fn untracked<R>(f: impl FnOnce() -> R) -> R {
+    let _inside = Inside::enter();
+    f()
 }
 
 /// A controller bound to the allocator. Never freed (see the module docs).
@@ -460,7 +509,7 @@ impl<A> Accounted<A> {
     /// Charge a new object of `size` bytes. `Ok(None)`: pass through;
     /// `Err(())`: refused (enforced limit).
     #[inline(always)]
-    fn charge_new(&self, size: usize, overhead: usize) -> Result<Option<NonNull<GroupInner>>, ()> {
+    fn charge_new(&self, size: usize, overhead: usize) -> Result<Option<NonNull<ObjCg>>, ()> {
         let Some(_inside) = Inside::enter() else {
             return Ok(None);
         };
@@ -484,71 +533,62 @@ impl<A> Accounted<A> {
             _ => unsafe { Group::borrow_ptr(b.root.inner_ptr()) },
         };
         let cpu = b.mem.this_cpu();
-        match b.mem.heap_charge(&group, size as u64, overhead as u64, cpu) {
-            Some(g) => Ok(Some(g.into_raw())),
-            None => Err(()),
-        }
+        Ok(Some(
+            b.mem
+                .heap_charge(&group, size as u64, overhead as u64, cpu)
+                .ok_or(())?,
+        ))
     }
 
-    /// Uncharge the object whose trailer holds `owner`.
+    /// Uncharge the object whose trailer holds `owner`, giving back its
+    /// reference on the handle.
     #[inline(always)]
-    fn uncharge(&self, owner: NonNull<GroupInner>, size: usize, overhead: usize) {
+    fn uncharge(&self, owner: NonNull<ObjCg>, size: usize, overhead: usize) {
         // The re-entry flag is only for new allocations: this object's
         // bytes must leave its group whatever the nesting (the uncharge
         // path allocates only on errors, which then pass through).
         let _inside = Inside::enter();
-        // SAFETY: the object holds a reference on its owner.
-        let engine = engine_of(unsafe { owner.as_ref() });
-        // SAFETY: the object's reference, given back once (its trailer is
-        // not read again: the object is being freed).
-        let group = unsafe { Group::from_raw(owner) };
+        // SAFETY: the object holds a reference on its handle.
+        let engine =
+            core::ptr::without_provenance::<EngineInner>(unsafe { owner.as_ref() }.engine());
         match self.binding_for(engine) {
             Some(b) => {
                 let cpu = b.mem.this_cpu();
-                b.mem
-                    .heap_uncharge(group, size as u64, overhead as u64, cpu)
+                // SAFETY: the object's reference, given back once (its
+                // trailer is not read again: the object is being freed).
+                unsafe {
+                    b.mem
+                        .heap_uncharge(owner, size as u64, overhead as u64, cpu)
+                }
             }
-            // Cannot happen (an owner is only written through a binding,
-            // and bindings are never freed); keep the reference count
-            // right anyway.
-            None => group.drop_deferred(),
+            // Cannot happen (a handle is only written through a binding,
+            // and bindings are never freed); keep the count right anyway.
+            // SAFETY: as above.
+            None => drop(unsafe { ObjCg::put(owner, 1) }),
         }
     }
 
-    /// Charge (`grow`) or uncharge `delta` bytes of a resized object to
-    /// its owner, counting the size and overhead changes. False if a
-    /// growth was refused.
-    fn resize(&self, owner: NonNull<GroupInner>, old: (usize, usize), new: (usize, usize)) -> bool {
+    /// Charge (grow) or uncharge (shrink) the difference of a resized
+    /// object to its owner, counting the size and overhead changes. False
+    /// if a growth was refused.
+    fn resize(&self, owner: NonNull<ObjCg>, old: (usize, usize), new: (usize, usize)) -> bool {
         let _inside = Inside::enter();
-        // SAFETY: the object holds a reference on its owner.
-        let engine = engine_of(unsafe { owner.as_ref() });
+        // SAFETY: the object holds a reference on its handle.
+        let engine =
+            core::ptr::without_provenance::<EngineInner>(unsafe { owner.as_ref() }.engine());
         let Some(b) = self.binding_for(engine) else {
             return true;
         };
-        // SAFETY: the object holds a reference for the whole call.
-        let group = unsafe { Group::borrow_ptr(owner) };
         let cpu = b.mem.this_cpu();
-        let (old_t, new_t) = ((old.0 + old.1) as u64, (new.0 + new.1) as u64);
-        if new_t > old_t {
-            match b.mem.heap_charge_bytes(&group, new_t - old_t, cpu) {
-                Ok(t) => release_target(t),
-                Err(_) => return false,
-            }
-        } else if new_t < old_t {
-            b.mem.heap_uncharge_bytes(&group, old_t - new_t, cpu);
+        // SAFETY: the object's reference is held for the whole call.
+        unsafe {
+            b.mem.heap_resize(
+                owner,
+                (old.0 as u64, old.1 as u64),
+                (new.0 as u64, new.1 as u64),
+                cpu,
+            )
         }
-        b.mem
-            .count_heap(&group, old.0 as u64, old.1 as u64, true, cpu);
-        b.mem
-            .count_heap(&group, new.0 as u64, new.1 as u64, false, cpu);
-        true
-    }
-}
-
-/// Drop a charge target's handle, if it made one, without releasing.
-fn release_target(t: Target<'_>) {
-    if let std::borrow::Cow::Owned(g) = t.group {
-        g.drop_deferred();
     }
 }
 

@@ -4,19 +4,25 @@
 //! items of `memory.stat`, and the per-group limit mode.
 //!
 //! Nothing here allocates on the common path (a stock hit): a few loads,
-//! one uncontended compare-and-swap on this CPU's stock lock, three
-//! per-CPU stat adds and the caller's per-CPU group reference. The slow
+//! one uncontended compare-and-swap on this CPU's stock lock, the stat
+//! deltas counted in the stock slot (see the stock's `HEAP_STAT_BATCH`);
+//! the object's reference on its owner handle
+//! ([`objcg`](super::objcg)) is taken from (or put back into) the stock
+//! slot, a shared atomic add only once per [`REF_BATCH`](super::stock::REF_BATCH)
+//! objects. The slow
 //! paths may allocate (error paths, reclaim); the allocator runs them with
 //! its re-entry guard set, so those nested allocations pass through.
 
 use std::borrow::Cow;
+use std::ptr::NonNull;
 
 use super::charge::{ancestor, charge_memcg, check_high, uncharge_memcg, Charged, OnOom};
+use super::objcg::ObjCg;
 use super::{
-    Memory, MemoryError, MemoryEvent, Target, STAT_HEAP, STAT_HEAP_ALLOCS, STAT_HEAP_FREES,
+    MemCg, Memory, MemoryError, MemoryEvent, Target, STAT_HEAP, STAT_HEAP_ALLOCS, STAT_HEAP_FREES,
     STAT_HEAP_OVERHEAD, STAT_HEAP_REPARENTED,
 };
-use crate::group::Group;
+use crate::group::{Group, GroupInner};
 use crate::page_counter::{PageCounterError, PAGE_COUNTER_MAX};
 use crate::sync::Ordering;
 
@@ -77,9 +83,10 @@ impl Memory {
 
     /// The allocator's charge of one object: `size + overhead` bytes to
     /// `group` (or, if it was removed, its nearest live ancestor), through
-    /// CPU `cpu`'s stock. Returns a reference on the group charged, for
-    /// the object to keep, or `None` if the charge was refused
-    /// ([`HeapLimitMode::Enforce`]) or cannot be made.
+    /// CPU `cpu`'s stock. Returns the owner handle the object keeps, with
+    /// one reference on it for the object ([`objcg`](super::objcg)), or
+    /// `None` if the charge was refused ([`HeapLimitMode::Enforce`]) or
+    /// cannot be made.
     #[inline(always)]
     pub(crate) fn heap_charge(
         &self,
@@ -87,13 +94,18 @@ impl Memory {
         size: u64,
         overhead: u64,
         cpu: usize,
-    ) -> Option<Group> {
+    ) -> Option<NonNull<ObjCg>> {
         let n = size + overhead;
+        let stocks = &self.inner.shared.stocks;
         if let Ok(m) = self.inner.ext.get(group) {
-            if m.is_online() && self.inner.shared.stocks.consume(cpu, m, n) {
-                self.count_heap(group, size, overhead, false, cpu);
-                self.count_on(group, STAT_HEAP_ALLOCS, 1, cpu);
-                return Some(group.clone());
+            if n <= stocks.batch() {
+                let mut h = stocks.lock_any(cpu);
+                // Online, checked under the lock: the handle's base
+                // reference is held until after this critical section.
+                if m.is_online() && stocks.heap_consume(&mut h, m, size, overhead) {
+                    drop(h);
+                    return Some(m.objcg());
+                }
             }
         }
         self.heap_charge_slow(group, size, overhead, cpu)
@@ -106,12 +118,51 @@ impl Memory {
         size: u64,
         overhead: u64,
         cpu: usize,
-    ) -> Option<Group> {
+    ) -> Option<NonNull<ObjCg>> {
         let t = self.heap_charge_bytes(group, size + overhead, cpu).ok()?;
-        let g = t.group.into_owned();
-        self.count_heap(&g, size, overhead, false, cpu);
-        self.count_on(&g, STAT_HEAP_ALLOCS, 1, cpu);
-        Some(g)
+        let x = self.objcg_ref(&t.memcg, cpu);
+        self.count_heap(&t.group, size, overhead, false, cpu);
+        self.count_on(&t.group, STAT_HEAP_ALLOCS, 1, cpu);
+        release_target(t);
+        Some(x)
+    }
+
+    /// One reference on the owner handle of `memcg`, or, if its group was
+    /// removed meanwhile, of its nearest live ancestor's.
+    fn objcg_ref(&self, memcg: &MemCg, cpu: usize) -> NonNull<ObjCg> {
+        let h = self.inner.shared.stocks.lock_any(cpu);
+        let mut m = memcg;
+        while !m.is_online() {
+            match m.parent.as_deref() {
+                Some(p) => m = p,
+                None => break,
+            }
+        }
+        // SAFETY: `m` is online (the root always is: it is never taken
+        // offline) and we hold a stock lock, so its handle's base reference
+        // is held until a drain that waits for this lock.
+        unsafe { ObjCg::get(m.objcg(), 1) };
+        drop(h);
+        m.objcg()
+    }
+
+    /// Where the objects of handle `x` are charged now, with a reference
+    /// of our own on that group, and whether it is an ancestor of the
+    /// handle's own group. `None` for an unbound handle.
+    ///
+    /// # Safety
+    /// The caller holds a reference on `x`.
+    unsafe fn objcg_owner(&self, x: NonNull<ObjCg>, cpu: usize) -> Option<(Group, bool)> {
+        let h = self.inner.shared.stocks.lock_any(cpu);
+        // SAFETY: caller's reference.
+        let cur = unsafe { x.as_ref() }.current();
+        let g = NonNull::new(cur.group.cast::<GroupInner>()).map(|p| {
+            // SAFETY: the group stays allocated while we hold the stock
+            // lock, and its count is not zero (see `objcg`).
+            unsafe { Group::clone_from_ptr(p) }
+        });
+        drop(h);
+        g.map(|g| (g, cur.reparented))
     }
 
     /// Charge `n` bytes for the heap to `group` by its limit mode: the
@@ -165,52 +216,132 @@ impl Memory {
     }
 
     /// The allocator's uncharge of one object charged by
-    /// [`heap_charge`](Self::heap_charge): `size + overhead` bytes from
-    /// `group` (the object's reference, given back here without a release:
-    /// see [`Group::drop_deferred`]), or, if it was removed, from its
-    /// nearest live ancestor, counted as reparented there.
+    /// [`heap_charge`](Self::heap_charge): `size + overhead` bytes from the
+    /// group its handle `x` names now (its own, or after removals its
+    /// nearest live ancestor, counted as reparented there), giving back the
+    /// object's reference on `x`.
+    ///
+    /// # Safety
+    /// The caller owns one reference on `x` (the object's) and gives it up.
     #[inline(always)]
-    pub(crate) fn heap_uncharge(&self, group: Group, size: u64, overhead: u64, cpu: usize) {
+    pub(crate) unsafe fn heap_uncharge(
+        &self,
+        x: NonNull<ObjCg>,
+        size: u64,
+        overhead: u64,
+        cpu: usize,
+    ) {
         let n = size + overhead;
         let stocks = &self.inner.shared.stocks;
-        if let Ok(m) = self.inner.ext.get(&group) {
-            if n <= stocks.batch()
-                && m.is_online()
-                && n <= m.counter.usage()
-                && stocks.may_stock(m)
-                && !super::reclaim::in_reclaim()
-            {
-                stocks.refill(cpu, m, n);
-                self.count_heap(&group, size, overhead, true, cpu);
-                self.count_on(&group, STAT_HEAP_FREES, 1, cpu);
-                group.drop_deferred();
-                return;
+        let mut h = stocks.lock_any(cpu);
+        // SAFETY: the object's reference keeps `x` live. From here until
+        // the lock is released the group it names stays allocated (`objcg`).
+        let cur = unsafe { x.as_ref() }.current();
+        let Some(gp) = NonNull::new(cur.group.cast::<GroupInner>()) else {
+            drop(h);
+            // SAFETY: the object's reference (an unbound handle: nothing
+            // was charged through it).
+            unsafe { ObjCg::put(x, 1) };
+            return;
+        };
+        // SAFETY: allocated while we hold the lock; not dropped.
+        let g = unsafe { Group::borrow_ptr(gp) };
+        if !cur.reparented && n <= stocks.batch() {
+            if let Ok(m) = self.inner.ext.get(&g) {
+                if m.is_online()
+                    && n <= m.counter.usage()
+                    && stocks.may_stock(m)
+                    && !super::reclaim::in_reclaim()
+                {
+                    debug_assert_eq!(m.objcg(), x, "a bound handle is its group's");
+                    // The object's reference on `x` moves into the slot.
+                    let out = stocks.heap_refill(&mut h, m, size, overhead);
+                    drop(h);
+                    if let Some(t) = out {
+                        t.give_back();
+                    }
+                    return;
+                }
             }
         }
-        self.heap_uncharge_slow(group, size, overhead, cpu);
+        // A reference of our own for the slow path (the count is not zero
+        // while the group is reachable through a handle).
+        let owned = Group::clone(&g);
+        drop(h);
+        self.heap_uncharge_slow(owned, cur.reparented, size, overhead, cpu);
+        // SAFETY: the object's reference, given back.
+        unsafe { ObjCg::put(x, 1) };
     }
 
     #[inline(never)]
-    fn heap_uncharge_slow(&self, group: Group, size: u64, overhead: u64, cpu: usize) {
-        self.heap_uncharge_bytes(&group, size + overhead, cpu);
+    fn heap_uncharge_slow(
+        &self,
+        group: Group,
+        reparented: bool,
+        size: u64,
+        overhead: u64,
+        cpu: usize,
+    ) {
+        self.heap_uncharge_bytes(&group, size + overhead, cpu, reparented);
         self.count_heap(&group, size, overhead, true, cpu);
         self.count_on(&group, STAT_HEAP_FREES, 1, cpu);
+        // Never release a group inside the allocator.
         group.drop_deferred();
     }
 
     /// Uncharge `n` heap bytes from `group`'s target (itself, or its
-    /// nearest live ancestor, counting them as reparented there). A count
-    /// that would go below zero is clamped by the page counter (it cannot
-    /// happen to the allocator's own charges).
-    pub(crate) fn heap_uncharge_bytes(&self, group: &Group, n: u64, cpu: usize) {
+    /// nearest live ancestor), counting them as reparented there if
+    /// `reparented` (the object's own group was removed) or the target is
+    /// an ancestor. A count that would go below zero is clamped by the
+    /// page counter (it cannot happen to the allocator's own charges).
+    pub(crate) fn heap_uncharge_bytes(&self, group: &Group, n: u64, cpu: usize, reparented: bool) {
         let Ok(t) = self.target(group) else { return };
         uncharge_memcg(&self.inner.shared.stocks, &t.memcg, cpu, n);
-        if let Cow::Owned(anc) = t.group {
-            self.count_on(&anc, STAT_HEAP_REPARENTED, n, cpu);
-            // A live ancestor: not its last reference, but never release a
-            // group from inside the allocator.
-            anc.drop_deferred();
+        if reparented || matches!(t.group, Cow::Owned(_)) {
+            self.count_on(&t.group, STAT_HEAP_REPARENTED, n, cpu);
         }
+        release_target(t);
+    }
+
+    /// The allocator's `realloc` of an object of handle `x` from `old` to
+    /// `new` (size, overhead): charge (growth) or uncharge (shrink) the
+    /// difference to the group the handle names now, and count the size
+    /// and overhead changes. False if a growth was refused.
+    ///
+    /// # Safety
+    /// The caller holds a reference on `x` (the object's) for the call.
+    pub(crate) unsafe fn heap_resize(
+        &self,
+        x: NonNull<ObjCg>,
+        old: (u64, u64),
+        new: (u64, u64),
+        cpu: usize,
+    ) -> bool {
+        // SAFETY: caller's reference.
+        let Some((group, reparented)) = (unsafe { self.objcg_owner(x, cpu) }) else {
+            return true;
+        };
+        let (old_t, new_t) = (old.0 + old.1, new.0 + new.1);
+        let ok = if new_t > old_t {
+            match self.heap_charge_bytes(&group, new_t - old_t, cpu) {
+                Ok(t) => {
+                    release_target(t);
+                    true
+                }
+                Err(_) => false,
+            }
+        } else {
+            if new_t < old_t {
+                self.heap_uncharge_bytes(&group, old_t - new_t, cpu, reparented);
+            }
+            true
+        };
+        if ok {
+            self.count_heap(&group, old.0, old.1, true, cpu);
+            self.count_heap(&group, new.0, new.1, false, cpu);
+        }
+        group.drop_deferred();
+        ok
     }
 
     /// Count a heap object's bytes (`neg`: freed) on `group`.
@@ -225,5 +356,12 @@ impl Memory {
     ) {
         self.count_signed(group, STAT_HEAP, signed(size, neg), cpu);
         self.count_signed(group, STAT_HEAP_OVERHEAD, signed(overhead, neg), cpu);
+    }
+}
+
+/// Drop a charge target's handle, if it made one, without releasing.
+fn release_target(t: Target<'_>) {
+    if let Cow::Owned(g) = t.group {
+        g.drop_deferred();
     }
 }

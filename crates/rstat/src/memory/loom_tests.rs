@@ -9,8 +9,10 @@
 use std::sync::Arc;
 
 use super::charge::{charge_memcg, uncharge_memcg};
+use super::objcg::ObjCg;
 use super::stock::Stocks;
-use super::MemCg;
+use super::{MemCg, Shared};
+use crate::sync::{AtomicBool, Ordering};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
@@ -28,7 +30,7 @@ fn is(m: &Arc<MemCg>) -> impl Fn(&MemCg) -> bool + '_ {
 #[test]
 fn consume_refill_vs_drain() {
     model(|| {
-        let stocks = Arc::new(Stocks::new(1, 2));
+        let stocks = Arc::new(Stocks::new(1, 2, usize::MAX));
         let m = Arc::new(MemCg::new(None));
         // Start with one unit in the stock (charged, held by nobody).
         m.counter.charge(1).unwrap();
@@ -57,7 +59,7 @@ fn consume_refill_vs_drain() {
 #[test]
 fn two_threads_share_one_cpu_stock_vs_drain() {
     model(|| {
-        let stocks = Arc::new(Stocks::new(1, 2));
+        let stocks = Arc::new(Stocks::new(1, 2, usize::MAX));
         let m = Arc::new(MemCg::new(None));
         let spawn = |n: u64| {
             let (stocks, m) = (Arc::clone(&stocks), Arc::clone(&m));
@@ -85,15 +87,16 @@ fn two_threads_share_one_cpu_stock_vs_drain() {
 #[test]
 fn refill_vs_offline() {
     model(|| {
-        let stocks = Arc::new(Stocks::new(2, 2));
+        let shared = Arc::new(Shared::new(Stocks::new(2, 2, usize::MAX), 0, 0));
+        let stocks = &shared.stocks;
         let root = Arc::new(MemCg::new(None));
         let m = Arc::new(MemCg::new(Some(&root)));
         m.counter.charge(1).unwrap();
         let t = {
-            let (stocks, m) = (Arc::clone(&stocks), Arc::clone(&m));
-            loom::thread::spawn(move || uncharge_memcg(&stocks, &m, 1, 1))
+            let (shared, m) = (Arc::clone(&shared), Arc::clone(&m));
+            loom::thread::spawn(move || uncharge_memcg(&shared.stocks, &m, 1, 1))
         };
-        m.offline(&stocks, Some(&root));
+        m.offline(&shared, Some(&root));
         t.join().unwrap();
         assert_eq!(
             stocks.stocked(&m),
@@ -102,5 +105,92 @@ fn refill_vs_offline() {
         );
         assert_eq!(root.counter.usage(), 0);
         assert_eq!(m.counter.usage(), 0);
+    });
+}
+
+/// A stand-in for a group in the owner-handle model: "released" once its
+/// removal returned, as a real group may be freed then.
+struct StandIn {
+    released: AtomicBool,
+}
+
+impl StandIn {
+    fn addr(&self) -> *mut () {
+        (self as *const StandIn).cast_mut().cast()
+    }
+}
+
+/// A free of an object racing the removal of its group (see `objcg`'s
+/// `# Synchronization`): the free's read side (any stock lock, then the
+/// handle's word, then a use of the group it names) against the real
+/// removal (`MemCg::offline`: reparent the handle, drain every CPU's stock
+/// as the grace period, drop the base reference), after which the group is
+/// released. The free never uses a released group, it ends on the parent
+/// exactly when it read the reparented word, and the handle is freed
+/// exactly once, by whichever of the two drops the last reference.
+#[test]
+fn free_racing_reparent_never_uses_a_released_group() {
+    model(|| {
+        let shared = Arc::new(Shared::new(Stocks::new(2, 2, usize::MAX), 0, 0));
+        let root = Arc::new(MemCg::new(None));
+        let m = Arc::new(MemCg::new(Some(&root)));
+        let (parent_g, child_g) = (
+            Arc::new(StandIn {
+                released: AtomicBool::new(false),
+            }),
+            Arc::new(StandIn {
+                released: AtomicBool::new(false),
+            }),
+        );
+        // SAFETY: nobody else sees the handles yet.
+        unsafe {
+            root.objcg().as_ref().bind(parent_g.addr());
+            m.objcg().as_ref().bind(child_g.addr());
+        }
+        // One live object of the child: a reference on its handle.
+        let x = m.objcg();
+        // SAFETY: the base reference is held.
+        unsafe { ObjCg::get(x, 1) };
+        // A raw pointer is not `Send`: carry the address, and the
+        // provenance through `with_exposed_provenance` (a model only).
+        let send_x = x.as_ptr().expose_provenance();
+        let t = {
+            let (shared, parent_g, child_g) = (
+                Arc::clone(&shared),
+                Arc::clone(&parent_g),
+                Arc::clone(&child_g),
+            );
+            loom::thread::spawn(move || {
+                let x = core::ptr::NonNull::new(core::ptr::with_exposed_provenance_mut::<ObjCg>(
+                    send_x,
+                ))
+                .unwrap();
+                let h = shared.stocks.lock_any(1);
+                // SAFETY: the object's reference.
+                let cur = unsafe { x.as_ref() }.current();
+                if cur.group == child_g.addr() {
+                    assert!(!cur.reparented);
+                    assert!(
+                        !child_g.released.load(Ordering::Relaxed),
+                        "a free used a group released under it"
+                    );
+                } else {
+                    assert_eq!(cur.group, parent_g.addr());
+                    assert!(cur.reparented);
+                }
+                drop(h);
+                // SAFETY: the object's reference, given back.
+                unsafe { ObjCg::put(x, 1) }
+            })
+        };
+        m.offline(&shared, Some(&root));
+        // The removal returned: the group may be freed now.
+        child_g.released.store(true, Ordering::Relaxed);
+        let freed_by_free = t.join().unwrap();
+        // The child's handle is gone (freed by the object's free or by the
+        // base drop, once), and with it its reference on the root's.
+        // SAFETY: the root's state holds its base reference.
+        assert_eq!(unsafe { root.objcg().as_ref() }.refs(), 1);
+        assert!(freed_by_free <= 1);
     });
 }

@@ -102,6 +102,14 @@
 //! one holds a handle), so a removed group's memory is freed only after its
 //! last guard goes.
 //!
+//! Heap objects charged by the accounting allocator ([`alloc`]) do not
+//! hold their group: each points to the group's owner handle, which
+//! removal links to the parent's (`objcg`, the kernel's `obj_cgroup`
+//! reparenting), so a removed group is released as soon as its last handle
+//! goes, while its objects live on; their frees uncharge the nearest live
+//! ancestor. The drain at removal doubles as the grace period that makes
+//! this safe against frees racing it.
+//!
 //! # Synchronization
 //!
 //! The charge path takes no lock but this CPU's stock lock (tried, never
@@ -143,6 +151,7 @@ mod error;
 mod events;
 mod heap;
 mod limits;
+pub(crate) mod objcg;
 pub mod reclaim;
 pub mod stock;
 
@@ -163,7 +172,7 @@ use crate::engine::Rstat;
 use crate::group::ext::{Ext, GroupExt};
 use crate::group::Group;
 use crate::page_counter::PageCounter;
-use crate::sync::{self, AtomicBool, Mutex, Ordering};
+use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
 
 pub use charge::{Charge, Charged, OnOom, OwnedCharge};
 pub use error::{parse_limit, MemoryError, OverLimit};
@@ -174,6 +183,7 @@ pub use reclaim::{OomContext, OomHandler, Reclaimer, ReclaimerId};
 pub use stock::NR_STOCK;
 
 use events::Events;
+use objcg::ObjCg;
 use reclaim::{ReclaimCursor, ReclaimerList};
 use stock::Stocks;
 
@@ -225,10 +235,14 @@ pub fn stat_unit(batch: u64) -> u64 {
 /// heap_overhead` is what the objects charge), `heap_allocs` and
 /// `heap_frees`, objects allocated and freed (a `realloc` is neither),
 /// and `heap_reparented`, bytes of objects of removed groups uncharged
-/// from the group (their nearest live ancestor) that took them over.
-/// Heap bytes are counted on the group the object was charged to, also
-/// after it is removed (its history folds into its parent), so a
-/// subtree's hierarchical `heap + heap_overhead` is its live heap.
+/// (freed, or shrunk by `realloc`) from the group (their nearest live
+/// ancestor) that took them over, counted there when it happens. Heap
+/// bytes are counted on the group the object's owner handle names: its
+/// own group while that lives; after its removal (whose stats fold into
+/// the parent's hierarchical totals) the nearest live ancestor. So a
+/// subtree's hierarchical `heap + heap_overhead` is exactly its live heap,
+/// while a group's local figure is its own objects' bytes less those of
+/// removed descendants' objects freed since their removal.
 pub const MEMORY_STAT_NAMES: [&str; 10] = [
     "charged",
     "uncharged",
@@ -304,11 +318,54 @@ pub(crate) struct MemCg {
     pub(crate) oom_handler: Mutex<Option<Arc<dyn OomHandler>>>,
     /// The accounting allocator's [`HeapLimitMode`] here: enforce if true.
     pub(crate) heap_enforce: AtomicBool,
+    /// The group's owner handle for heap objects ([`objcg`]), bound to
+    /// the group by the extension's `online` hook.
+    objcg: ObjCgPtr,
+    /// The group's address (set by the extension's `online` hook; null in
+    /// models), for the heap stat deltas the stocks keep. Dereferenced only
+    /// under a stock lock while a slot names this state (the group is live
+    /// then: its removal drains its slots first).
+    group: AtomicPtr<()>,
+    /// Whether this state still holds the handle's base reference: until
+    /// the group is removed (or, for the root, until this state is
+    /// dropped). Cleared under [`Shared::objcg_lock`].
+    objcg_base: AtomicBool,
+}
+
+/// The handle pointer, immutable for the state's life.
+struct ObjCgPtr(core::ptr::NonNull<ObjCg>);
+
+// SAFETY: the handle is made of atomics and a plain identity, shared by
+// reference counts (`objcg`); the pointer itself is never written.
+unsafe impl Send for ObjCgPtr {}
+// SAFETY: as above.
+unsafe impl Sync for ObjCgPtr {}
+
+impl Drop for MemCg {
+    fn drop(&mut self) {
+        // The root's base reference (a removed group's went at removal).
+        // Nobody else reaches this state now, so no lock is needed.
+        if self.objcg_base.swap(false, Ordering::Relaxed) {
+            // SAFETY: the base reference was ours.
+            unsafe { ObjCg::put(self.objcg.0, 1) };
+        }
+    }
 }
 
 impl MemCg {
+    /// A state for a group of no engine (the loom models).
+    #[cfg(all(test, rstat_loom))]
     pub(crate) fn new(parent: Option<&Arc<MemCg>>) -> Self {
+        Self::new_in(parent, 0)
+    }
+
+    /// A state for a group of the engine at `engine` (an identity for
+    /// its owner handle).
+    pub(crate) fn new_in(parent: Option<&Arc<MemCg>>, engine: usize) -> Self {
         MemCg {
+            objcg: ObjCgPtr(ObjCg::new(engine)),
+            group: AtomicPtr::new(core::ptr::null_mut()),
+            objcg_base: AtomicBool::new(true),
             counter: Arc::new(PageCounter::new(parent.map(|p| Arc::clone(&p.counter)))),
             parent: parent.cloned(),
             online: AtomicBool::new(true),
@@ -323,6 +380,85 @@ impl MemCg {
             heap_enforce: AtomicBool::new(
                 parent.is_some_and(|p| p.heap_enforce.load(Ordering::Relaxed)),
             ),
+        }
+    }
+
+    /// The group's owner handle. Dereferenced only while a reference on it
+    /// is held, or while this state is online and a stock lock is held
+    /// (its base reference is held until a drain that waits for the lock).
+    #[inline(always)]
+    pub(crate) fn objcg(&self) -> core::ptr::NonNull<ObjCg> {
+        self.objcg.0
+    }
+
+    /// Add heap stat deltas `d` (see [`stock::HeapStats`]) to the group's
+    /// stat items on CPU slot `cpu` of stat controller `ctl`. Called under
+    /// a stock lock by a slot naming this state.
+    pub(crate) fn add_heap_stats(&self, ctl: usize, cpu: usize, d: stock::HeapStats) {
+        // Relaxed: written before the state was published.
+        let g = self
+            .group
+            .load(Ordering::Relaxed)
+            .cast::<crate::group::GroupInner>();
+        if g.is_null() || ctl == usize::MAX {
+            return;
+        }
+        // SAFETY: the group is live (see `group`).
+        let css = unsafe { &*g }.css[ctl].load(Ordering::Acquire);
+        if css.is_null() {
+            return;
+        }
+        for (k, v) in d.into_iter().enumerate() {
+            if v != 0 {
+                // SAFETY: a non-null css lives as long as its group (live);
+                // `cpu` is a stock index, below the engine's CPU count;
+                // the items are the heap ones of MEMORY_STAT_NAMES.
+                unsafe { (*css).update(cpu, STAT_HEAP + k, v) };
+            }
+        }
+    }
+
+    /// Drop `n` references on the handle.
+    ///
+    /// # Safety
+    /// The caller owns them.
+    #[inline]
+    pub(crate) unsafe fn put_objcg(&self, n: usize) {
+        // SAFETY: caller's guarantee.
+        unsafe { ObjCg::put(self.objcg.0, n) };
+    }
+
+    /// Link this (removed) group's handle to the handle of its nearest
+    /// ancestor that still holds its base reference (`parent`, unless it is
+    /// being removed too), taking a reference on it.
+    fn reparent_objcg(&self, lock: &Mutex<()>, parent: &Arc<MemCg>) {
+        let _l = sync::lock(lock);
+        let mut a: &MemCg = parent;
+        // Relaxed, here and in `drop_objcg_base`: the flag is written and
+        // read under `lock`.
+        while !a.objcg_base.load(Ordering::Relaxed) {
+            match a.parent.as_deref() {
+                Some(p) => a = p,
+                None => break,
+            }
+        }
+        debug_assert!(
+            a.objcg_base.load(Ordering::Relaxed),
+            "no live ancestor handle"
+        );
+        // SAFETY: `a`'s base reference is held, and dropped only under
+        // `lock`, which we hold.
+        unsafe { ObjCg::get(a.objcg.0, 1) };
+        // SAFETY: our base reference is still held.
+        unsafe { self.objcg.0.as_ref() }.reparent(a.objcg.0);
+    }
+
+    /// Drop the base reference on the handle (after removal's drain).
+    fn drop_objcg_base(&self, lock: &Mutex<()>) {
+        let _l = sync::lock(lock);
+        if self.objcg_base.swap(false, Ordering::Relaxed) {
+            // SAFETY: the base reference was ours.
+            unsafe { ObjCg::put(self.objcg.0, 1) };
         }
     }
 
@@ -367,9 +503,17 @@ impl MemCg {
     }
 
     /// The offline hook: see "Removed groups" in the module docs.
-    fn offline(&self, stocks: &Stocks, parent: Option<&Arc<MemCg>>) {
+    pub(crate) fn offline(&self, shared: &Shared, parent: Option<&Arc<MemCg>>) {
+        let stocks = &shared.stocks;
         // Relaxed: the stock locks order it against refills (see `stock`).
         self.online.store(false, Ordering::Relaxed);
+        // The owner handle: objects freed from now on uncharge the parent.
+        if let Some(p) = parent {
+            self.reparent_objcg(&shared.objcg_lock, p);
+        }
+        // Takes every CPU's stock lock once: also the handles' grace period
+        // (see `objcg`): after it, no free still uses this group through a
+        // handle, and no charge still takes a reference through our base.
         stocks.drain(|m| core::ptr::eq(m, self));
         self.counter.set_min(0);
         self.counter.set_low(0);
@@ -389,6 +533,7 @@ impl MemCg {
             sync::lock(&p.reclaimers).append(moved);
         }
         *sync::lock(&self.oom_handler) = None;
+        self.drop_objcg_base(&shared.objcg_lock);
     }
 }
 
@@ -396,6 +541,22 @@ impl MemCg {
 pub(crate) struct Shared {
     pub(crate) stocks: Stocks,
     pub(crate) max_retries: u32,
+    /// Serialises reparenting of owner handles with dropping their base
+    /// references ([`objcg`]).
+    pub(crate) objcg_lock: Mutex<()>,
+    /// The engine's address, an identity for owner handles.
+    pub(crate) engine: usize,
+}
+
+impl Shared {
+    pub(crate) fn new(stocks: Stocks, max_retries: u32, engine: usize) -> Self {
+        Shared {
+            stocks,
+            max_retries,
+            objcg_lock: Mutex::new(()),
+            engine,
+        }
+    }
 }
 
 /// The group extension: creates each group's [`MemCg`] and runs the
@@ -412,11 +573,20 @@ impl GroupExt for MemExt {
     }
 
     fn create(&self, parent: Option<&Arc<MemCg>>) -> Arc<MemCg> {
-        Arc::new(MemCg::new(parent))
+        Arc::new(MemCg::new_in(parent, self.shared.engine))
+    }
+
+    fn online(&self, state: &Arc<MemCg>, group: &Group) {
+        let g = group.inner_ptr().as_ptr().cast::<()>();
+        // Relaxed: the state is published afterwards (Release).
+        state.group.store(g, Ordering::Relaxed);
+        // SAFETY: nobody else reaches the handle before the state is
+        // published.
+        unsafe { state.objcg.0.as_ref() }.bind(group.inner_ptr().as_ptr().cast_const().cast());
     }
 
     fn offline(&self, state: &Arc<MemCg>, parent: Option<&Arc<MemCg>>) {
-        state.offline(&self.shared.stocks, parent);
+        state.offline(&self.shared, parent);
     }
 
     fn release(&self, state: &Arc<MemCg>, _parent: Option<&Arc<MemCg>>) {
@@ -490,10 +660,6 @@ impl Memory {
                 ),
             });
         }
-        let shared = Arc::new(Shared {
-            stocks: Stocks::new(rs.nr_cpus(), cfg.batch),
-            max_retries: cfg.max_reclaim_retries,
-        });
         let unit = stat_unit(cfg.batch);
         let items: Vec<(&str, u64)> = MEMORY_STAT_NAMES
             .iter()
@@ -504,6 +670,11 @@ impl Memory {
             })
             .collect();
         let stats = rs.register_counters_with_units("memory", &items)?;
+        let shared = Arc::new(Shared::new(
+            Stocks::new(rs.nr_cpus(), cfg.batch, stats.ctl.id),
+            cfg.max_reclaim_retries,
+            rs.engine_ptr().addr(),
+        ));
         let ext = rs.register_ext(MemExt {
             shared: Arc::clone(&shared),
         })?;
@@ -671,15 +842,36 @@ impl Memory {
 
     /// `memory.stat`: the [`MEMORY_STAT_NAMES`] items, local and
     /// hierarchical, as fresh as the controller's flush policy makes them
-    /// (see [`ControllerHandle::read`]).
+    /// (see [`ControllerHandle::read`]), after adding the accounting
+    /// allocator's pending deltas ([`flush_heap_stats`](Self::flush_heap_stats):
+    /// each CPU's stock lock once).
     pub fn stat(&self, group: &Group) -> Result<GroupStats, MemoryError> {
+        self.flush_heap_stats(group)?;
         Ok(self.inner.stats.read(group)?)
     }
 
-    /// `memory.stat`, exact: every update completed before the call is in.
-    /// Takes the controller's flush lock.
+    /// `memory.stat`, exact: every update completed before the call is in,
+    /// the accounting allocator's included. Takes each CPU's stock lock
+    /// once ([`flush_heap_stats`](Self::flush_heap_stats)), then the
+    /// controller's flush lock.
     pub fn stat_exact(&self, group: &Group) -> Result<GroupStats, MemoryError> {
+        self.flush_heap_stats(group)?;
         Ok(self.inner.stats.read_exact(group)?)
+    }
+
+    /// Add the heap stat deltas the stocks keep for `group`'s subtree to
+    /// its groups' stat items (every CPU's stock lock in turn), so a read
+    /// of the stat items that follows includes every heap operation
+    /// completed before this call. [`stat`](Self::stat) and
+    /// [`stat_exact`](Self::stat_exact) call it; call it before reading the
+    /// raw controller ([`stats`](Self::stats)) for the same.
+    pub fn flush_heap_stats(&self, group: &Group) -> Result<(), MemoryError> {
+        let t = self.target(group)?;
+        self.inner
+            .shared
+            .stocks
+            .flush_stats(|m| m.is_in_subtree(&t.memcg));
+        Ok(())
     }
 
     /// The controller behind `memory.stat` (flush policy, raw reads).

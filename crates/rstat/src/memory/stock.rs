@@ -19,6 +19,19 @@
 //!   reclaiming and before declaring OOM (a subtree's slots), and when a
 //!   group goes offline or is released (its slots).
 //!
+//! **The accounting allocator's extras** ([`crate::alloc`]). A slot also
+//! keeps, for its group, references on the group's owner handle
+//! (`memory::objcg`; fetched 64 at a time, one per object
+//! handed out, given back on frees) and the allocator's `memory.stat`
+//! deltas (added to the group's stat items every [`HEAP_STAT_BATCH`]
+//! operations, when the slot is emptied, and by
+//! [`Memory::flush_heap_stats`](super::Memory::flush_heap_stats) before a
+//! read). Both are plain integers under the slot's lock. The allocator
+//! takes this lock on every allocation and free, also when it then goes to
+//! the page counter: the lock is the read side of the owner handles' grace
+//! period (see `objcg`), and it takes another CPU's
+//! rather than wait when this CPU's is busy.
+//!
 //! **Overcharge bound.** A slot never holds more than `batch` units once
 //! its operation returns, and a group has at most one slot per CPU, so the
 //! units charged to a group's counter that no caller holds are at most
@@ -76,6 +89,7 @@
 
 use std::sync::Arc;
 
+use super::objcg::ObjCg;
 use super::MemCg;
 use crate::page_counter::CachePadded;
 use crate::sync::{AtomicBool, AtomicUsize, Ordering, UnsafeCell};
@@ -102,10 +116,22 @@ struct CpuStock {
 // Send + Sync.
 unsafe impl Sync for CpuStock {}
 
-/// The slot table: `cached[i]` holds `nr[i]` pre-charged units.
+/// The slot table: `cached[i]` holds `nr[i]` pre-charged units,
+/// `refs[i]` references on its group's owner handle ([`super::objcg`]),
+/// taken in batches for the allocator's objects, and `stat[i]` the
+/// allocator's `memory.stat` deltas of its group not yet added to the
+/// group's stat items (see [`HEAP_STAT_BATCH`]).
 struct Slots {
     cached: [Option<Arc<MemCg>>; NR_STOCK],
     nr: [u64; NR_STOCK],
+    refs: [usize; NR_STOCK],
+    stat: [HeapStats; NR_STOCK],
+    /// Operations counted in `stat[i]` since it was last added.
+    nstat: [u32; NR_STOCK],
+    /// This stock's CPU index, and the memory controller's stat
+    /// controller id (`usize::MAX`: none, in models), for those adds.
+    cpu: usize,
+    stat_ctl: usize,
     /// The next slot to evict when none is free (round-robin).
     next_evict: usize,
 }
@@ -118,15 +144,122 @@ impl Slots {
             .position(|c| c.as_deref().is_some_and(|c| core::ptr::eq(c, memcg)))
     }
 
-    /// Empty slot `i`; its group and units, if it named one.
-    fn take(&mut self, i: usize) -> Option<(Arc<MemCg>, u64)> {
+    /// Add slot `i`'s pending heap stat deltas to its group's stat items
+    /// (per-CPU adds). Under the lock: the group is live while a slot
+    /// names its state (its removal drains the slot first).
+    #[inline(never)]
+    fn flush_stats(&mut self, i: usize) {
+        if self.nstat[i] == 0 {
+            return;
+        }
+        self.nstat[i] = 0;
+        let d = core::mem::take(&mut self.stat[i]);
+        if let Some(m) = self.cached[i].as_deref() {
+            m.add_heap_stats(self.stat_ctl, self.cpu, d);
+        }
+    }
+
+    /// Count one heap operation's deltas in slot `i`, adding them to the
+    /// group's items every [`HEAP_STAT_BATCH`] operations.
+    #[inline(always)]
+    fn count(&mut self, i: usize, d: HeapStats) {
+        for (a, b) in self.stat[i].iter_mut().zip(d) {
+            *a = a.wrapping_add(b);
+        }
+        self.nstat[i] += 1;
+        if self.nstat[i] >= HEAP_STAT_BATCH {
+            self.flush_stats(i);
+        }
+    }
+
+    /// Empty slot `i`; its group, units and handle references, if it
+    /// named one (its stat deltas are added first).
+    #[inline(never)]
+    fn take(&mut self, i: usize) -> Option<Taken> {
+        self.flush_stats(i);
         let nr = core::mem::take(&mut self.nr[i]);
-        self.cached[i].take().map(|m| (m, nr))
+        let refs = core::mem::take(&mut self.refs[i]);
+        self.cached[i].take().map(|m| Taken { memcg: m, nr, refs })
+    }
+
+    /// The slot of `memcg`, made (a free one, or one evicted round-robin)
+    /// if it has none: its index and what was evicted.
+    #[inline(always)]
+    fn slot_for(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
+        if let Some(i) = self.find(memcg) {
+            return (i, None);
+        }
+        self.new_slot(memcg)
+    }
+
+    /// [`Stocks::heap_refill`] when `memcg` has no slot: make one (`n` at
+    /// most the batch, so it cannot overflow) and return what was evicted.
+    #[inline(never)]
+    fn heap_refill_new(&mut self, memcg: &Arc<MemCg>, n: u64, d: HeapStats) -> Option<Taken> {
+        let (i, evicted) = self.new_slot(memcg);
+        self.nr[i] = n;
+        self.refs[i] = 1;
+        self.count(i, d);
+        evicted
+    }
+
+    /// [`slot_for`](Self::slot_for) when `memcg` has no slot (kept out of
+    /// line).
+    #[inline(never)]
+    fn new_slot(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
+        let (i, evicted) = match self.cached.iter().position(Option::is_none) {
+            Some(i) => (i, None),
+            None => {
+                let i = self.next_evict % NR_STOCK;
+                self.next_evict = (i + 1) % NR_STOCK;
+                (i, self.take(i))
+            }
+        };
+        self.cached[i] = Some(Arc::clone(memcg));
+        (i, evicted)
     }
 }
 
-/// Proof that this thread holds one CPU's lock; releases it on drop.
-struct Held<'a>(&'a CpuStock);
+/// What a slot held when it was emptied: units to uncharge and handle
+/// references to drop, after the lock is released ([`Taken::give_back`]).
+#[must_use]
+pub(crate) struct Taken {
+    memcg: Arc<MemCg>,
+    nr: u64,
+    refs: usize,
+}
+
+impl Taken {
+    /// Uncharge the units and drop the references. Returns the units.
+    pub(crate) fn give_back(self) -> u64 {
+        self.memcg.uncharge_counter(self.nr);
+        // SAFETY: the slot owned these references on its group's handle.
+        unsafe { self.memcg.put_objcg(self.refs) };
+        self.nr
+    }
+}
+
+/// The allocator's `memory.stat` deltas of one group kept in a stock slot:
+/// `heap`, `heap_overhead`, `heap_allocs`, `heap_frees` (the items at
+/// `STAT_HEAP..` in [`MEMORY_STAT_NAMES`](super::MEMORY_STAT_NAMES)).
+pub(crate) type HeapStats = [i64; 4];
+
+/// Heap operations a slot counts before adding its stat deltas to its
+/// group's items: a read through [`Memory::stat`](super::Memory::stat) or
+/// [`stat_exact`](super::Memory::stat_exact) adds every slot's first, so it
+/// stays exact; a read of the raw stat controller
+/// ([`Memory::stats`](super::Memory::stats)) may miss fewer than this many
+/// operations' deltas per (group, CPU).
+pub const HEAP_STAT_BATCH: u32 = 64;
+
+/// References on a handle the allocator takes at once into a stock slot,
+/// and the most a slot keeps (above it, the surplus goes back).
+pub(crate) const REF_BATCH: usize = 64;
+const REF_MAX: usize = 2 * REF_BATCH;
+
+/// Proof that this thread holds one CPU's lock; releases it on drop. The
+/// accounting allocator's read side ([`super::objcg`]).
+pub(crate) struct Held<'a>(&'a CpuStock);
 
 impl Held<'_> {
     #[inline(always)]
@@ -171,14 +304,21 @@ impl CpuStock {
 
 impl Stocks {
     /// Empty stocks for `nr_cpus` CPUs; `batch == 0` disables stocking.
-    pub(crate) fn new(nr_cpus: usize, batch: u64) -> Self {
+    /// `stat_ctl`: the memory controller's stat controller id, for the
+    /// heap stat deltas slots keep (`usize::MAX` in models: none).
+    pub(crate) fn new(nr_cpus: usize, batch: u64, stat_ctl: usize) -> Self {
         let cpus = (0..nr_cpus.max(1))
-            .map(|_| {
+            .map(|cpu| {
                 CachePadded::new(CpuStock {
                     locked: AtomicBool::new(false),
                     slots: UnsafeCell::new(Slots {
                         cached: Default::default(),
                         nr: [0; NR_STOCK],
+                        refs: [0; NR_STOCK],
+                        stat: [[0; 4]; NR_STOCK],
+                        nstat: [0; NR_STOCK],
+                        cpu,
+                        stat_ctl,
                         next_evict: 0,
                     }),
                 })
@@ -289,22 +429,120 @@ impl Stocks {
                 s.nr[i] += n;
                 return if s.nr[i] > batch { s.take(i) } else { None };
             }
-            let (i, evicted) = match s.cached.iter().position(Option::is_none) {
-                Some(i) => (i, None),
-                None => {
-                    let i = s.next_evict % NR_STOCK;
-                    s.next_evict = (i + 1) % NR_STOCK;
-                    (i, s.take(i))
-                }
-            };
-            s.cached[i] = Some(Arc::clone(memcg));
+            let (i, evicted) = s.slot_for(memcg);
             s.nr[i] = n;
             evicted
         });
         drop(h);
-        if let Some((m, nr)) = out {
-            m.uncharge_counter(nr);
+        if let Some(t) = out {
+            t.give_back();
         }
+    }
+
+    /// The accounting allocator's charge of one object: take `n` units of
+    /// `memcg` and one reference on its owner handle from the held stock
+    /// (references are fetched [`REF_BATCH`] at a time). False if the slot
+    /// has fewer units, or none.
+    ///
+    /// The caller checked, under this lock, that `memcg` is online: its
+    /// handle's base reference is then held until a drain that waits for
+    /// this lock, so the handle is live.
+    #[inline(always)]
+    pub(crate) fn heap_consume(
+        &self,
+        h: &mut Held<'_>,
+        memcg: &MemCg,
+        size: u64,
+        overhead: u64,
+    ) -> bool {
+        let n = size + overhead;
+        h.with(|s| match s.find(memcg) {
+            Some(i) if s.nr[i] >= n => {
+                s.nr[i] -= n;
+                if s.refs[i] == 0 {
+                    // SAFETY: the handle is live (above).
+                    unsafe { ObjCg::get(memcg.objcg(), REF_BATCH) };
+                    s.refs[i] = REF_BATCH;
+                }
+                s.refs[i] -= 1;
+                // Amounts are below PAGE_COUNTER_MAX: they fit an i64.
+                s.count(i, [size as i64, overhead as i64, 1, 0]);
+                true
+            }
+            _ => false,
+        })
+    }
+
+    /// The accounting allocator's uncharge of one object bound to
+    /// `memcg`'s handle: its `n` units (at most `batch`) and its reference
+    /// go into the held stock. Returns what must be given back once the
+    /// lock is released (a slot that overflowed or was evicted).
+    ///
+    /// The caller checked, under this lock, that `memcg` is online and may
+    /// be stocked (see [`refill`](Self::refill) for the rules).
+    #[inline(always)]
+    pub(crate) fn heap_refill(
+        &self,
+        h: &mut Held<'_>,
+        memcg: &Arc<MemCg>,
+        size: u64,
+        overhead: u64,
+    ) -> Option<Taken> {
+        let batch = self.batch;
+        let n = size + overhead;
+        h.with(|s| {
+            // Made here, not captured: a captured array is read back from
+            // the caller's stack with wider loads than it was written with
+            // (a store-forwarding stall on this hot path).
+            let d = [-(size as i64), -(overhead as i64), 0, 1];
+            let Some(i) = s.find(memcg) else {
+                // Out of line, so the common case returns `None` without
+                // moving a `Taken` through the stack.
+                return s.heap_refill_new(memcg, n, d);
+            };
+            // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
+            s.nr[i] += n;
+            s.refs[i] += 1;
+            s.count(i, d);
+            if s.refs[i] > REF_MAX {
+                // SAFETY: these references were the slot's; the base
+                // reference is held (the group is online), so this is not
+                // the last.
+                unsafe { memcg.put_objcg(s.refs[i] - REF_BATCH) };
+                s.refs[i] = REF_BATCH;
+            }
+            if s.nr[i] > batch {
+                return s.take(i);
+            }
+            None
+        })
+    }
+
+    /// This CPU's lock, else any other CPU's that is free, else wait for
+    /// this CPU's: the read side of the owner handles' grace period (any
+    /// one stock lock will do; see [`super::objcg`]).
+    #[inline(always)]
+    pub(crate) fn lock_any(&self, cpu: usize) -> Held<'_> {
+        if let Some(h) = self.cpus[cpu].try_lock() {
+            return h;
+        }
+        self.lock_any_slow(cpu)
+    }
+
+    #[cold]
+    fn lock_any_slow(&self, cpu: usize) -> Held<'_> {
+        for c in self
+            .cpus
+            .iter()
+            .cycle()
+            .skip(cpu + 1)
+            .take(self.cpus.len() - 1)
+        {
+            if let Some(h) = c.try_lock() {
+                return h;
+            }
+        }
+        self.cpus[cpu].lock()
     }
 
     /// Empty, on every CPU, the slots whose group satisfies `pred`, into
@@ -315,7 +553,7 @@ impl Stocks {
         // Room for one CPU's slots, made before any lock is taken: growing
         // it under a stock lock would allocate there, and the accounting
         // allocator's charge of that allocation may need this lock.
-        let mut taken: Vec<(Arc<MemCg>, u64)> = Vec::with_capacity(NR_STOCK);
+        let mut taken: Vec<Taken> = Vec::with_capacity(NR_STOCK);
         for cpu in self.cpus.iter() {
             let mut h = cpu.lock();
             h.with(|s| {
@@ -326,12 +564,27 @@ impl Stocks {
                 }
             });
             drop(h);
-            for (m, nr) in taken.drain(..) {
-                m.uncharge_counter(nr);
-                total = total.saturating_add(nr);
+            for t in taken.drain(..) {
+                total = total.saturating_add(t.give_back());
             }
         }
         total
+    }
+
+    /// Add the pending heap stat deltas of every slot whose group
+    /// satisfies `pred`, on every CPU, to their groups' stat items. Takes
+    /// each CPU's lock in turn.
+    pub(crate) fn flush_stats(&self, pred: impl Fn(&MemCg) -> bool) {
+        for cpu in self.cpus.iter() {
+            let mut h = cpu.lock();
+            h.with(|s| {
+                for i in 0..NR_STOCK {
+                    if s.cached[i].as_deref().is_some_and(&pred) {
+                        s.flush_stats(i);
+                    }
+                }
+            });
+        }
     }
 
     /// Units of `memcg` in all stocks. Takes every CPU's lock in turn.
