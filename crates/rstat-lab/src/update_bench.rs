@@ -290,16 +290,18 @@ pub fn run(cfg: &Config) -> Report {
         }
     };
     let shared = Arc::new(AtomicU64::new(0));
+    let atomic_loop = |shared: Arc<AtomicU64>| {
+        move || {
+            let s = black_box(&*shared);
+            for _ in 0..n {
+                s.fetch_add(black_box(1), Ordering::Relaxed);
+            }
+        }
+    };
     for _ in 0..cfg.samples {
         r1.push(mops_to_ns(item_loop(1, n, &main.item, 1)));
         a1.push(mops_to_ns(per_thread(1, n, |_| {
-            let s = Arc::clone(&shared);
-            move || {
-                let s = black_box(&*s);
-                for _ in 0..n {
-                    s.fetch_add(black_box(1), Ordering::Relaxed);
-                }
-            }
+            atomic_loop(Arc::clone(&shared))
         })));
         p1.push(mops_to_ns(per_thread(1, n, |_| {
             move || {
@@ -315,15 +317,7 @@ pub fn run(cfg: &Config) -> Report {
         })));
         b2.push(per_thread(t, n, |_| bare_loop(Arc::clone(&bare))));
         r2.push(item_loop(t, n, &main.item, 1));
-        a2.push(per_thread(t, n, |_| {
-            let s = Arc::clone(&shared);
-            move || {
-                let s = black_box(&*s);
-                for _ in 0..n {
-                    s.fetch_add(black_box(1), Ordering::Relaxed);
-                }
-            }
-        }));
+        a2.push(per_thread(t, n, |_| atomic_loop(Arc::clone(&shared))));
         d1.push(mops_to_ns(item_loop(1, n, &main.deep_item, 4096)));
         d2.push(item_loop(t, n, &main.deep_item, 4096));
         c1.push(mops_to_ns(per_thread(1, n, |_| {
@@ -356,13 +350,7 @@ pub fn run(cfg: &Config) -> Report {
         for _ in 0..cfg.samples {
             r1n.push(mops_to_ns(item_loop(1, n, &main.item, 1)));
             a1n.push(mops_to_ns(per_thread(1, n, |_| {
-                let s = Arc::clone(&shared);
-                move || {
-                    let s = black_box(&*s);
-                    for _ in 0..n {
-                        s.fetch_add(black_box(1), Ordering::Relaxed);
-                    }
-                }
+                atomic_loop(Arc::clone(&shared))
             })));
             b1n.push(mops_to_ns(per_thread(1, n, |_| {
                 bare_loop(Arc::clone(&bare))
