@@ -195,17 +195,22 @@ pub struct Neighbour {
 }
 
 impl Neighbour {
-    /// Start it.
+    /// Start it; returns once it runs (pinned, one batch of updates done),
+    /// so whatever the caller measures next has it beside it throughout.
     pub fn start() -> Self {
         use std::sync::atomic::{AtomicBool, Ordering};
         let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let flag = std::sync::Arc::clone(&stop);
+        let running = std::sync::Arc::new(AtomicBool::new(false));
+        let (flag, up) = (
+            std::sync::Arc::clone(&stop),
+            std::sync::Arc::clone(&running),
+        );
         let handle = std::thread::spawn(move || {
             pin_to_cpu(1);
             let mut buf = vec![0u64; 4096];
             let mut x = 0x9e37_79b9_7f4a_7c15u64;
             let mut rounds = 0u64;
-            while !flag.load(Ordering::Relaxed) {
+            loop {
                 for _ in 0..4096 {
                     x ^= x << 13;
                     x ^= x >> 7;
@@ -215,14 +220,20 @@ impl Neighbour {
                 }
                 std::hint::black_box(&buf);
                 rounds += 1;
+                up.store(true, Ordering::Release);
+                if flag.load(Ordering::Relaxed) {
+                    return rounds;
+                }
             }
-            rounds
         });
+        while !running.load(Ordering::Acquire) && !handle.is_finished() {
+            std::thread::yield_now();
+        }
         Neighbour { stop, handle }
     }
 
-    /// Stop it; the rounds of 4096 updates it made (a caller checks that
-    /// it ran at all).
+    /// Stop it; the rounds of 4096 updates it made (at least one unless
+    /// its thread died, which `stop` reports by panicking in turn).
     pub fn stop(self) -> u64 {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         match self.handle.join() {
