@@ -487,29 +487,36 @@ fn enter_plot(f: &Fig, machine: &str) -> Result<String, String> {
 fn update_view(f: &Fig) -> View {
     let t = f.s("/threads");
     let t = if t.is_empty() { "2".to_owned() } else { t };
-    let rows_1t = [
-        ("rstat update (depth 1, delta 1)", "/ns_per_update_1t"),
-        ("depth 5, delta 4096 (unit 4096)", "/deep_large_ns_1t"),
-        ("`ControllerHandle::add`", "/controller_handle_ns_1t"),
-        ("`StatHandle::add`", "/stat_handle_ns_1t"),
-        ("locked update path", "/locked_ns_1t"),
-        ("shared `AtomicU64::fetch_add`", "/shared_atomic_ns_1t"),
-        ("reference: bare per-CPU counter", "/bare_percpu_ns_1t"),
-        ("per-thread plain counter", "/plain_thread_local_ns_1t"),
+    // (case, 1-thread figure, multi-thread figure or "" for none).
+    let cases = [
+        (
+            "rstat update (depth 1, delta 1)",
+            "/ns_per_update_1t",
+            "/rstat_mops_2t",
+        ),
+        (
+            "depth 5, delta 4096 (unit 4096)",
+            "/deep_large_ns_1t",
+            "/deep_large_mops_2t",
+        ),
+        ("`ControllerHandle::add`", "/controller_handle_ns_1t", ""),
+        ("`StatHandle::add`", "/stat_handle_ns_1t", ""),
+        ("locked update path", "/locked_ns_1t", "/locked_mops_2t"),
+        (
+            "shared `AtomicU64::fetch_add`",
+            "/shared_atomic_ns_1t",
+            "/shared_atomic_mops_2t",
+        ),
+        (
+            "reference: bare per-CPU counter",
+            "/bare_percpu_ns_1t",
+            "/bare_percpu_mops_2t",
+        ),
+        ("per-thread plain counter", "/plain_thread_local_ns_1t", ""),
     ];
-    let rows_nt = [
-        ("rstat update (depth 1, delta 1)", "/rstat_mops_2t"),
-        ("depth 5, delta 4096 (unit 4096)", "/deep_large_mops_2t"),
-        ("", ""),
-        ("locked update path", "/locked_mops_2t"),
-        ("shared `AtomicU64::fetch_add`", "/shared_atomic_mops_2t"),
-        ("reference: bare per-CPU counter", "/bare_percpu_mops_2t"),
-        ("", ""),
-    ];
-    let rows: Vec<Vec<String>> = rows_1t
+    let rows: Vec<Vec<String>> = cases
         .iter()
-        .zip(rows_nt.iter())
-        .map(|((l, p1), (_, pn))| {
+        .map(|(l, p1, pn)| {
             vec![
                 (*l).to_owned(),
                 f.f(p1, 2),
