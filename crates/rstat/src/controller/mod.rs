@@ -438,9 +438,7 @@ pub(crate) struct ItemPath {
     #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
     links: *const u8,
     #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
-    section_limit: u32,
-    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
-    rseq_off: i32,
+    path: PathCopy,
     item: usize,
     #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
     shift: u8,
@@ -461,36 +459,19 @@ impl ItemPath {
     #[inline(always)]
     pub(crate) unsafe fn update(&self, nr_cpus: usize, delta: i64) {
         #[cfg(not(any(rstat_loom, miri)))]
-        if self.section_limit != 0 {
-            // SAFETY: slots `0..section_limit` of the css are written only
-            // by sections, and live while the css is (the caller).
-            if let Some((cpu, old)) = unsafe {
-                crate::percpu::rseq::add_fetch_on_this_cpu(
-                    self.rseq_off as isize,
+        if self.path.section_limit != 0 {
+            // SAFETY: caller's guarantees; `slot` and `links` are the css's
+            // addresses for `item` on CPU 0, `shift` the item's.
+            return unsafe {
+                (*self.css).section_update(
+                    self.path,
                     self.slot,
-                    self.section_limit,
+                    self.links,
+                    self.item,
+                    || self.shift,
                     delta,
                 )
-            } {
-                // The light half of the asymmetric fence (as in
-                // `Css::update_in_section`).
-                core::sync::atomic::compiler_fence(Ordering::SeqCst);
-                let new = old.wrapping_add(delta);
-                if (old ^ new) >> UPDATE_BATCH_SHIFT != 0 {
-                    // SAFETY: caller's guarantees; `cpu < section_limit`.
-                    unsafe { (*self.css).count_crossing(cpu, old, new, self.shift) };
-                }
-                // SAFETY: `cpu < nr_cpus`: the links of the css's node on
-                // that CPU; its backlog head is reached only to queue it.
-                unsafe {
-                    let links = &*self
-                        .links
-                        .add(cpu << crate::percpu::arena::UNIT_SHIFT)
-                        .cast::<PcpuLinks>();
-                    backlog::mark_updated(links, || (*self.css).backlog.raw(cpu));
-                }
-                return;
-            }
+            };
         }
         // SAFETY: caller's guarantees; `item < nr_stats` (resolved).
         unsafe { (*self.css).update_here(nr_cpus, self.item, delta) }
@@ -692,14 +673,53 @@ impl Css {
     unsafe fn update_in_section(&self, path: PathCopy, _cpu: usize, item: usize, delta: i64) {
         // SAFETY: `item < nr_stats`: the slot lies inside the allocation
         // in every unit; `cur` is its first field (repr(C)).
-        let base = unsafe { self.stats.raw(0).add(item) }.cast::<u8>();
+        let slot = unsafe { self.stats.raw(0).add(item) }.cast::<u8>();
+        // SAFETY: caller's guarantees; the item's shift, looked up only if
+        // an update crosses a batch boundary.
+        unsafe {
+            self.section_update(
+                path,
+                slot,
+                self.links.raw(0).cast(),
+                item,
+                || self.item_shift(item),
+                delta,
+            )
+        }
+    }
+
+    /// The rseq update itself, for [`update_in_section`] and
+    /// [`ItemPath::update`]: one restartable section on this CPU's copy of
+    /// `slot` (CPU 0's address of item `item`), then, if it crossed a batch
+    /// boundary, the crossing count with the item's `shift`, and the
+    /// on-list check on this CPU's copy of `links` (CPU 0's links of the
+    /// css's node). A refused section (no CPU id, or a CPU at or past the
+    /// limit) takes the locked add on a slot no section writes.
+    ///
+    /// # Safety
+    /// As [`update`](Self::update); `path` is the engine's, with
+    /// `section_limit != 0`; `slot`, `links` and `shift()` are this css's
+    /// for `item`.
+    ///
+    /// [`update_in_section`]: Self::update_in_section
+    #[cfg(not(any(rstat_loom, miri)))]
+    #[inline(always)]
+    unsafe fn section_update(
+        &self,
+        path: PathCopy,
+        slot: *const u8,
+        links: *const u8,
+        item: usize,
+        shift: impl FnOnce() -> u8,
+        delta: i64,
+    ) {
         // SAFETY: slots `0..section_limit` of this css are written only by
         // sections (the engine routes every other write to slots at or
         // above the limit), and are live while the css is.
         match unsafe {
             crate::percpu::rseq::add_fetch_on_this_cpu(
                 path.rseq_off as isize,
-                base,
+                slot,
                 path.section_limit,
                 delta,
             )
@@ -709,8 +729,21 @@ impl Css {
                 // may still be in this CPU's store buffer; the flusher's
                 // membarrier stands in for the barrier we do not execute.
                 core::sync::atomic::compiler_fence(Ordering::SeqCst);
-                // SAFETY: `cpu < section_limit <= nr_cpus`.
-                unsafe { self.after_add(cpu, item, old, delta) };
+                let new = old.wrapping_add(delta);
+                // As `count_update`, with the shift from the caller.
+                if (old ^ new) >> UPDATE_BATCH_SHIFT != 0 {
+                    // SAFETY: caller's guarantees; `cpu < section_limit`.
+                    unsafe { self.count_crossing(cpu, old, new, shift()) };
+                }
+                // SAFETY: `cpu < section_limit <= nr_cpus`: the links of the
+                // css's node on that CPU, which outlive the css; the backlog
+                // head is reached only to queue the node.
+                unsafe {
+                    let links = &*links
+                        .add(cpu << crate::percpu::arena::UNIT_SHIFT)
+                        .cast::<PcpuLinks>();
+                    backlog::mark_updated(links, || self.backlog.raw(cpu));
+                }
             }
             // SAFETY: caller's guarantees; the slot is in range.
             None => unsafe { self.update_locked(self.no_cpu_slot(), item, delta) },
@@ -815,20 +848,31 @@ impl Css {
     /// # Safety
     /// `item < nr_stats`.
     pub(crate) unsafe fn item_path(&self, item: usize) -> ItemPath {
-        let shift = if item < INLINE_SHIFTS {
-            (self.unit_shifts >> (8 * item)) as u8
-        } else {
-            self.ctl.unit_shifts[item]
-        };
         ItemPath {
             css: self,
             // SAFETY: `item < nr_stats`: in bounds of every unit.
             slot: unsafe { self.stats.raw(0).add(item) }.cast(),
             links: self.links.raw(0).cast(),
-            section_limit: self.section_limit,
-            rseq_off: self.rseq_off,
+            path: self.path_copy(),
             item,
-            shift,
+            // SAFETY: `item < nr_stats`.
+            shift: unsafe { self.item_shift(item) },
+        }
+    }
+
+    /// Item `item`'s shift (`ctl.unit_shifts`): one load from the css's
+    /// first line for the first [`INLINE_SHIFTS`] items, through `ctl`
+    /// for later ones.
+    ///
+    /// # Safety
+    /// `item < nr_stats`.
+    #[inline(always)]
+    unsafe fn item_shift(&self, item: usize) -> u8 {
+        if item < INLINE_SHIFTS {
+            (self.unit_shifts >> (8 * item)) as u8
+        } else {
+            // SAFETY: `item < nr_stats`, the table's length.
+            unsafe { *self.ctl.unit_shifts.get_unchecked(item) }
         }
     }
 
@@ -873,14 +917,8 @@ impl Css {
         if (old ^ new) >> UPDATE_BATCH_SHIFT == 0 {
             return;
         }
-        let shift = if item < INLINE_SHIFTS {
-            (self.unit_shifts >> (8 * item)) as u8
-        } else {
-            // SAFETY: `item < nr_stats`, the table's length.
-            unsafe { *self.ctl.unit_shifts.get_unchecked(item) }
-        };
         // SAFETY: caller's guarantees.
-        unsafe { self.count_crossing(cpu, old, new, shift) }
+        unsafe { self.count_crossing(cpu, old, new, self.item_shift(item)) }
     }
 
     /// [`count_update`](Self::count_update) past the cheap test, with
