@@ -222,17 +222,7 @@ fn thread_exiting() {
         // clock before the thread can die. Guards that drop later (in other
         // thread-locals' destructors) still charge from their own clock
         // reads.
-        let now = clock::thread_cpu_ns();
-        let frac = now.and_then(|n| owner.split.resample(n));
-        let mut f = feed::lock(&rec.feed);
-        if let Some(fr) = frac {
-            f.user_frac = fr;
-        }
-        if let Some(n) = now {
-            f.advance(n);
-        }
-        f.clock = None;
-        drop(f);
+        charged_to_now(rec, owner).clock = None;
         if owner.stack.is_empty() {
             release_rec(c, rec);
         }
@@ -262,6 +252,16 @@ pub(crate) fn switch(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) 
 
 /// [`switch`] with a clock read whatever the mode.
 pub(crate) fn switch_exact(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) {
+    charged_to_now(rec, owner).group = to;
+}
+
+/// Read this thread's clock (and, at most every 10 ms of CPU time, its
+/// user/system split), charge the feed's group up to now, and return the
+/// feed still locked, for the caller's change.
+fn charged_to_now<'r>(
+    rec: &'r ThreadRec,
+    owner: &mut Owner,
+) -> std::sync::MutexGuard<'r, feed::Feed> {
     let now = clock::thread_cpu_ns();
     let frac = now.and_then(|n| owner.split.resample(n));
     let mut f = feed::lock(&rec.feed);
@@ -271,7 +271,7 @@ pub(crate) fn switch_exact(rec: &ThreadRec, owner: &mut Owner, to: *const GroupI
     if let Some(n) = now {
         f.advance(n);
     }
-    f.group = to;
+    f
 }
 
 /// Charge this thread's current group up to now (no switch).
