@@ -15,9 +15,8 @@ use std::ffi::c_int;
 
 use ::rstat::attach::EnterGuard;
 
-use crate::args::{check_out, write_out};
 use crate::error::{ffi, CError, RSTAT_EBADF, RSTAT_EINVAL};
-use crate::table::{to_ptr, Entry, GroupEntry, TABLE};
+use crate::table::TABLE;
 use crate::{rstat, rstat_group};
 
 thread_local! {
@@ -95,21 +94,7 @@ pub extern "C" fn rstat_group_exit(g: *mut rstat_group) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn rstat_current_group(rs: *mut rstat, out: *mut *mut rstat_group) -> c_int {
     ffi(|| {
-        check_out(out, "out")?;
-        let h = TABLE.write(|t| {
-            let engine = t.engine(rs as usize, "rs")?.0.clone();
-            let group = engine.rs.current_group();
-            // Only `RSTAT_EMFILE` can refuse it here (the engine was just
-            // found live under this lock, which also keeps it referenced,
-            // so dropping the refused entry here is cheap).
-            t.insert(Entry::Group(GroupEntry {
-                engine,
-                group,
-                refs: 1,
-            }))
-            .map_err(CError::from)
-        })?;
-        // SAFETY: checked above.
-        unsafe { write_out(out, to_ptr(h), "out") }
+        // SAFETY: forwarded from the caller.
+        unsafe { crate::engine::new_group_handle(rs, out, |r| r.current_group()) }
     })
 }

@@ -8,7 +8,7 @@ use ::rstat::memory::{Memory, MemoryConfig};
 use ::rstat::{FlushPolicy, Rstat};
 
 use crate::args::{check_out, read_sized, write_out};
-use crate::error::{ffi, CError, RSTAT_EINVAL};
+use crate::error::{ffi, CError, CResult, RSTAT_EINVAL};
 use crate::table::{to_ptr, CountersEntry, Engine, Entry, GroupEntry, TABLE};
 use crate::{rstat, rstat_counters, rstat_group};
 
@@ -202,10 +202,27 @@ pub extern "C" fn rstat_free(rs: *mut rstat) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn rstat_root(rs: *mut rstat, out: *mut *mut rstat_group) -> c_int {
     ffi(|| {
+        // SAFETY: forwarded from the caller.
+        unsafe { new_group_handle(rs, out, |r| r.root().clone()) }
+    })
+}
+
+/// The body of `rstat_root` and `rstat_current_group` (run it in
+/// `ffi`): a new handle, written to `out`, on the group `pick` chooses in
+/// `rs`'s engine.
+///
+/// # Safety
+/// `out` must be NULL or valid for one write.
+pub(crate) unsafe fn new_group_handle(
+    rs: *mut rstat,
+    out: *mut *mut rstat_group,
+    pick: impl FnOnce(&Rstat) -> ::rstat::Group,
+) -> CResult {
+    {
         check_out(out, "out")?;
         let h = TABLE.write(|t| {
             let engine = t.engine(rs as usize, "rs")?.0.clone();
-            let group = engine.rs.root().clone();
+            let group = pick(&engine.rs);
             // Only `RSTAT_EMFILE` can refuse it here (the engine was just
             // found live under this lock, which also keeps it referenced,
             // so dropping the refused entry here is cheap).
@@ -218,7 +235,7 @@ pub unsafe extern "C" fn rstat_root(rs: *mut rstat, out: *mut *mut rstat_group) 
         })?;
         // SAFETY: checked above.
         unsafe { write_out(out, to_ptr(h), "out") }
-    })
+    }
 }
 
 /// The built-in `cpu` counter set (items `usage_usec`, `user_usec`,
