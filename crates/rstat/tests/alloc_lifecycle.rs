@@ -38,7 +38,7 @@ impl Drop for AllocOnExit {
         // group and allocate.
         let v = {
             let _in = self.0.enter();
-            vec![7u8; 3000]
+            std::hint::black_box(vec![7u8; 3000])
         };
         *FROM_TLS_DTOR.lock().unwrap() = Some(v);
     }
@@ -92,7 +92,9 @@ fn lifecycle() {
     let z = rs.root().create_child("zombie").unwrap();
     let obj: Box<[u8; 100]> = {
         let _in = z.enter();
-        Box::new([1; 100])
+        // Opaque to the optimizer, which may otherwise elide an allocation
+        // whose contents are never read, or move it out of the guard.
+        std::hint::black_box(Box::new([1; 100]))
     };
     z.remove().unwrap();
     drop(z);
@@ -109,7 +111,7 @@ fn lifecycle() {
     // The engine dropped while an object charged to `g` lives.
     let early: Vec<u8> = {
         let _in = g.enter();
-        vec![0; 5000]
+        std::hint::black_box(vec![0; 5000])
     };
     let root = rs.root().clone();
     let with_early = current(&mem, &root);
@@ -119,7 +121,7 @@ fn lifecycle() {
     let p0 = ALLOC.pass_through();
     let after: Vec<u8> = {
         let _in = g.enter();
-        vec![0; 777]
+        std::hint::black_box(vec![0; 777])
     };
     let p1 = ALLOC.pass_through();
     assert!(p1.allocs > p0.allocs, "{p0:?} {p1:?}");
@@ -144,7 +146,7 @@ fn lifecycle() {
     assert!(ALLOC.uninstall());
     assert!(!ALLOC.uninstall());
     let p2 = ALLOC.pass_through();
-    let b = Box::new([0u8; 64]);
+    let b = std::hint::black_box(Box::new([0u8; 64]));
     assert!(ALLOC.pass_through().allocs > p2.allocs);
     drop(b);
 }

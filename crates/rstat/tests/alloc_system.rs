@@ -108,7 +108,7 @@ fn charged_to_the_current_group_and_uncharged_on_another_thread() {
     assert_eq!(current(&g), 0);
     let v: Vec<u8> = {
         let _in = g.enter();
-        Vec::with_capacity(10_000)
+        std::hint::black_box(Vec::with_capacity(10_000))
     };
     let l = Layout::array::<u8>(10_000).unwrap();
     assert_eq!(current(&g), charged(l));
@@ -486,7 +486,7 @@ fn enforce_fails_fallible_allocations_account_counts_events() {
     // Account (default): over the limit, charged anyway and counted.
     let big: Vec<u8> = {
         let _in = g.enter();
-        Vec::with_capacity(100_000)
+        std::hint::black_box(Vec::with_capacity(100_000))
     };
     assert!(current(&g) >= 100_000);
     let ev = mem.events(&g).unwrap();
@@ -497,13 +497,13 @@ fn enforce_fails_fallible_allocations_account_counts_events() {
     let r = {
         let _in = g.enter();
         let mut v: Vec<u8> = Vec::new();
-        v.try_reserve_exact(100_000).map(|()| v)
+        std::hint::black_box(v.try_reserve_exact(100_000).map(|()| v))
     };
     assert!(r.is_err(), "a reservation over memory.max must fail");
     let small = {
         let _in = g.enter();
         let mut v: Vec<u8> = Vec::new();
-        v.try_reserve_exact(1000).map(|()| v)
+        std::hint::black_box(v.try_reserve_exact(1000).map(|()| v))
     };
     assert!(small.is_ok());
     drop(small);
@@ -513,14 +513,14 @@ fn enforce_fails_fallible_allocations_account_counts_events() {
     let fill: Vec<u8> = {
         mem.set_heap_limit_mode(&g, HeapLimitMode::Account).unwrap();
         let _in = g.enter();
-        Vec::with_capacity(80_000)
+        std::hint::black_box(Vec::with_capacity(80_000))
     };
     mem.set_heap_limit_mode(&g, HeapLimitMode::Enforce).unwrap();
     mem.drain_stocks(&g).unwrap(); // no pre-charged units left to serve it
     let refused = {
         let _in = g.enter();
         let mut v: Vec<u8> = Vec::new();
-        v.try_reserve_exact(100).map(|()| v)
+        std::hint::black_box(v.try_reserve_exact(100).map(|()| v))
     };
     assert!(refused.is_err());
     drop(fill);
@@ -557,7 +557,7 @@ fn memory_high_runs_reclaimers() {
     for _ in 0..40 {
         let b = {
             let _in = g.enter();
-            vec![1u8; 100_000]
+            std::hint::black_box(vec![1u8; 100_000])
         };
         cache.lock().unwrap().push(b);
     }
@@ -588,7 +588,7 @@ fn allocations_under_the_crates_own_locks_never_wait_for_them() {
     mem.write_limit(&g, Limit::Max, "64K").unwrap();
     let fill: Vec<u8> = {
         let _in = g.enter();
-        Vec::with_capacity(100_000) // accounted: over max
+        std::hint::black_box(Vec::with_capacity(100_000)) // accounted: over max
     };
     mem.set_heap_limit_mode(&g, HeapLimitMode::Enforce).unwrap();
     mem.drain_stocks(&g).unwrap();

@@ -81,6 +81,18 @@ impl Memory {
         })
     }
 
+    /// The controller's stocks.
+    #[inline]
+    pub(crate) fn stocks(&self) -> *const super::stock::Stocks {
+        &self.inner.shared.stocks
+    }
+
+    /// `group`'s own owner handle, if it has a state here.
+    #[inline]
+    pub(crate) fn heap_objcg_of(&self, group: &Group) -> Option<NonNull<ObjCg>> {
+        self.inner.ext.get(group).ok().map(|m| m.objcg())
+    }
+
     /// The allocator's charge of one object: `size + overhead` bytes to
     /// `group` (or, if it was removed, its nearest live ancestor), through
     /// CPU `cpu`'s stock. Returns the owner handle the object keeps, with

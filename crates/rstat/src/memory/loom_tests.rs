@@ -194,3 +194,65 @@ fn free_racing_reparent_never_uses_a_released_group() {
         assert!(freed_by_free <= 1);
     });
 }
+
+/// The accounting allocator's fast paths racing the removal of the group:
+/// a charge from this CPU's stock found by the owner handle alone
+/// (`Stocks::heap_charge_fast`), then the object's free the same way
+/// (`heap_uncharge_fast`), falling back to the full path's read of the
+/// handle under a stock lock when no slot names the handle. A slot's
+/// presence is the fast paths' only proof that the removal has not
+/// drained this CPU yet. Afterwards, no unit is stuck in a slot of the
+/// removed group or lost (the root's counter returns to 0 once the stocks
+/// are drained) and the handle's references balance (the child's handle is
+/// freed, its reference on the root's with it).
+#[test]
+fn fast_charge_and_free_racing_removal() {
+    model(|| {
+        let shared = Arc::new(Shared::new(Stocks::new(1, 2, usize::MAX), 0, 0));
+        let root = Arc::new(MemCg::new(None));
+        let m = Arc::new(MemCg::new(Some(&root)));
+        // A batch charged for the child: 2 units, one stocked on CPU 0.
+        assert!(charge_memcg(&shared.stocks, &m, 0, 1).unwrap());
+        // ...and the unit charged given back into the stock: 2 stocked.
+        uncharge_memcg(&shared.stocks, &m, 0, 1);
+        assert_eq!(shared.stocks.stocked(&m), 2);
+        let x = m.objcg();
+        let send_x = x.as_ptr().expose_provenance();
+        let t = {
+            let (shared, root, m) = (Arc::clone(&shared), Arc::clone(&root), Arc::clone(&m));
+            loom::thread::spawn(move || {
+                let x = core::ptr::with_exposed_provenance_mut::<ObjCg>(send_x);
+                // The allocation: the fast path, or (no slot: removed) none
+                // at all in this model.
+                if !shared.stocks.heap_charge_fast(0, x, 1, 0) {
+                    return;
+                }
+                // The free.
+                if shared.stocks.heap_uncharge_fast(0, x, 1, 0) {
+                    return;
+                }
+                let x = core::ptr::NonNull::new(x).unwrap();
+                let h = shared.stocks.lock_any(0);
+                // SAFETY: the object's reference.
+                let cur = unsafe { x.as_ref() }.current();
+                drop(h);
+                // The full path uncharges the level the handle names now.
+                let target = if cur.reparented { &root } else { &m };
+                target.uncharge_counter(1);
+                // SAFETY: the object's reference, given back.
+                unsafe { ObjCg::put(x, 1) };
+            })
+        };
+        m.offline(&shared, Some(&root));
+        t.join().unwrap();
+        assert_eq!(
+            shared.stocks.stocked(&m),
+            0,
+            "units stuck in a removed group's slot"
+        );
+        shared.stocks.drain(|_| true);
+        assert_eq!(root.counter.usage(), 0, "a unit was lost or made");
+        // SAFETY: the root's state holds its base reference.
+        assert_eq!(unsafe { root.objcg().as_ref() }.refs(), 1);
+    });
+}

@@ -356,14 +356,18 @@ impl MemCg {
     /// A state for a group of no engine (the loom models).
     #[cfg(all(test, rstat_loom))]
     pub(crate) fn new(parent: Option<&Arc<MemCg>>) -> Self {
-        Self::new_in(parent, 0)
+        Self::new_in(parent, 0, core::ptr::null())
     }
 
     /// A state for a group of the engine at `engine` (an identity for
-    /// its owner handle).
-    pub(crate) fn new_in(parent: Option<&Arc<MemCg>>, engine: usize) -> Self {
+    /// its owner handle), charging through `stocks`.
+    pub(crate) fn new_in(
+        parent: Option<&Arc<MemCg>>,
+        engine: usize,
+        stocks: *const stock::Stocks,
+    ) -> Self {
         MemCg {
-            objcg: ObjCgPtr(ObjCg::new(engine)),
+            objcg: ObjCgPtr(ObjCg::new(engine, stocks)),
             group: AtomicPtr::new(core::ptr::null_mut()),
             objcg_base: AtomicBool::new(true),
             counter: Arc::new(PageCounter::new(parent.map(|p| Arc::clone(&p.counter)))),
@@ -573,7 +577,11 @@ impl GroupExt for MemExt {
     }
 
     fn create(&self, parent: Option<&Arc<MemCg>>) -> Arc<MemCg> {
-        Arc::new(MemCg::new_in(parent, self.shared.engine))
+        Arc::new(MemCg::new_in(
+            parent,
+            self.shared.engine,
+            &self.shared.stocks,
+        ))
     }
 
     fn online(&self, state: &Arc<MemCg>, group: &Group) {

@@ -57,6 +57,7 @@
 
 use core::ptr::NonNull;
 
+use super::stock::Stocks;
 use crate::sync::{fence, AtomicPtr, AtomicUsize, Ordering};
 
 /// The tag of a reparented handle's word.
@@ -79,6 +80,12 @@ pub(crate) struct ObjCg {
     /// The engine the group belongs to, as an identity (the allocator
     /// finds its binding by it).
     engine: usize,
+    /// The stocks of the memory controller the group's state belongs to
+    /// (null in models): the allocator's free goes straight to them on its
+    /// fast path. They outlive every object charged through this handle
+    /// (the allocator's binding keeps the controller for the rest of the
+    /// process).
+    stocks: *const Stocks,
 }
 
 /// Where a handle's objects are charged now.
@@ -93,14 +100,15 @@ pub(crate) struct Current {
 
 impl ObjCg {
     /// A new, unbound handle with its base reference, for a group of
-    /// engine `engine` (an identity). Its memory is not charged by the
-    /// accounting allocator.
-    pub(crate) fn new(engine: usize) -> NonNull<ObjCg> {
+    /// engine `engine` (an identity) whose memory state charges through
+    /// `stocks`. Its memory is not charged by the accounting allocator.
+    pub(crate) fn new(engine: usize, stocks: *const Stocks) -> NonNull<ObjCg> {
         let b = crate::alloc::untracked(|| {
             Box::new(ObjCg {
                 state: AtomicPtr::new(core::ptr::null_mut()),
                 refs: AtomicUsize::new(1),
                 engine,
+                stocks,
             })
         });
         NonNull::from(Box::leak(b))
@@ -119,6 +127,12 @@ impl ObjCg {
     #[inline(always)]
     pub(crate) fn engine(&self) -> usize {
         self.engine
+    }
+
+    /// The stocks given at creation (null in models).
+    #[inline(always)]
+    pub(crate) fn stocks(&self) -> *const Stocks {
+        self.stocks
     }
 
     /// Where the objects go now: follow the reparent links to a bound

@@ -89,6 +89,8 @@
 
 use std::sync::Arc;
 
+use core::ptr::NonNull;
+
 use super::objcg::ObjCg;
 use super::MemCg;
 use crate::page_counter::CachePadded;
@@ -112,9 +114,12 @@ struct CpuStock {
 }
 
 // SAFETY: `slots` is only reached through `Held`, which exists only while
-// this thread holds `locked`; its contents (`Arc<MemCg>`, integers) are
+// this thread holds `locked`; its contents (`Arc<MemCg>`, integers, and
+// the handle addresses in `keys`, compared and never dereferenced) are
 // Send + Sync.
 unsafe impl Sync for CpuStock {}
+// SAFETY: as above.
+unsafe impl Send for CpuStock {}
 
 /// The slot table: `cached[i]` holds `nr[i]` pre-charged units,
 /// `refs[i]` references on its group's owner handle ([`super::objcg`]),
@@ -123,6 +128,12 @@ unsafe impl Sync for CpuStock {}
 /// group's stat items (see [`HEAP_STAT_BATCH`]).
 struct Slots {
     cached: [Option<Arc<MemCg>>; NR_STOCK],
+    /// `cached[i]`'s owner handle address (null for an empty slot): the
+    /// accounting allocator finds a slot by the handle an object holds,
+    /// without reaching its group. A handle lives while a slot names its
+    /// state (the state holds its base reference until its removal has
+    /// drained every slot), so an address here is never another handle's.
+    keys: [*const ObjCg; NR_STOCK],
     nr: [u64; NR_STOCK],
     refs: [usize; NR_STOCK],
     stat: [HeapStats; NR_STOCK],
@@ -142,6 +153,63 @@ impl Slots {
         self.cached
             .iter()
             .position(|c| c.as_deref().is_some_and(|c| core::ptr::eq(c, memcg)))
+    }
+
+    /// The slot of the state whose owner handle is `x`.
+    #[inline(always)]
+    fn find_key(&self, x: *const ObjCg) -> Option<usize> {
+        self.keys.iter().position(|&k| core::ptr::eq(k, x))
+    }
+
+    /// The allocator's charge of one object from slot `i`: its units and
+    /// one handle reference (fetched [`REF_BATCH`] at a time). False if the
+    /// slot has fewer units.
+    ///
+    /// A slot names a state only until that state's removal drains it, and
+    /// the state holds its handle's base reference until after that drain:
+    /// the handle is live while we hold the lock.
+    #[inline(always)]
+    fn heap_take_at(&mut self, i: usize, size: u64, overhead: u64) -> bool {
+        let n = size + overhead;
+        if self.nr[i] < n {
+            return false;
+        }
+        self.nr[i] -= n;
+        if self.refs[i] == 0 {
+            // SAFETY: the handle is live (above).
+            unsafe { ObjCg::get(NonNull::new_unchecked(self.keys[i].cast_mut()), REF_BATCH) };
+            self.refs[i] = REF_BATCH;
+        }
+        self.refs[i] -= 1;
+        // Amounts are below PAGE_COUNTER_MAX: they fit an i64.
+        self.count(i, [size as i64, overhead as i64, 1, 0]);
+        true
+    }
+
+    /// The allocator's uncharge of one object into slot `i` (its units, at
+    /// most `batch`, and its handle reference). Returns what must be given
+    /// back once the lock is released (the slot, if it overflowed).
+    #[inline(always)]
+    fn heap_put_at(&mut self, i: usize, size: u64, overhead: u64, batch: u64) -> Option<Taken> {
+        // Made here, not captured: a captured array is read back from the
+        // caller's stack with wider loads than it was written with (a
+        // store-forwarding stall on this hot path).
+        let d = [-(size as i64), -(overhead as i64), 0, 1];
+        // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
+        self.nr[i] += size + overhead;
+        self.refs[i] += 1;
+        self.count(i, d);
+        if self.refs[i] > REF_MAX {
+            let surplus = self.refs[i] - REF_BATCH;
+            self.refs[i] = REF_BATCH;
+            // SAFETY: these references were the slot's; the base reference
+            // is held (a slot names the state), so this is not the last.
+            unsafe { ObjCg::put(NonNull::new_unchecked(self.keys[i].cast_mut()), surplus) };
+        }
+        if self.nr[i] > batch {
+            return self.take(i);
+        }
+        None
     }
 
     /// Add slot `i`'s pending heap stat deltas to its group's stat items
@@ -179,6 +247,7 @@ impl Slots {
         self.flush_stats(i);
         let nr = core::mem::take(&mut self.nr[i]);
         let refs = core::mem::take(&mut self.refs[i]);
+        self.keys[i] = core::ptr::null();
         self.cached[i].take().map(|m| Taken { memcg: m, nr, refs })
     }
 
@@ -216,6 +285,7 @@ impl Slots {
             }
         };
         self.cached[i] = Some(Arc::clone(memcg));
+        self.keys[i] = memcg.objcg().as_ptr();
         (i, evicted)
     }
 }
@@ -313,6 +383,7 @@ impl Stocks {
                     locked: AtomicBool::new(false),
                     slots: UnsafeCell::new(Slots {
                         cached: Default::default(),
+                        keys: [core::ptr::null(); NR_STOCK],
                         nr: [0; NR_STOCK],
                         refs: [0; NR_STOCK],
                         stat: [[0; 4]; NR_STOCK],
@@ -455,21 +526,9 @@ impl Stocks {
         size: u64,
         overhead: u64,
     ) -> bool {
-        let n = size + overhead;
         h.with(|s| match s.find(memcg) {
-            Some(i) if s.nr[i] >= n => {
-                s.nr[i] -= n;
-                if s.refs[i] == 0 {
-                    // SAFETY: the handle is live (above).
-                    unsafe { ObjCg::get(memcg.objcg(), REF_BATCH) };
-                    s.refs[i] = REF_BATCH;
-                }
-                s.refs[i] -= 1;
-                // Amounts are below PAGE_COUNTER_MAX: they fit an i64.
-                s.count(i, [size as i64, overhead as i64, 1, 0]);
-                true
-            }
-            _ => false,
+            Some(i) => s.heap_take_at(i, size, overhead),
+            None => false,
         })
     }
 
@@ -489,33 +548,91 @@ impl Stocks {
         overhead: u64,
     ) -> Option<Taken> {
         let batch = self.batch;
-        let n = size + overhead;
-        h.with(|s| {
-            // Made here, not captured: a captured array is read back from
-            // the caller's stack with wider loads than it was written with
-            // (a store-forwarding stall on this hot path).
-            let d = [-(size as i64), -(overhead as i64), 0, 1];
-            let Some(i) = s.find(memcg) else {
-                // Out of line, so the common case returns `None` without
-                // moving a `Taken` through the stack.
-                return s.heap_refill_new(memcg, n, d);
-            };
-            // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
-            s.nr[i] += n;
-            s.refs[i] += 1;
-            s.count(i, d);
-            if s.refs[i] > REF_MAX {
-                // SAFETY: these references were the slot's; the base
-                // reference is held (the group is online), so this is not
-                // the last.
-                unsafe { memcg.put_objcg(s.refs[i] - REF_BATCH) };
-                s.refs[i] = REF_BATCH;
-            }
-            if s.nr[i] > batch {
-                return s.take(i);
-            }
-            None
+        h.with(|s| match s.find(memcg) {
+            Some(i) => s.heap_put_at(i, size, overhead, batch),
+            // Out of line, so the common case returns `None` without
+            // moving a `Taken` through the stack.
+            None => s.heap_refill_new(
+                memcg,
+                size + overhead,
+                [-(size as i64), -(overhead as i64), 0, 1],
+            ),
         })
+    }
+
+    /// The CPU slot the calling thread should use: the CPU it runs on,
+    /// folded into the stocks' CPU count.
+    #[inline(always)]
+    pub(crate) fn this_cpu(&self) -> usize {
+        crate::percpu::cpu::fold(crate::percpu::cpu::current(), self.cpus.len())
+    }
+
+    /// The accounting allocator's fast charge of one object through the
+    /// owner handle `x` of the group to charge: if CPU `cpu`'s lock is free
+    /// and its stock has a slot for that group with the units, take them
+    /// and one reference on `x` from it. False (nothing done) otherwise:
+    /// the caller takes the full path.
+    ///
+    /// The slot's presence is the proof that the group's removal has not
+    /// drained this CPU yet: the charge is ordered before that removal, and
+    /// the handle's base reference is held until after it.
+    #[inline(always)]
+    pub(crate) fn heap_charge_fast(
+        &self,
+        cpu: usize,
+        x: *const ObjCg,
+        size: u64,
+        overhead: u64,
+    ) -> bool {
+        let Some(mut h) = self.cpus[cpu].try_lock() else {
+            return false;
+        };
+        h.with(|s| match s.find_key(x) {
+            Some(i) => s.heap_take_at(i, size, overhead),
+            None => false,
+        })
+    }
+
+    /// The accounting allocator's fast uncharge of one object of owner
+    /// handle `x` (the object's reference on it is given back): if CPU
+    /// `cpu`'s lock is free and its stock has a slot for the handle's
+    /// group, the units (at most `batch`) and the reference go into it.
+    /// False (nothing done) otherwise, or while some group may be over its
+    /// `memory.max` (see "Over the limit"): the caller takes the full path.
+    ///
+    /// As for [`heap_charge_fast`](Self::heap_charge_fast), the slot's
+    /// presence orders this free before the group's removal, so the units
+    /// go to the group that was charged (a handle is reparented only
+    /// during its group's removal, before the drain).
+    #[inline(always)]
+    pub(crate) fn heap_uncharge_fast(
+        &self,
+        cpu: usize,
+        x: *const ObjCg,
+        size: u64,
+        overhead: u64,
+    ) -> bool {
+        let batch = self.batch;
+        // Relaxed: as in `may_stock`.
+        if size + overhead > batch || self.nr_over.load(Ordering::Relaxed) != 0 {
+            return false;
+        }
+        let Some(mut h) = self.cpus[cpu].try_lock() else {
+            return false;
+        };
+        let out = h.with(|s| match s.find_key(x) {
+            Some(i) => Ok(s.heap_put_at(i, size, overhead, batch)),
+            None => Err(()),
+        });
+        drop(h);
+        match out {
+            Ok(Some(t)) => {
+                t.give_back();
+                true
+            }
+            Ok(None) => true,
+            Err(()) => false,
+        }
     }
 
     /// This CPU's lock, else any other CPU's that is free, else wait for
