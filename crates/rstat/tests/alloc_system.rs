@@ -124,6 +124,64 @@ fn charged_to_the_current_group_and_uncharged_on_another_thread() {
     g.remove().unwrap();
 }
 
+/// The allocation fast path remembers the owner handle it last charged
+/// for the thread's current group: it must follow every switch (nested
+/// enters and exits, back and forth), and a group made where a removed
+/// one was must be charged as itself.
+#[test]
+fn the_fast_path_follows_the_current_group_through_switches() {
+    let (rs, _) = env();
+    let top = rs.root().create_child("switches").unwrap();
+    let a = top.create_child("a").unwrap();
+    let b = top.create_child("b").unwrap();
+    let l = Layout::array::<u8>(1000).unwrap();
+    const ROUNDS: usize = 50;
+    // Reserved outside the groups: pushing never grows them inside.
+    let mut in_a: Vec<Vec<u8>> = Vec::with_capacity(2 * ROUNDS);
+    let mut in_b: Vec<Vec<u8>> = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let (x1, x2, x3) = {
+            let _a = a.enter();
+            let x1 = std::hint::black_box(Vec::<u8>::with_capacity(1000));
+            let x2 = {
+                let _b = b.enter();
+                std::hint::black_box(Vec::<u8>::with_capacity(1000))
+            };
+            let x3 = std::hint::black_box(Vec::<u8>::with_capacity(1000));
+            (x1, x2, x3)
+        };
+        in_a.push(x1);
+        in_a.push(x3);
+        in_b.push(x2);
+    }
+    assert_eq!(current(&a), 2 * ROUNDS as u64 * charged(l));
+    assert_eq!(current(&b), ROUNDS as u64 * charged(l));
+    assert_eq!(stat(&a, "heap_allocs").0, 2 * ROUNDS as i64);
+    assert_eq!(stat(&b, "heap_allocs").0, ROUNDS as i64);
+    drop(in_a);
+    drop(in_b);
+    assert_eq!(current(&a), 0);
+    assert_eq!(current(&b), 0);
+    // Groups made, used and removed one after the other (the allocator
+    // tends to hand a new group the memory of the one just released).
+    for i in 0..20 {
+        let g = top.create_child(&format!("g{i}")).unwrap();
+        let v = {
+            let _in = g.enter();
+            std::hint::black_box(Vec::<u8>::with_capacity(1000))
+        };
+        assert_eq!(current(&g), charged(l), "{}", g.path());
+        drop(v);
+        assert_eq!(current(&g), 0);
+        g.remove().unwrap();
+        drop(g);
+        rs.release_deferred();
+    }
+    a.remove().unwrap();
+    b.remove().unwrap();
+    top.remove().unwrap();
+}
+
 #[test]
 fn every_alignment_and_realloc_in_place_moves_only_the_difference() {
     let (rs, _) = env();
