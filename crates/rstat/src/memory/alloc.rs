@@ -629,16 +629,24 @@ impl<A> Accounted<A> {
             return Ok(None); // the engine was dropped
         }
         let cur = crate::attach::current_group_ptr();
-        let group = match NonNull::new(cur.cast_mut()) {
+        // The group to charge, and the id the fast path's cache keys it by
+        // (`None`: not cached, for a group of another engine).
+        let (group, cache_id) = match NonNull::new(cur.cast_mut()) {
             // SAFETY: the current group is kept alive by the guard that
             // made it current, until this thread enters or leaves a group
             // (see `current_group_ptr`): not during this call.
             Some(p) if core::ptr::eq(engine_of(unsafe { p.as_ref() }), b.engine) => {
                 // SAFETY: as above.
-                unsafe { Group::borrow_ptr(p) }
+                (
+                    unsafe { Group::borrow_ptr(p) },
+                    Some(unsafe { p.as_ref() }.id),
+                )
             }
             // SAFETY: the binding holds a reference on its root.
-            _ => unsafe { Group::borrow_ptr(b.root.inner_ptr()) },
+            p => (
+                unsafe { Group::borrow_ptr(b.root.inner_ptr()) },
+                p.is_none().then_some(0),
+            ),
         };
         let cpu = b.mem.this_cpu();
         let x = b
@@ -648,20 +656,11 @@ impl<A> Accounted<A> {
         // Remember whom this went to, if it is the group's own handle (not
         // an ancestor's, after a removal) and the group is of this binding's
         // engine.
-        if b.mem.heap_objcg_of(&group) == Some(x) {
-            let (gp, id) = match NonNull::new(cur.cast_mut()) {
-                // SAFETY: as above.
-                Some(p) if core::ptr::eq(engine_of(unsafe { p.as_ref() }), b.engine) => {
-                    // SAFETY: as above.
-                    (cur, unsafe { p.as_ref() }.id)
-                }
-                Some(_) => return Ok(Some(x)),
-                None => (cur, 0),
-            };
+        if let Some(id) = cache_id.filter(|_| b.mem.heap_objcg_of(&group) == Some(x)) {
             let _ = CHARGE_CACHE.try_with(|c| {
                 c.set(ChargeCache {
                     binding: b,
-                    group: gp,
+                    group: cur,
                     id,
                     objcg: x.as_ptr(),
                     stocks: b.mem.stocks(),

@@ -261,14 +261,20 @@ impl Slots {
         self.new_slot(memcg)
     }
 
-    /// [`Stocks::heap_refill`] when `memcg` has no slot: make one (`n` at
-    /// most the batch, so it cannot overflow) and return what was evicted.
+    /// [`Stocks::heap_refill`] when `memcg` has no slot: make one and put
+    /// the object in it (its units are at most the batch, so the new slot
+    /// cannot overflow); return what was evicted.
     #[inline(never)]
-    fn heap_refill_new(&mut self, memcg: &Arc<MemCg>, n: u64, d: HeapStats) -> Option<Taken> {
+    fn heap_refill_new(
+        &mut self,
+        memcg: &Arc<MemCg>,
+        size: u64,
+        overhead: u64,
+        batch: u64,
+    ) -> Option<Taken> {
         let (i, evicted) = self.new_slot(memcg);
-        self.nr[i] = n;
-        self.refs[i] = 1;
-        self.count(i, d);
+        let overflow = self.heap_put_at(i, size, overhead, batch);
+        debug_assert!(overflow.is_none(), "an empty slot overflowed");
         evicted
     }
 
@@ -552,11 +558,7 @@ impl Stocks {
             Some(i) => s.heap_put_at(i, size, overhead, batch),
             // Out of line, so the common case returns `None` without
             // moving a `Taken` through the stack.
-            None => s.heap_refill_new(
-                memcg,
-                size + overhead,
-                [-(size as i64), -(overhead as i64), 0, 1],
-            ),
+            None => s.heap_refill_new(memcg, size, overhead, batch),
         })
     }
 
