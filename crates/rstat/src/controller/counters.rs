@@ -87,6 +87,10 @@ impl std::fmt::Debug for ControllerHandle {
 impl ControllerHandle {
     pub(crate) fn new(engine: Arc<EngineInner>, ctl: Arc<CtlEntry>) -> Self {
         let (id, nr_stats) = (ctl.id, ctl.nr_stats);
+        assert!(
+            id < crate::engine::MAX_CONTROLLERS,
+            "controller id {id} past the group's table: registration must refuse it"
+        );
         // SAFETY: a controller's domain lives as long as its engine, which
         // `engine` holds.
         let domain = unsafe { &*ctl.domain };
@@ -184,9 +188,15 @@ impl ControllerHandle {
     /// changed.
     #[inline(always)]
     pub fn add(&self, group: &Group, item: usize, delta: i64) -> Result<()> {
-        let css = self.css_for_add(group.inner(), item);
+        let g = group.inner();
+        // Each failed check calls the cold path itself, so the common path
+        // falls straight through (a shared exit made it a taken branch).
+        if item >= self.nr_stats || !Arc::ptr_eq(&g.engine, &self.engine) {
+            return self.add_slow(g, item, delta);
+        }
+        let css = self.css_for_add(g);
         if css.is_null() {
-            return self.add_slow(group.inner(), item, delta);
+            return self.add_slow(g, item, delta);
         }
         // SAFETY: `css` is this controller's state of `group`, kept alive by
         // `group`; item checked against this controller's items.
@@ -194,21 +204,20 @@ impl ControllerHandle {
         Ok(())
     }
 
-    /// The common case of [`add`](Self::add)'s lookup: `item` in range and
-    /// `group` having its own state of this controller; null otherwise.
-    /// A group of this engine has this controller's state, if any, at
+    /// The common case of [`add`](Self::add)'s lookup, once the item and
+    /// the engine are checked: `group`'s own state of this controller, or
+    /// null. A group of this engine has this controller's state, if any, at
     /// this controller's id; the engine check is one load from the group,
-    /// independent of the table loads (checking the css's controller
+    /// independent of the table load (checking the css's controller
     /// instead would add a fourth dependent load before the update).
     #[inline(always)]
-    fn css_for_add(&self, group: &GroupInner, item: usize) -> *const Css {
-        if item >= self.nr_stats || !Arc::ptr_eq(&group.engine, &self.engine) {
-            return core::ptr::null();
-        }
-        // `id < MAX_CONTROLLERS` in every engine: no bounds check fails.
+    fn css_for_add(&self, group: &GroupInner) -> *const Css {
         // A non-null css of `group` lives as long as the group, which the
         // caller's handle keeps alive.
-        group.css[self.id].load(Ordering::Acquire)
+        // SAFETY: `id < MAX_CONTROLLERS`, the table's length: registration
+        // refuses any other id (checked again in `new`), so the bounds
+        // check would be one more compare per update for nothing.
+        unsafe { group.css.get_unchecked(self.id) }.load(Ordering::Acquire)
     }
 
     /// The rest of [`add`](Self::add): an error, or a group removed before

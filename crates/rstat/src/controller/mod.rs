@@ -462,19 +462,128 @@ impl ItemPath {
         if self.path.section_limit != 0 {
             // SAFETY: caller's guarantees; `slot` and `links` are the css's
             // addresses for `item` on CPU 0, `shift` the item's.
-            return unsafe {
-                (*self.css).section_update(
-                    self.path,
-                    self.slot,
-                    self.links,
-                    self.item,
-                    || self.shift,
-                    delta,
-                )
-            };
+            return unsafe { section_update(self.path, self.slot, self.links, self, delta) };
         }
         // SAFETY: caller's guarantees; `item < nr_stats` (resolved).
         unsafe { (*self.css).update_here(nr_cpus, self.item, delta) }
+    }
+}
+
+/// What the rare steps of a section update need (the css, to fold a
+/// crossing or to queue the node, and the item's unit shift), reached only
+/// when one is taken: the common path then loads nothing but the slot,
+/// links and path words. A [`StatItem`](crate::StatItem)'s resolved path
+/// gives them from the handle; [`Css::update_here`] from the css and the
+/// item index.
+#[cfg(not(any(rstat_loom, miri)))]
+trait Rare: Copy {
+    /// The css updated.
+    fn css(self) -> *const Css;
+    /// The updated item's unit shift.
+    ///
+    /// # Safety
+    /// The css is live.
+    unsafe fn shift(self) -> u8;
+}
+
+#[cfg(not(any(rstat_loom, miri)))]
+impl Rare for &ItemPath {
+    fn css(self) -> *const Css {
+        self.css
+    }
+    unsafe fn shift(self) -> u8 {
+        self.shift
+    }
+}
+
+#[cfg(not(any(rstat_loom, miri)))]
+impl Rare for (&Css, usize) {
+    fn css(self) -> *const Css {
+        self.0
+    }
+    unsafe fn shift(self) -> u8 {
+        // SAFETY: the pair is a css and one of its items.
+        unsafe { self.0.item_shift(self.1) }
+    }
+}
+
+/// The rseq update itself, for [`Css::update_here`] and
+/// [`ItemPath::update`]: one restartable section on this CPU's copy of
+/// `slot` (CPU 0's address of the item's slot), then, if it crossed a
+/// batch boundary, the crossing count, and the on-list check on this CPU's
+/// copy of `links` (CPU 0's links of the css's node). A thread the section
+/// refuses (no CPU id) has taken a locked add on the first slot past the
+/// section limit, which no section writes, and goes on as on that CPU.
+///
+/// # Safety
+/// The css is live; `path` is its engine's, with `section_limit != 0`;
+/// `slot`, `links` and `rare` are the css's for the item.
+#[cfg(not(any(rstat_loom, miri)))]
+#[inline(always)]
+unsafe fn section_update(
+    path: PathCopy,
+    slot: *const u8,
+    links: *const u8,
+    rare: impl Rare,
+    delta: i64,
+) {
+    // SAFETY: slots `0..section_limit` of the css are written only by
+    // sections, slot `section_limit` (which exists: the engine keeps one
+    // slot past the limit) only by locked RMWs, and all are live while
+    // the css is.
+    let (at, new, changed) = unsafe {
+        crate::percpu::rseq::add_fetch_on_this_cpu(
+            path.rseq_off as isize,
+            slot,
+            path.section_limit,
+            delta,
+        )
+    };
+    // The light half of the asymmetric fence: the store above may still
+    // be in this CPU's store buffer; the flusher's membarrier stands in
+    // for the barrier we do not execute.
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    // As `count_update`: the shift only past the cheap test, the css only
+    // for a crossing of the item's own boundary.
+    if changed >> UPDATE_BATCH_SHIFT != 0 {
+        let old = new.wrapping_sub(delta);
+        // SAFETY: the css is live.
+        let shift = u32::from(unsafe { rare.shift() });
+        // As `count_crossing`.
+        let crossed = (new >> shift) - (old >> shift);
+        if crossed != 0 {
+            // SAFETY: caller's guarantees; `at` is a unit offset below
+            // `nr_cpus`.
+            unsafe { section_fold(rare, at, crossed) };
+        }
+    }
+    // SAFETY: `at` is the unit offset of a slot below `nr_cpus`: the links
+    // of the css's node there, which outlive the css; the css is reached
+    // only to queue the node.
+    unsafe {
+        let links = &*links.add(at).cast::<PcpuLinks>();
+        backlog::mark_updated(links, || {
+            (*rare.css())
+                .backlog
+                .raw(at >> crate::percpu::arena::UNIT_SHIFT)
+        });
+    }
+}
+
+/// The fold of [`section_update`]'s crossings, out of line: the css is
+/// loaded here, not on the common path.
+///
+/// # Safety
+/// As [`section_update`]; `at` is the unit offset the section returned,
+/// `crossed` the item's boundaries it crossed (not 0).
+#[cfg(not(any(rstat_loom, miri)))]
+#[cold]
+#[inline(never)]
+unsafe fn section_fold(rare: impl Rare, at: usize, crossed: i64) {
+    let cpu = at >> crate::percpu::arena::UNIT_SHIFT;
+    // SAFETY: caller's guarantees; `cpu < nr_cpus`.
+    unsafe {
+        (*rare.css()).fold_updates(cpu, crossed.unsigned_abs().saturating_mul(UPDATE_BATCH));
     }
 }
 
@@ -674,80 +783,9 @@ impl Css {
         // SAFETY: `item < nr_stats`: the slot lies inside the allocation
         // in every unit; `cur` is its first field (repr(C)).
         let slot = unsafe { self.stats.raw(0).add(item) }.cast::<u8>();
-        // SAFETY: caller's guarantees; the item's shift, looked up only if
-        // an update crosses a batch boundary.
-        unsafe {
-            self.section_update(
-                path,
-                slot,
-                self.links.raw(0).cast(),
-                item,
-                || self.item_shift(item),
-                delta,
-            )
-        }
-    }
-
-    /// The rseq update itself, for [`update_in_section`] and
-    /// [`ItemPath::update`]: one restartable section on this CPU's copy of
-    /// `slot` (CPU 0's address of item `item`), then, if it crossed a batch
-    /// boundary, the crossing count with the item's `shift`, and the
-    /// on-list check on this CPU's copy of `links` (CPU 0's links of the
-    /// css's node). A refused section (no CPU id, or a CPU at or past the
-    /// limit) takes the locked add on a slot no section writes.
-    ///
-    /// # Safety
-    /// As [`update`](Self::update); `path` is the engine's, with
-    /// `section_limit != 0`; `slot`, `links` and `shift()` are this css's
-    /// for `item`.
-    ///
-    /// [`update_in_section`]: Self::update_in_section
-    #[cfg(not(any(rstat_loom, miri)))]
-    #[inline(always)]
-    unsafe fn section_update(
-        &self,
-        path: PathCopy,
-        slot: *const u8,
-        links: *const u8,
-        item: usize,
-        shift: impl FnOnce() -> u8,
-        delta: i64,
-    ) {
-        // SAFETY: slots `0..section_limit` of this css are written only by
-        // sections (the engine routes every other write to slots at or
-        // above the limit), and are live while the css is.
-        match unsafe {
-            crate::percpu::rseq::add_fetch_on_this_cpu(
-                path.rseq_off as isize,
-                slot,
-                path.section_limit,
-                delta,
-            )
-        } {
-            Some((cpu, old)) => {
-                // The light half of the asymmetric fence: the store above
-                // may still be in this CPU's store buffer; the flusher's
-                // membarrier stands in for the barrier we do not execute.
-                core::sync::atomic::compiler_fence(Ordering::SeqCst);
-                let new = old.wrapping_add(delta);
-                // As `count_update`, with the shift from the caller.
-                if (old ^ new) >> UPDATE_BATCH_SHIFT != 0 {
-                    // SAFETY: caller's guarantees; `cpu < section_limit`.
-                    unsafe { self.count_crossing(cpu, old, new, shift()) };
-                }
-                // SAFETY: `cpu < section_limit <= nr_cpus`: the links of the
-                // css's node on that CPU, which outlive the css; the backlog
-                // head is reached only to queue the node.
-                unsafe {
-                    let links = &*links
-                        .add(cpu << crate::percpu::arena::UNIT_SHIFT)
-                        .cast::<PcpuLinks>();
-                    backlog::mark_updated(links, || self.backlog.raw(cpu));
-                }
-            }
-            // SAFETY: caller's guarantees; the slot is in range.
-            None => unsafe { self.update_locked(self.no_cpu_slot(), item, delta) },
-        }
+        // SAFETY: caller's guarantees; the item's shift is looked up only
+        // if an update crosses a batch boundary.
+        unsafe { section_update(path, slot, self.links.raw(0).cast(), (self, item), delta) }
     }
 
     /// Under loom and Miri, a section is simulated: the slot's lock stands
@@ -796,18 +834,6 @@ impl Css {
         unsafe {
             self.update_locked(cpu, item, delta)
         }
-    }
-
-    /// The slot of a thread the kernel gives no CPU id (its rseq
-    /// registration failed): one at or above the section limit, which no
-    /// section writes, spread by thread.
-    #[cfg(not(any(rstat_loom, miri)))]
-    #[cold]
-    fn no_cpu_slot(&self) -> usize {
-        // SAFETY: a css's node and its domain outlive it.
-        let nr_cpus = unsafe { (*(*self.node).domain).nr_cpus };
-        let limit = self.section_limit as usize;
-        limit + crate::percpu::cpu::thread_slot() % (nr_cpus - limit)
     }
 
     /// The locked add on slot `cpu`.

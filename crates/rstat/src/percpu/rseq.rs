@@ -121,24 +121,33 @@ pub(crate) unsafe fn add_on_this_cpu(
 
 /// Add `delta` (wrapping) to the `i64` at `base + (cpu << UNIT_SHIFT)`,
 /// where `cpu` is the id of the CPU this thread runs on, in one restartable
-/// section that first checks `cpu < limit`; return `(cpu, old value)`.
-/// Unlike [`add_on_this_cpu`]'s, this limit is fixed for the slots' life
-/// (a css's `section_limit`), so it comes by value, in a register.
-/// This is the kernel's `this_cpu_add` for stat slots in the per-CPU arena
-/// (whose units are `1 << UNIT_SHIFT` bytes apart). `None` (nothing
-/// written) when `cpu >= limit` or this thread has no rseq area.
+/// section that first checks `cpu < limit`; return `(cpu << UNIT_SHIFT, new
+/// value, old ^ new)` (the bits the add changed: what a caller testing for
+/// a boundary crossing wants, in one register; `old` is `new - delta`).
+/// This is the kernel's `this_cpu_add` for stat slots
+/// in the per-CPU arena (whose units are `1 << UNIT_SHIFT` bytes apart);
+/// the unit offset it returns addresses the caller's other per-CPU data of
+/// the same CPU without another shift. Unlike [`add_on_this_cpu`]'s, the
+/// limit is fixed for the slots' life (a css's `section_limit`), so it
+/// comes by value, in a register.
+///
+/// A thread the check refuses (it has no rseq area, so its CPU id reads
+/// as `u32::MAX`) adds with one locked RMW to slot `limit` instead, which
+/// no section writes, and gets `limit << UNIT_SHIFT` back: every call adds,
+/// and the caller takes no branch to tell the two apart.
 ///
 /// Cost: one store (arming the section), one load of the CPU id, one
-/// compare, one load and one store of the slot; no lock prefix, no fence.
-/// The store can sit in this CPU's store buffer after the section: callers
-/// that need it ordered before a later load pair a compiler fence here with
-/// [`membarrier`] on the reading side (see `engine::backlog`).
+/// compare, one shift, one load and one store of the slot; no lock prefix,
+/// no fence. The store can sit in this CPU's store buffer after the
+/// section: callers that need it ordered before a later load pair a
+/// compiler fence here with [`membarrier`] on the reading side (see
+/// `engine::backlog`).
 ///
 /// # Safety
-/// `cpu_id_off` comes from [`available`]; for every
-/// `cpu < limit`, `base + (cpu << UNIT_SHIFT)` is an aligned, live `i64`
-/// (an `AtomicI64`) that no other CPU writes while sections can pass the
-/// check.
+/// `cpu_id_off` comes from [`available`]; for every `cpu < limit`,
+/// `base + (cpu << UNIT_SHIFT)` is an aligned, live `i64` (an `AtomicI64`)
+/// that no other CPU writes while sections can pass the check; so is
+/// `base + (limit << UNIT_SHIFT)`, written only by atomic RMWs.
 ///
 /// [`UNIT_SHIFT`]: crate::percpu::arena::UNIT_SHIFT
 #[inline(always)]
@@ -148,7 +157,7 @@ pub(crate) unsafe fn add_fetch_on_this_cpu(
     base: *const u8,
     limit: u32,
     delta: i64,
-) -> Option<(usize, i64)> {
+) -> (usize, i64, i64) {
     // SAFETY: forwarded.
     unsafe { imp::add_fetch_on_this_cpu(cpu_id_off, base, limit, delta) }
 }
@@ -270,47 +279,57 @@ mod imp {
     }
 
     /// As `add_on_this_cpu`, with the unit stride of the per-CPU arena and
-    /// the old value and the CPU id as results. The section loads the slot,
-    /// adds in a register and commits with its only store. The limit comes
-    /// in a register, so the caller's check of the CPU id after the section
-    /// is a register compare, not another load. (Outputs and an `asm goto`
-    /// label cannot be combined on stable Rust, so a refusal jumps to the
-    /// end and the caller's compare tells.)
+    /// the unit offset, the new value and the changed bits as results. The
+    /// section loads the slot, adds in a register and commits with its only
+    /// store; one `xor` after the commit gives the changed bits. A refused
+    /// check jumps to an out-of-line stub (outside the section's range, so
+    /// never aborted) that adds with `lock xadd` to slot `limit` and
+    /// rejoins before that `xor`: the accepted path takes no branch, and
+    /// neither does the caller.
     #[inline(always)]
     pub(super) unsafe fn add_fetch_on_this_cpu(
         cpu_id_off: isize,
         base: *const u8,
         limit: u32,
         delta: i64,
-    ) -> Option<(usize, i64)> {
-        let cpu: usize;
-        let old: i64;
-        // SAFETY: as `add_on_this_cpu`: the caller guarantees the addresses;
-        // the commit store is the section's last instruction.
+    ) -> (usize, i64, i64) {
+        let at: usize;
+        let changed: i64;
+        let new: i64;
+        // SAFETY: as `add_on_this_cpu`: the caller guarantees the addresses
+        // (slot `limit` included); the commit store is the section's last
+        // instruction.
         unsafe {
             core::arch::asm!(
                 "2:",
-                "lea {t}, [rip + 5f]",
-                "mov qword ptr fs:[{off} + 4], {t}",
+                "lea {at}, [rip + 5f]",
+                "mov qword ptr fs:[{off} + 4], {at}",
                 "3:",
-                "mov {c:e}, dword ptr fs:[{off}]",
-                "cmp {c:e}, {limit:e}",
+                "mov {at:e}, dword ptr fs:[{off}]",
+                "cmp {at:e}, {limit:e}",
                 "jae 7f",
-                "mov {t}, {c}",
-                "shl {t}, {shift}",
-                "mov {old}, qword ptr [{base} + {t}]",
+                "shl {at}, {shift}",
+                "mov {old}, qword ptr [{base} + {at}]",
                 // A new register for the sum: a restarted section must find
                 // its inputs unchanged.
-                "lea {n}, [{old} + {d}]",
-                "mov qword ptr [{base} + {t}], {n}",
+                "lea {new}, [{old} + {d}]",
+                "mov qword ptr [{base} + {at}], {new}",
                 "4:",
+                // Past the commit: not restarted.
+                "xor {old}, {new}",
                 ".pushsection .text.rstat_rseq_abort, \"ax\"",
                 ".byte 0x0f, 0xb9, 0x3d",
                 ".long 0x53053053",
                 "6:",
                 "jmp 2b",
-                ".popsection",
                 "7:",
+                "mov {at:e}, {limit:e}",
+                "shl {at}, {shift}",
+                "mov {old}, {d}",
+                "lock xadd qword ptr [{base} + {at}], {old}",
+                "lea {new}, [{old} + {d}]",
+                "jmp 4b",
+                ".popsection",
                 ".pushsection __rseq_cs, \"aw\"",
                 ".balign 32",
                 "5:",
@@ -322,16 +341,13 @@ mod imp {
                 base = in(reg) base,
                 d = in(reg) delta,
                 shift = const crate::percpu::arena::UNIT_SHIFT,
-                c = out(reg) cpu,
-                old = out(reg) old,
-                t = out(reg) _,
-                n = out(reg) _,
+                at = out(reg) at,
+                old = out(reg) changed,
+                new = out(reg) new,
                 options(nostack),
             );
         }
-        // A refused section jumped past its body with `cpu >= limit` (and
-        // `old` unset: not used then).
-        (cpu < limit as usize).then_some((cpu, old))
+        (at, new, changed)
     }
 }
 
@@ -358,8 +374,8 @@ mod imp {
         _base: *const u8,
         _limit: u32,
         _delta: i64,
-    ) -> Option<(usize, i64)> {
-        None
+    ) -> (usize, i64, i64) {
+        unreachable!("restartable sections are never available here")
     }
 
     /// Never called: `supported` is `None` here.
@@ -471,10 +487,11 @@ mod tests {
         );
     }
 
-    /// A buffer laid out like the per-CPU arena: one `i64` per unit.
+    /// A buffer laid out like the per-CPU arena: one `i64` per unit, for
+    /// `nr` CPUs and the slot past them that a refused section writes.
     fn unit_slots(nr: usize) -> Vec<std::sync::atomic::AtomicI64> {
         let per = crate::percpu::arena::UNIT_SIZE / 8;
-        (0..nr * per)
+        (0..(nr + 1) * per)
             .map(|_| std::sync::atomic::AtomicI64::new(0))
             .collect()
     }
@@ -489,22 +506,31 @@ mod tests {
         for i in 0..10_000i64 {
             // SAFETY: `slots` has an i64 every UNIT_SIZE bytes for `nr`
             // CPUs; only this thread writes them.
-            let (cpu, old) = unsafe { add_fetch_on_this_cpu(off, base, nr as u32, 5) }
-                .expect("a registered thread with cpu < nr always commits");
+            let (at, new, changed) = unsafe { add_fetch_on_this_cpu(off, base, nr as u32, 5) };
+            let old = new - 5;
+            assert_eq!(changed, old ^ new);
+            assert_eq!(at % crate::percpu::arena::UNIT_SIZE, 0, "a unit offset");
+            let cpu = at >> crate::percpu::arena::UNIT_SHIFT;
             assert!(cpu < nr);
+            assert_eq!(new, old + 5);
             let now = slots[cpu * per].load(Ordering::Relaxed);
-            assert_eq!(now, old + 5, "add {i}: the slot of the CPU reported");
+            assert_eq!(now, new, "add {i}: the slot of the CPU reported");
         }
         let sum: i64 = (0..nr)
             .map(|c| slots[c * per].load(Ordering::Relaxed))
             .sum();
         assert_eq!(sum, 50_000);
-        // SAFETY: as above; a limit of 0 admits no CPU.
-        assert!(unsafe { add_fetch_on_this_cpu(off, base, 0, 5) }.is_none());
+        // A limit of 0 admits no CPU: the refused thread adds to slot 0
+        // (the slot at the limit) with a locked RMW, and is told so.
+        let before = slots[0].load(Ordering::Relaxed);
+        // SAFETY: as above; slot 0 is written only by this thread.
+        let (at, new, changed) = unsafe { add_fetch_on_this_cpu(off, base, 0, 5) };
+        assert_eq!((at, new, changed), (0, before + 5, before ^ (before + 5)));
+        assert_eq!(slots[0].load(Ordering::Relaxed), before + 5);
         let sum: i64 = (0..nr)
             .map(|c| slots[c * per].load(Ordering::Relaxed))
             .sum();
-        assert_eq!(sum, 50_000, "a refused section writes nothing");
+        assert_eq!(sum, 50_005, "a refused section adds once, at the limit");
     }
 
     #[test]
@@ -529,10 +555,11 @@ mod tests {
                         for i in 0..per_thread {
                             // SAFETY: as above; threads share a CPU's slot
                             // only through sections.
-                            let r = unsafe {
+                            let (at, new, changed) = unsafe {
                                 add_fetch_on_this_cpu(off, base as *const u8, nr as u32, 1)
                             };
-                            assert!(r.is_some());
+                            assert!(at >> crate::percpu::arena::UNIT_SHIFT < nr);
+                            assert_eq!(changed, (new - 1) ^ new);
                             if i % 4096 == 0 {
                                 std::thread::yield_now();
                             }
