@@ -313,8 +313,8 @@ impl Builder {
     /// ([`Rstat::update_path`] tells which one the engine got).
     ///
     /// Which to choose, measured on a 2-CPU VM (BENCHMARKS.md): the rseq
-    /// path makes an update about 10% cheaper (2.21 vs 2.43 ns at one
-    /// thread, 468 vs 424 Mops/s at two), and costs every flush that reads
+    /// path makes an update about 40% cheaper (1.35 vs 2.33 ns at one
+    /// thread, 1479 vs 855 Mops/s at two), and costs every flush that reads
     /// slots one `membarrier` (0.4-0.6 µs alone, several µs when it
     /// interrupts CPUs running our threads): exact reads, `Threshold` reads
     /// that flush, the periodic flusher, and each group removal. With a
