@@ -18,7 +18,7 @@ mkdir -p "$log"
 # Test binaries that start threads (the library's unit tests include the
 # page_counter, memory and percpu_ref stress tests).
 targets=(lib engine exact_while_running percpu_ref_stress periodic policy stress)
-for t in reclaim_protection attach attach_cpu attach_async attach_sampled alloc_system alloc_lifecycle; do
+for t in reclaim_protection attach attach_cpu attach_async attach_sampled alloc_system alloc_lifecycle no_cpu_id; do
   [ -f "crates/rstat/tests/$t.rs" ] && targets+=("$t")
 done
 

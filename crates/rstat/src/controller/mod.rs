@@ -548,13 +548,11 @@ unsafe fn section_update(
     if changed >> UPDATE_BATCH_SHIFT != 0 {
         let old = new.wrapping_sub(delta);
         // SAFETY: the css is live.
-        let shift = u32::from(unsafe { rare.shift() });
-        // As `count_crossing`.
-        let crossed = (new >> shift) - (old >> shift);
-        if crossed != 0 {
+        let v = units_to_fold(old, new, unsafe { rare.shift() });
+        if v != 0 {
             // SAFETY: caller's guarantees; `at` is a unit offset below
             // `nr_cpus`.
-            unsafe { section_fold(rare, at, crossed) };
+            unsafe { section_fold(rare, at, v) };
         }
     }
     // SAFETY: `at` is the unit offset of a slot below `nr_cpus`: the links
@@ -575,16 +573,25 @@ unsafe fn section_update(
 ///
 /// # Safety
 /// As [`section_update`]; `at` is the unit offset the section returned,
-/// `crossed` the item's boundaries it crossed (not 0).
+/// `v` what [`units_to_fold`] gave (not 0).
 #[cfg(not(any(rstat_loom, miri)))]
 #[cold]
 #[inline(never)]
-unsafe fn section_fold(rare: impl Rare, at: usize, crossed: i64) {
+unsafe fn section_fold(rare: impl Rare, at: usize, v: u64) {
     let cpu = at >> crate::percpu::arena::UNIT_SHIFT;
     // SAFETY: caller's guarantees; `cpu < nr_cpus`.
-    unsafe {
-        (*rare.css()).fold_updates(cpu, crossed.unsigned_abs().saturating_mul(UPDATE_BATCH));
-    }
+    unsafe { (*rare.css()).fold_updates(cpu, v) };
+}
+
+/// The pending units an update from `old` to `new` adds: 64 per boundary
+/// of the item's unit (`1 << shift`) it crossed, 0 if none (see
+/// `Css::count_update`). Shifts are at least 6: the quotients are within
+/// ±2^57, and so is their difference.
+#[inline(always)]
+fn units_to_fold(old: i64, new: i64, shift: u8) -> u64 {
+    let shift = u32::from(shift);
+    let crossed = (new >> shift) - (old >> shift);
+    crossed.unsigned_abs().saturating_mul(UPDATE_BATCH)
 }
 
 /// One per-CPU stat counter and the value it had at the last flush.
@@ -955,13 +962,10 @@ impl Css {
     /// As [`count_update`](Self::count_update); `shift` is the item's.
     #[inline(always)]
     unsafe fn count_crossing(&self, cpu: usize, old: i64, new: i64, shift: u8) {
-        let shift = u32::from(shift);
-        // Shifts are at least 6: the quotients are within ±2^57, and so
-        // is their difference.
-        let crossed = (new >> shift) - (old >> shift);
-        if crossed != 0 {
+        let v = units_to_fold(old, new, shift);
+        if v != 0 {
             // SAFETY: caller's guarantees.
-            unsafe { self.fold_updates(cpu, crossed.unsigned_abs().saturating_mul(UPDATE_BATCH)) };
+            unsafe { self.fold_updates(cpu, v) };
         }
     }
 

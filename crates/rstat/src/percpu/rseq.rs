@@ -507,12 +507,10 @@ mod tests {
             // SAFETY: `slots` has an i64 every UNIT_SIZE bytes for `nr`
             // CPUs; only this thread writes them.
             let (at, new, changed) = unsafe { add_fetch_on_this_cpu(off, base, nr as u32, 5) };
-            let old = new - 5;
-            assert_eq!(changed, old ^ new);
+            assert_eq!(changed, (new - 5) ^ new, "the bits the add changed");
             assert_eq!(at % crate::percpu::arena::UNIT_SIZE, 0, "a unit offset");
             let cpu = at >> crate::percpu::arena::UNIT_SHIFT;
             assert!(cpu < nr);
-            assert_eq!(new, old + 5);
             let now = slots[cpu * per].load(Ordering::Relaxed);
             assert_eq!(now, new, "add {i}: the slot of the CPU reported");
         }
