@@ -111,6 +111,16 @@ pub struct Report {
     pub bare_percpu_ns_1t: f64,
     /// Reference: the bare per-CPU counter, `threads` threads, Mops/s.
     pub bare_percpu_mops_2t: f64,
+    /// Reference: ns per add of a bare restartable section on this CPU's
+    /// slot, one slot per CPU and nothing around it
+    /// ([`rstat::percpu::BareSectionCounter`]), 1 thread: the floor under
+    /// every update on the rseq path (`None` where sections are not
+    /// available).
+    pub bare_section_ns_1t: Option<f64>,
+    /// `ns_per_update_1t / bare_section_ns_1t`: near 1 when the section
+    /// itself (the chain through one slot) bounds an update, higher when
+    /// the instructions around it do.
+    pub update_vs_bare_section_1t: Option<f64>,
     /// `bare_percpu_mops_2t / shared_atomic_mops_2t`: the ceiling this
     /// machine allows for the rstat ratio.
     pub bare_ratio_vs_shared_atomic_2t: f64,
@@ -278,6 +288,8 @@ pub fn run(cfg: &Config) -> Report {
     let mut s1 = Vec::new();
     let mut l1 = Vec::new();
     let mut l2 = Vec::new();
+    let mut x1 = Vec::new();
+    let section = rstat::percpu::BareSectionCounter::new().map(Arc::new);
     let nr = rstat::percpu::cpu::possible_cpus();
     let bare: Arc<Vec<Padded>> = Arc::new((0..nr).map(|_| Padded(AtomicU64::new(0))).collect());
     let bare_loop = |bare: Arc<Vec<Padded>>| {
@@ -341,6 +353,17 @@ pub fn run(cfg: &Config) -> Report {
             }
         })));
         l1.push(mops_to_ns(item_loop(1, n, &locked.item, 1)));
+        if let Some(section) = &section {
+            x1.push(mops_to_ns(per_thread(1, n, |_| {
+                let c = Arc::clone(section);
+                move || {
+                    let c = black_box(&*c);
+                    for _ in 0..n {
+                        c.add(black_box(1));
+                    }
+                }
+            })));
+        }
         l2.push(item_loop(t, n, &locked.item, 1));
     }
     // The one-thread figures again beside the neighbour, interleaved.
@@ -390,6 +413,14 @@ pub fn run(cfg: &Config) -> Report {
         "locked engine",
     );
 
+    if let Some(section) = &section {
+        assert_eq!(
+            section.sum(),
+            x1.len() as i64 * n_i,
+            "the bare section counter lost adds"
+        );
+    }
+    let xn1 = (!x1.is_empty()).then(|| median(x1));
     let (ns1, at1, pl1, m2, am2) = (median(r1), median(a1), median(p1), median(r2), median(a2));
     let (bn1, bm2) = (median(b1), median(b2));
     let (dn1, dm2, cn1, sn1) = (median(d1), median(d2), median(c1), median(s1));
@@ -404,6 +435,8 @@ pub fn run(cfg: &Config) -> Report {
         shared_atomic_mops_2t: round(am2, 1),
         bare_percpu_ns_1t: round(bn1, 3),
         bare_percpu_mops_2t: round(bm2, 1),
+        bare_section_ns_1t: xn1.map(|x| round(x, 3)),
+        update_vs_bare_section_1t: xn1.map(|x| round(ns1 / x, 2)),
         bare_ratio_vs_shared_atomic_2t: round(bm2 / am2, 2),
         ratio_vs_shared_atomic_2t: round(m2 / am2, 2),
         ratio_vs_shared_atomic_1t: round(ns1 / at1, 2),
@@ -513,6 +546,9 @@ pub fn table(r: &Report) -> String {
         &format!("reference: bare per-CPU counter, {t}t"),
         r.bare_percpu_mops_2t,
     );
+    if let Some(x) = r.bare_section_ns_1t {
+        s += &row_ns("reference: bare restartable section, 1t", x);
+    }
     s += &row_ns("depth 5, delta 4096 (unit 4096), 1t", r.deep_large_ns_1t);
     s += &row_mops(
         &format!("depth 5, delta 4096 (unit 4096), {t}t"),

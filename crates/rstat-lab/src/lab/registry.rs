@@ -83,19 +83,26 @@ pub static EXPERIMENTS: &[Experiment] = &[
         seed: None,
         scales_with_cpus: true,
         min_cpus: 2,
-        remarks: "What bounds these figures. One thread: not the slot's load-add-store \
-                  chain (store-to-load forwarding makes a bare restartable section in a loop \
-                  cost about 0.6 ns here, against 2 ns for a lock-prefixed add), but the \
-                  instructions around it: an update re-loads its handle's words after each \
-                  section (the compiler must assume the `asm!` block wrote memory), arms the \
-                  section, reads the CPU id, tests for a batch boundary and checks the on-list \
-                  flag, about 20 instructions through a `StatItem`; `StatHandle::add` adds the \
-                  css's slot and links loads, and `ControllerHandle::add` the item, engine and \
-                  table checks before those (about 33 in all), which is why it costs about 1.7 \
-                  times a `StatItem` update. When the VM's other work shares our cores, \
-                  instruction-bound code slows more than a latency-bound locked add. Several \
-                  threads: the \
-                  `Threshold` counting is exact (a flush subtracts what it folded), so once per \
+        remarks: "What bounds these figures. One thread, on the rseq path: the bare \
+                  restartable section row is the floor under every update (arm the section, \
+                  read the CPU id, load, add and store this CPU's slot; in a loop each add \
+                  loads what the last one stored, at an address known only once the CPU id is \
+                  read, so it waits on store-to-load forwarding). An update adds instructions \
+                  around that section: it re-loads its handle's words after each section (the \
+                  compiler must assume the `asm!` block wrote memory), tests for a batch \
+                  boundary and checks the on-list flag, about 20 instructions in all through a \
+                  `StatItem`; `StatHandle::add` adds the css's slot and links loads, and \
+                  `ControllerHandle::add` the item, engine and table checks before those \
+                  (about 33 in all). Which of the two bounds a thread depends on the core: \
+                  where forwarding through the slot is slow, the section's chain does, an \
+                  update costs little more than the bare section and the three ways to update \
+                  cost about the same (the extra instructions run in the chain's shadow); \
+                  where forwarding is fast, the instructions do, and the three cost roughly in \
+                  proportion to their instruction counts, so `ControllerHandle::add` can miss \
+                  its 1.5x target on such a core. The rstat update's ratio to the bare section \
+                  in this run tells which case this is. When the VM's other work shares our \
+                  cores, instruction-bound code slows more than a latency-bound locked add. \
+                  Several threads: the `Threshold` counting is exact (a flush subtracts what it folded), so once per \
                   64 units of an item's change per CPU a crossing does a contended \
                   read-modify-write on the group's and every ancestor's pending counter; kernel \
                   v6.8 skips ancestors already due for a flush, which rstat cannot do and stay \
@@ -519,6 +526,11 @@ fn update_view(f: &Fig) -> View {
             "reference: bare per-CPU counter",
             "/bare_percpu_ns_1t",
             "/bare_percpu_mops_2t",
+        ),
+        (
+            "reference: bare restartable section",
+            "/bare_section_ns_1t",
+            "",
         ),
         ("per-thread plain counter", "/plain_thread_local_ns_1t", ""),
     ];

@@ -4,3 +4,6 @@
 pub mod arena;
 pub mod cpu;
 pub(crate) mod rseq;
+
+#[doc(hidden)]
+pub use rseq::BareSectionCounter;

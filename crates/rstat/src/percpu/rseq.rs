@@ -162,6 +162,91 @@ pub(crate) unsafe fn add_fetch_on_this_cpu(
     unsafe { imp::add_fetch_on_this_cpu(cpu_id_off, base, limit, delta) }
 }
 
+/// A bare per-CPU counter on [`add_fetch_on_this_cpu`] and nothing else:
+/// one slot per possible CPU id and one past them (for threads without an
+/// rseq area), `1 << UNIT_SHIFT` bytes apart as in the arena, and no
+/// boundary test, on-list flag or handle around the section. It is the
+/// floor under every rstat update on the rseq path; the lab's update
+/// benchmark runs it beside them, so a report can tell the section's own
+/// cost (above all the chain through one slot: each add loads what the
+/// last one stored) from the instructions an update adds. Not part of the
+/// API.
+///
+/// [`UNIT_SHIFT`]: crate::percpu::arena::UNIT_SHIFT
+#[doc(hidden)]
+pub struct BareSectionCounter {
+    base: core::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+    limit: u32,
+    off: isize,
+}
+
+// SAFETY: the slots are written only by sections (each on its own CPU's
+// slot) and locked RMWs, and read with atomic loads.
+unsafe impl Send for BareSectionCounter {}
+// SAFETY: as above.
+unsafe impl Sync for BareSectionCounter {}
+
+impl BareSectionCounter {
+    /// A counter at 0, or `None` where restartable sections are not
+    /// available (see [`available`]) or the slots cannot be allocated.
+    pub fn new() -> Option<Self> {
+        let off = available()?;
+        let possible = super::cpu::possible_cpus();
+        let limit = u32::try_from(possible).ok()?;
+        let size = (possible + 1).checked_mul(1 << crate::percpu::arena::UNIT_SHIFT)?;
+        let layout = std::alloc::Layout::from_size_align(size, 64).ok()?;
+        // SAFETY: `size` is not 0.
+        let base = core::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        Some(BareSectionCounter {
+            base,
+            layout,
+            limit,
+            off,
+        })
+    }
+
+    /// Add `delta` on this CPU's slot; return the slot's new value.
+    #[inline(always)]
+    pub fn add(&self, delta: i64) -> i64 {
+        // SAFETY: `off` came from `available`; slots `0..=limit` are live,
+        // zeroed, 64-byte aligned `i64`s in units `1 << UNIT_SHIFT` apart;
+        // slots below `limit` are written only by sections (this type
+        // offers no other writer), slot `limit` only by the stub's locked
+        // add.
+        unsafe { add_fetch_on_this_cpu(self.off, self.base.as_ptr(), self.limit, delta).1 }
+    }
+
+    /// The sum of every slot. Exact once every `add` has returned (a
+    /// section's store is plain, so a sum taken while adds run may miss
+    /// the ones still in flight).
+    pub fn sum(&self) -> i64 {
+        (0..=self.limit as usize)
+            .map(|c| {
+                // SAFETY: slot `c <= limit` is a live, aligned `i64`; the
+                // atomic load does not race the sections' plain stores in
+                // Rust's sense (they are inside `asm!`), and after they
+                // returned it sees them.
+                let slot = unsafe {
+                    &*self
+                        .base
+                        .as_ptr()
+                        .add(c << crate::percpu::arena::UNIT_SHIFT)
+                        .cast::<core::sync::atomic::AtomicI64>()
+                };
+                slot.load(Ordering::Acquire)
+            })
+            .fold(0i64, i64::wrapping_add)
+    }
+}
+
+impl Drop for BareSectionCounter {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.base.as_ptr(), self.layout) }
+    }
+}
+
 #[cfg(all(
     target_os = "linux",
     target_arch = "x86_64",
@@ -578,5 +663,34 @@ mod tests {
             threads as i64 * per_thread,
             "every committed add counted once"
         );
+    }
+
+    /// More threads than CPUs (so they share slots through preemption),
+    /// deltas of several sizes: the bare counter's sum is every add once.
+    #[test]
+    fn the_bare_section_counter_counts_every_add_once() {
+        let Some(c) = BareSectionCounter::new() else {
+            eprintln!("restartable sections unavailable here; nothing to count");
+            return;
+        };
+        let threads = 2 * super::super::cpu::possible_cpus().max(2);
+        let per_thread = 100_000i64;
+        std::thread::scope(|s| {
+            for t in 0..threads as i64 {
+                let c = &c;
+                s.spawn(move || {
+                    for i in 0..per_thread {
+                        c.add(1 + (i & 7) * t);
+                        if i % 4096 == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            }
+        });
+        let want: i64 = (0..threads as i64)
+            .map(|t| (0..per_thread).map(|i| 1 + (i & 7) * t).sum::<i64>())
+            .sum();
+        assert_eq!(c.sum(), want);
     }
 }
