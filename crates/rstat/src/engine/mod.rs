@@ -312,15 +312,17 @@ impl Builder {
     /// sequences are not available or slots are shared between CPUs
     /// ([`Rstat::update_path`] tells which one the engine got).
     ///
-    /// Which to choose, measured on a 2-CPU VM (BENCHMARKS.md): the rseq
-    /// path makes an update about 40% cheaper (1.35 vs 2.33 ns at one
-    /// thread, 1479 vs 855 Mops/s at two), and costs every flush that reads
-    /// slots one `membarrier` (0.4-0.6 µs alone, several µs when it
-    /// interrupts CPUs running our threads): exact reads, `Threshold` reads
-    /// that flush, the periodic flusher, and each group removal. With a
-    /// group per request (`rstat demo`, two workers) that cuts throughput
-    /// from 126,000 to 28,000 requests/s, so the default is the locked
-    /// path; choose rseq
+    /// Which to choose, measured on 2-CPU VMs: the rseq path makes an
+    /// update cheaper by what a locked add costs on the core (on an AMD
+    /// EPYC about 40%: 1.35 vs 2.33 ns at one thread, 1479 vs 855 Mops/s at
+    /// two; on an Intel Xeon, whose locked adds are slower, about 68%: 2.33
+    /// vs 7.18 ns, 846 vs 275 Mops/s, the run in BENCHMARKS.md), and costs
+    /// every flush that reads slots one `membarrier` (0.4-0.6 µs alone,
+    /// several µs when it interrupts CPUs running our threads): exact
+    /// reads, `Threshold` reads that flush, the periodic flusher, and each
+    /// group removal. With a group per request (`rstat demo`, two workers,
+    /// on the AMD VM) that cut throughput from 126,000 to 28,000
+    /// requests/s, so the default is the locked path; choose rseq
     /// for update-heavy work with few groups created and few exact reads.
     pub fn update_path(mut self, p: UpdatePath) -> Self {
         self.update_path = p;
