@@ -391,7 +391,7 @@ pub fn run(cfg: &Config) -> Report {
     // the unit item took 1 + `t` threads' updates (plus the controller
     // handle's and the stat handle's on the default engine, and one more
     // beside the neighbour when it ran), the deep item 1 + `t` threads'
-    // 4096s.
+    // 4096s; the bare section counter one thread's 1s per sample.
     let (samples, n_i, t_i) = (cfg.samples as i64, n as i64, t as i64);
     let beside = r1n.len() as i64;
     main.check(

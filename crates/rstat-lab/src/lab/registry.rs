@@ -87,13 +87,15 @@ pub static EXPERIMENTS: &[Experiment] = &[
                   restartable section row is the floor under every update (arm the section, \
                   read the CPU id, load, add and store this CPU's slot; in a loop each add \
                   loads what the last one stored, at an address known only once the CPU id is \
-                  read, so it waits on store-to-load forwarding). An update adds instructions \
-                  around that section: it re-loads its handle's words after each section (the \
-                  compiler must assume the `asm!` block wrote memory), tests for a batch \
-                  boundary and checks the on-list flag, about 20 instructions in all through a \
-                  `StatItem`; `StatHandle::add` adds the css's slot and links loads, and \
-                  `ControllerHandle::add` the item, engine and table checks before those \
-                  (about 33 in all). Which of the two bounds a thread depends on the core: \
+                  read, so it waits on store-to-load forwarding; like every handle, the \
+                  counter re-loads its words after each section, since the compiler must \
+                  assume the `asm!` block wrote memory). An update adds instructions around \
+                  that section: it tests for a batch boundary and checks the on-list flag; \
+                  `StatHandle::add` also loads the css's slot and links, and \
+                  `ControllerHandle::add` also checks the item, the engine and the group's \
+                  table (by the benchmark loops' disassembly, 27 instructions per iteration \
+                  through a `StatItem` and 40 through a `ControllerHandle`, section, loop and \
+                  `black_box` included). Which of the two bounds a thread depends on the core: \
                   where forwarding through the slot is slow, the section's chain does, an \
                   update costs little more than the bare section and the three ways to update \
                   cost about the same (the extra instructions run in the chain's shadow); \
@@ -556,6 +558,14 @@ fn update_view(f: &Fig) -> View {
         ],
         &rows,
     );
+    if f.v("/update_vs_bare_section_1t").is_some() {
+        table += &format!(
+            "\nOne thread, the rstat update against the bare restartable section: {}x, \
+             `ControllerHandle::add` against a `StatItem` update: {}x.\n",
+            f.f("/update_vs_bare_section_1t", 2),
+            f.f("/controller_handle_vs_update_1t", 2),
+        );
+    }
     if f.v("/ns_per_update_1t_neighbour").is_some() {
         let rows: Vec<Vec<String>> = [
             (

@@ -191,10 +191,15 @@ impl BareSectionCounter {
     /// A counter at 0, or `None` where restartable sections are not
     /// available (see [`available`]) or the slots cannot be allocated.
     pub fn new() -> Option<Self> {
+        Self::with_limit(u32::try_from(super::cpu::possible_cpus()).ok()?)
+    }
+
+    /// A counter whose sections run on CPUs below `limit` (the others add
+    /// to slot `limit` with a locked add): `new` takes every possible CPU;
+    /// the tests take fewer, to reach the locked slot.
+    fn with_limit(limit: u32) -> Option<Self> {
         let off = available()?;
-        let possible = super::cpu::possible_cpus();
-        let limit = u32::try_from(possible).ok()?;
-        let size = (possible + 1).checked_mul(1 << crate::percpu::arena::UNIT_SHIFT)?;
+        let size = (limit as usize + 1).checked_mul(1 << crate::percpu::arena::UNIT_SHIFT)?;
         let layout = std::alloc::Layout::from_size_align(size, 64).ok()?;
         // SAFETY: `size` is not 0.
         let base = core::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
@@ -217,9 +222,9 @@ impl BareSectionCounter {
         unsafe { add_fetch_on_this_cpu(self.off, self.base.as_ptr(), self.limit, delta).1 }
     }
 
-    /// The sum of every slot. Exact once every `add` has returned (a
-    /// section's store is plain, so a sum taken while adds run may miss
-    /// the ones still in flight).
+    /// The sum of every slot. Exact once the adding threads are joined (a
+    /// section's store is plain and may still sit in its CPU's store
+    /// buffer, so a sum taken while adds run may miss recent ones).
     pub fn sum(&self) -> i64 {
         (0..=self.limit as usize)
             .map(|c| {
@@ -234,7 +239,7 @@ impl BareSectionCounter {
                         .add(c << crate::percpu::arena::UNIT_SHIFT)
                         .cast::<core::sync::atomic::AtomicI64>()
                 };
-                slot.load(Ordering::Acquire)
+                slot.load(Ordering::Relaxed)
             })
             .fold(0i64, i64::wrapping_add)
     }
@@ -666,18 +671,26 @@ mod tests {
     }
 
     /// More threads than CPUs (so they share slots through preemption),
-    /// deltas of several sizes: the bare counter's sum is every add once.
+    /// deltas of several sizes: the bare counter's sum is every add once,
+    /// with sections on every CPU, on none (every add takes the locked
+    /// slot past the limit) and on some.
     #[test]
     fn the_bare_section_counter_counts_every_add_once() {
         let Some(c) = BareSectionCounter::new() else {
             eprintln!("restartable sections unavailable here; nothing to count");
             return;
         };
+        count_every_add_once(&c);
+        for limit in [0, 1] {
+            count_every_add_once(&BareSectionCounter::with_limit(limit).unwrap());
+        }
+    }
+
+    fn count_every_add_once(c: &BareSectionCounter) {
         let threads = 2 * super::super::cpu::possible_cpus().max(2);
         let per_thread = 100_000i64;
         std::thread::scope(|s| {
             for t in 0..threads as i64 {
-                let c = &c;
                 s.spawn(move || {
                     for i in 0..per_thread {
                         c.add(1 + (i & 7) * t);
