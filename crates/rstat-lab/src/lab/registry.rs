@@ -104,8 +104,8 @@ pub static EXPERIMENTS: &[Experiment] = &[
                   its 1.5x target on such a core. The rstat update's ratio to the bare section \
                   in this run tells which case this is. When the VM's other work shares our \
                   cores, instruction-bound code slows more than a latency-bound locked add. \
-                  Several threads: the `Threshold` counting is exact (a flush subtracts what it folded), so once per \
-                  64 units of an item's change per CPU a crossing does a contended \
+                  Several threads: the `Threshold` counting is exact (a flush subtracts what \
+                  it folded), so once per 64 units of an item's change per CPU a crossing does a contended \
                   read-modify-write on the group's and every ancestor's pending counter; kernel \
                   v6.8 skips ancestors already due for a flush, which rstat cannot do and stay \
                   exact. The sweep shows that walk: with an item in unit 1, deltas of 64 or more \

@@ -164,25 +164,28 @@ pub(crate) unsafe fn add_fetch_on_this_cpu(
 
 /// A bare per-CPU counter on [`add_fetch_on_this_cpu`] and nothing else:
 /// one slot per possible CPU id and one past them (for threads without an
-/// rseq area), `1 << UNIT_SHIFT` bytes apart as in the arena, and no
-/// boundary test, on-list flag or handle around the section. It is the
-/// floor under every rstat update on the rseq path; the lab's update
-/// benchmark runs it beside them, so a report can tell the section's own
-/// cost (above all the chain through one slot: each add loads what the
-/// last one stored) from the instructions an update adds. Not part of the
-/// API.
+/// rseq area), in a per-CPU [`Arena`] of its own as the engine's slots
+/// are, and no boundary test, on-list flag or handle around the section.
+/// It is the floor under every rstat update on the rseq path; the lab's
+/// update benchmark runs it beside them, so a report can tell the
+/// section's own cost (above all the chain through one slot: each add
+/// loads what the last one stored) from the instructions an update adds.
+/// Not part of the API.
 ///
-/// [`UNIT_SHIFT`]: crate::percpu::arena::UNIT_SHIFT
+/// [`Arena`]: crate::percpu::arena::Arena
 #[doc(hidden)]
 pub struct BareSectionCounter {
-    base: core::ptr::NonNull<u8>,
-    layout: std::alloc::Layout,
+    /// Owns `slots`' memory (`AtomicI64` needs no drop, so the arena's
+    /// drop, which returns its chunks, is the whole cleanup).
+    _arena: crate::percpu::arena::Arena,
+    slots: crate::percpu::arena::PcpuPtr<core::sync::atomic::AtomicI64>,
     limit: u32,
     off: isize,
 }
 
-// SAFETY: the slots are written only by sections (each on its own CPU's
-// slot) and locked RMWs, and read with atomic loads.
+// SAFETY: the arena is only touched at construction and drop (`&mut`);
+// the slots are written only by sections (each on its own CPU's slot) and
+// locked RMWs, and read with atomic loads.
 unsafe impl Send for BareSectionCounter {}
 // SAFETY: as above.
 unsafe impl Sync for BareSectionCounter {}
@@ -199,13 +202,13 @@ impl BareSectionCounter {
     /// the tests take fewer, to reach the locked slot.
     fn with_limit(limit: u32) -> Option<Self> {
         let off = available()?;
-        let size = (limit as usize + 1).checked_mul(1 << crate::percpu::arena::UNIT_SHIFT)?;
-        let layout = std::alloc::Layout::from_size_align(size, 64).ok()?;
-        // SAFETY: `size` is not 0.
-        let base = core::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        let mut arena = crate::percpu::arena::Arena::new(limit as usize + 1);
+        let slots = arena
+            .alloc(1, |_, _| core::sync::atomic::AtomicI64::new(0))
+            .ok()?;
         Some(BareSectionCounter {
-            base,
-            layout,
+            _arena: arena,
+            slots,
             limit,
             off,
         })
@@ -214,12 +217,12 @@ impl BareSectionCounter {
     /// Add `delta` on this CPU's slot; return the slot's new value.
     #[inline(always)]
     pub fn add(&self, delta: i64) -> i64 {
-        // SAFETY: `off` came from `available`; slots `0..=limit` are live,
-        // zeroed, 64-byte aligned `i64`s in units `1 << UNIT_SHIFT` apart;
-        // slots below `limit` are written only by sections (this type
-        // offers no other writer), slot `limit` only by the stub's locked
-        // add.
-        unsafe { add_fetch_on_this_cpu(self.off, self.base.as_ptr(), self.limit, delta).1 }
+        // SAFETY: `off` came from `available`; the arena has `limit + 1`
+        // units, so slots `0..=limit` are live, aligned `i64`s `1 <<
+        // UNIT_SHIFT` bytes apart; slots below `limit` are written only by
+        // sections (this type offers no other writer), slot `limit` only by
+        // the stub's locked add.
+        unsafe { add_fetch_on_this_cpu(self.off, self.slots.raw(0).cast(), self.limit, delta).1 }
     }
 
     /// The sum of every slot. Exact once the adding threads are joined (a
@@ -227,28 +230,12 @@ impl BareSectionCounter {
     /// buffer, so a sum taken while adds run may miss recent ones).
     pub fn sum(&self) -> i64 {
         (0..=self.limit as usize)
-            .map(|c| {
-                // SAFETY: slot `c <= limit` is a live, aligned `i64`; the
-                // atomic load does not race the sections' plain stores in
-                // Rust's sense (they are inside `asm!`), and after they
-                // returned it sees them.
-                let slot = unsafe {
-                    &*self
-                        .base
-                        .as_ptr()
-                        .add(c << crate::percpu::arena::UNIT_SHIFT)
-                        .cast::<core::sync::atomic::AtomicI64>()
-                };
-                slot.load(Ordering::Relaxed)
-            })
+            // SAFETY: the arena has `limit + 1` units and lives with
+            // `self`; the atomic load does not race the sections' plain
+            // stores in Rust's sense (they are inside `asm!`), and after
+            // they returned it sees them.
+            .map(|c| unsafe { self.slots.elem(c, 0) }.load(Ordering::Relaxed))
             .fold(0i64, i64::wrapping_add)
-    }
-}
-
-impl Drop for BareSectionCounter {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.base.as_ptr(), self.layout) }
     }
 }
 
