@@ -423,3 +423,90 @@ fn concurrent_readers_on_every_policy_never_deadlock_or_go_backwards() {
         }
     }
 }
+
+/// Pin this thread to the CPU it runs on, so its public `add`s all land on
+/// one slot. Returns that CPU, or `None` if it could not be pinned.
+fn pin_here() -> Option<usize> {
+    if cfg!(miri) {
+        return None;
+    }
+    // SAFETY: no arguments; returns -1 on failure.
+    let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).ok()?;
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+    // SAFETY: `cpu` is a CPU the kernel reported, below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: a valid set and its size; 0 is this thread.
+    let pinned = unsafe { libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set) } == 0;
+    pinned.then_some(cpu)
+}
+
+/// Issue 25 (2): the `Threshold` bound holds for every delta size, also
+/// when an add carries a per-CPU slot across the `i64` wrap (slots are
+/// modular) and when an item swings up and down by huge amounts (each
+/// swing crosses ~2^55 boundaries). One slot takes the adds (CPU 0
+/// through `add_on_cpu`, or this thread's own slot through the public
+/// `add` when it can be pinned); the other slot holds the opposite of the
+/// starting value, so the totals stay in range and exact. On both update
+/// paths: after an exact read, the adds, then a `read()` within the
+/// documented bound of the exact value.
+#[test]
+fn threshold_bound_holds_across_slot_wrap_and_huge_swings() {
+    let nr = 2;
+    let pinned = pin_here();
+    let swings: Vec<i64> = [1i64 << 61, -(1 << 61)].repeat(8);
+    let cases: [(&str, i64, Vec<i64>); 4] = [
+        ("across the wrap", i64::MAX - 10, vec![1000]),
+        ("a large add across the wrap", i64::MAX - 10, vec![1 << 40]),
+        ("across the wrap downwards", i64::MIN + 10, vec![-1000]),
+        ("huge swings, then a small add", 0, [swings, vec![1_000_000]].concat()),
+    ];
+    for path in [rstat::UpdatePath::Locked, rstat::UpdatePath::Rseq] {
+        for via_add in [false, true] {
+            let slot = match (via_add, pinned) {
+                (false, _) => 0,
+                (true, Some(cpu)) => cpu % nr,
+                (true, None) => {
+                    eprintln!("not pinned (Miri, or affinity refused): public add case not run");
+                    continue;
+                }
+            };
+            for (name, start, adds) in &cases {
+                let rs = Rstat::builder()
+                    .nr_cpus(nr)
+                    .flush_policy(FlushPolicy::Threshold)
+                    .periodic_flush(None)
+                    .update_path(path)
+                    .build()
+                    .unwrap();
+                let c = rs.register_counters("c", &["n"]).unwrap();
+                let g = rs.root().create_child("g").unwrap();
+                let add = |d: i64| {
+                    if via_add {
+                        c.add(&g, 0, d).unwrap()
+                    } else {
+                        c.add_on_cpu(&g, slot, 0, d).unwrap()
+                    }
+                };
+                add(*start);
+                c.add_on_cpu(&g, 1 - slot, 0, start.wrapping_neg()).unwrap();
+                let mut want = 0i64;
+                assert_eq!(c.read_exact(&g).unwrap().hierarchical()[0], want);
+                for &d in adds {
+                    add(d);
+                    want += d;
+                }
+                let got = c.read(&g).unwrap().hierarchical()[0];
+                let bound = FlushPolicy::Threshold.staleness_bound(nr, 1, 1).unwrap();
+                let behind = want.abs_diff(got);
+                assert!(
+                    behind <= bound,
+                    "{path:?} {} {name}: read {got}, exact {want}: {behind} behind, bound {bound}",
+                    if via_add { "add" } else { "add_on_cpu" }
+                );
+                let exact = c.read_exact(&g).unwrap();
+                assert_eq!((exact.hierarchical()[0], exact.overflows()), (want, 0));
+            }
+        }
+    }
+}

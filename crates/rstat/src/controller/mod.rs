@@ -585,13 +585,24 @@ unsafe fn section_fold(rare: impl Rare, at: usize, v: u64) {
 
 /// The pending units an update from `old` to `new` adds: 64 per boundary
 /// of the item's unit (`1 << shift`) it crossed, 0 if none (see
-/// `Css::count_update`). Shifts are at least 6: the quotients are within
-/// ±2^57, and so is their difference.
+/// `Css::count_update`).
+///
+/// Slots are modular: the update moved the slot by `new - old` in wrapping
+/// arithmetic (its delta, an `i64`), and the boundaries are counted on the
+/// unwrapped line from `old` to `old + delta`, which may leave the `i64`
+/// range (an add that carries the slot across `i64::MAX` crosses as many
+/// boundaries as its delta spans, not the ~2^58 between the two ends). At
+/// most 2^58 boundaries, so the product saturates rather than wraps; the
+/// fold caps it further (`Css::fold_updates`).
 #[inline(always)]
 fn units_to_fold(old: i64, new: i64, shift: u8) -> u64 {
     let shift = u32::from(shift);
-    let crossed = (new >> shift) - (old >> shift);
-    crossed.unsigned_abs().saturating_mul(UPDATE_BATCH)
+    let from = i128::from(old);
+    let to = from + i128::from(new.wrapping_sub(old));
+    let crossed = (to >> shift) - (from >> shift);
+    u64::try_from(crossed.unsigned_abs())
+        .unwrap_or(u64::MAX)
+        .saturating_mul(UPDATE_BATCH)
 }
 
 /// One per-CPU stat counter and the value it had at the last flush.
@@ -990,6 +1001,13 @@ impl Css {
     #[inline(never)]
     unsafe fn fold_updates(&self, cpu: usize, v: u64) {
         let n = self.ctl.nr_stats;
+        // One fold is capped at `MAX_FOLD`, far above any threshold: a fold
+        // past the threshold makes every read of this group and its
+        // ancestors flush until a flush consumes it, so counting more adds
+        // nothing but the risk of wrapping the per-CPU counters (an item
+        // swinging by ±2^61 would wrap them in four updates). A counter
+        // past 2^63 reads as "must flush" (`pending_units`).
+        let v = v.min(MAX_FOLD);
         let mut css: *const Css = self;
         // SAFETY: a css keeps its ancestors' alive (through the groups).
         while let Some(c) = unsafe { css.as_ref() } {
@@ -1024,7 +1042,13 @@ impl Css {
                 .load(Ordering::Acquire);
             // Never below zero: units are subtracted from the counter of
             // the CPU that counted them, after their add (see `fold_node`).
-            sum = sum.saturating_add(v.max(0) as u64);
+            // A negative value can only be a counter that grew past 2^63
+            // (`fold_updates`): far more than any threshold, so it asks for
+            // a flush rather than count as nothing.
+            let Ok(v) = u64::try_from(v) else {
+                return u64::MAX;
+            };
+            sum = sum.saturating_add(v);
             if sum > stop_above {
                 break;
             }
@@ -1085,6 +1109,16 @@ impl Css {
 /// `MEMCG_CHARGE_BATCH`).
 pub const UPDATE_BATCH: u64 = 1 << UPDATE_BATCH_SHIFT;
 pub(crate) const UPDATE_BATCH_SHIFT: u32 = 6;
+
+/// The most units one update folds (`Css::fold_updates`): above the
+/// threshold of any engine of fewer than 2^26 CPU slots, so a capped fold
+/// still makes the next read flush. A per-CPU pending counter then grows
+/// by at most 2^32 per update: it can reach 2^63 (from where it reads as
+/// "must flush") only after 2^31 updates of 2^26 or more boundaries each
+/// with no flush of the group or an ancestor in between, and wrap back to
+/// a value that reads as "no flush needed" only after 2^32 of them (the
+/// periodic flusher, on by default, flushes long before).
+pub(crate) const MAX_FOLD: u64 = 1 << 32;
 
 /// Per (css, CPU), after the `nr_stats` stat slots: the units this
 /// group's own crossings on the CPU folded up and no flush has consumed

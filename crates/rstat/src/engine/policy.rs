@@ -82,6 +82,17 @@
 //! items' staleness, each divided by its unit, sums to less than
 //! 64 × nr_cpus × (1 + groups × items).
 //!
+//! **Wrapping slots and huge deltas.** Slots are modular, so an add may
+//! carry one across `i64::MAX`: its crossings are counted on the unwrapped
+//! move (as many boundaries as its delta spans), not between the wrapped
+//! ends. One update folds at most 2^32 units, far above any threshold (a
+//! capped fold still makes the next read flush), so an item swinging up
+//! and down by ±2^61 does not wrap the per-CPU counters; a counter that
+//! still grew past 2^63 reads as "must flush". The one sequence left that
+//! can defeat the bound is 2^32 updates of at least 2^26 boundaries each
+//! on one CPU with no flush of the group or an ancestor in between (the
+//! periodic flusher, on by default, flushes long before that).
+//!
 //! A unit can outlive its change's flush only between that flush and the
 //! next one of the same (group, CPU), which
 //! the update's on-list check guarantees (an over-count: a read flushes a
