@@ -708,3 +708,58 @@ fn memory_stat_is_exact_without_draining_the_stocks() {
     assert_eq!(mem.stat_exact(&g).unwrap().get_local("heap"), Some(0));
     g.remove().unwrap();
 }
+
+/// Issue 25 (1): a thread inside a group that is removed under it goes on
+/// allocating; its charges go to the removed group's nearest live
+/// ancestor, never to another group. The trap: the removed group's owner
+/// handle is freed (no object holds it), a new group elsewhere gets a
+/// handle at the same address (the inner allocator reuses the block) and a
+/// stock slot on this CPU (an explicit charge puts one there), and the
+/// thread's charge cache, which still matches its current group, finds
+/// that slot by the address. Many rounds, so the address is reused in
+/// some (the bug showed every run).
+#[test]
+fn a_thread_in_a_removed_group_is_never_charged_to_a_new_group() {
+    let (rs, mem) = env();
+    let top = rs.root().create_child("reuse").unwrap();
+    let home = top.create_child("home").unwrap();
+    let other = top.create_child("other").unwrap();
+    let rounds = if cfg!(miri) { 4 } else { 200 };
+    let mut kept: Vec<Vec<u8>> = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        let g = home.create_child(&format!("g{i}")).unwrap();
+        let inside = g.enter();
+        // Two allocations: the first through the full path (it fills the
+        // cache), the second through the fast path; none stays alive, so
+        // the removal frees the group's handle.
+        drop(std::hint::black_box(Vec::<u8>::with_capacity(100)));
+        drop(std::hint::black_box(Vec::<u8>::with_capacity(100)));
+        g.remove().unwrap();
+        let h = other.create_child(&format!("h{i}")).unwrap();
+        // A slot for `h` on this CPU's stock, without touching the
+        // allocator's cache.
+        let charge = mem.try_charge(&h, 1).unwrap();
+        kept.push(std::hint::black_box(Vec::with_capacity(1000)));
+        drop(inside);
+        drop(charge);
+        let (h_local, _) = stat(&h, "heap");
+        assert_eq!(
+            h_local, 0,
+            "round {i}: a group nobody entered was charged heap bytes"
+        );
+        h.remove().unwrap();
+    }
+    // The kept objects went to `home` (the removed groups' parent): their
+    // free uncharges it by exactly their bytes. (The rest of `home`'s
+    // usage is what the rounds allocated for their own bookkeeping while
+    // inside the removed groups: names, the new groups.)
+    let l = Layout::array::<u8>(1000).unwrap();
+    assert_eq!(current(&other), 0);
+    let (with_kept, heap_with_kept) = (current(&home), stat(&home, "heap").1);
+    drop(kept);
+    assert_eq!(with_kept - current(&home), rounds as u64 * charged(l));
+    assert_eq!(heap_with_kept - stat(&home, "heap").1, rounds as i64 * 1000);
+    home.remove().unwrap();
+    other.remove().unwrap();
+    top.remove().unwrap();
+}

@@ -459,7 +459,11 @@ fn threshold_bound_holds_across_slot_wrap_and_huge_swings() {
         ("across the wrap", i64::MAX - 10, vec![1000]),
         ("a large add across the wrap", i64::MAX - 10, vec![1 << 40]),
         ("across the wrap downwards", i64::MIN + 10, vec![-1000]),
-        ("huge swings, then a small add", 0, [swings, vec![1_000_000]].concat()),
+        (
+            "huge swings, then a small add",
+            0,
+            [swings, vec![1_000_000]].concat(),
+        ),
     ];
     for path in [rstat::UpdatePath::Locked, rstat::UpdatePath::Rseq] {
         for via_add in [false, true] {

@@ -98,11 +98,19 @@
 //! hold them), and the handle is live. The allocation's fast path goes one
 //! step further: it remembers, per thread, which handle the full path last
 //! charged for the thread's current group (`ChargeCache`: the binding, the
-//! group's address, engine and id), and while those match it charges that
-//! handle from this CPU's stock without resolving the group; it touches
-//! the handle only once a slot for it proved it live. The loom model
-//! `memory::loom_tests::fast_charge_and_free_racing_removal` checks both
-//! against a racing removal.
+//! group's address, engine and id, and the handle's *serial*), and while
+//! those match it charges that handle from this CPU's stock without
+//! resolving the group; it reaches the handle only through a slot carrying
+//! its serial, which proves it live. It holds no reference on the handle,
+//! so the thread's group may be removed under it (the thread still inside)
+//! and the handle freed, and a new group's handle may then be made at the
+//! same address with a slot on this CPU: a serial is never reused, so that
+//! slot never matches, and the charge takes the full path to the removed
+//! group's nearest live ancestor. **A group is never charged for an object
+//! allocated in another group.** The loom models
+//! `memory::loom_tests::fast_charge_and_free_racing_removal` and
+//! `fast_charge_never_takes_a_slot_of_a_handle_at_a_reused_address` check
+//! both paths against a racing removal and address reuse.
 //! `realloc` keeps the inner allocator's in-place growth: it charges (or
 //! uncharges) only the difference to the group the object's handle names
 //! and moves the trailer. (An object allocated while the
@@ -313,8 +321,10 @@ struct ChargeCache {
     group: *const GroupInner,
     /// Its id (0 for the root case).
     id: u64,
-    /// The owner handle the full path charged.
-    objcg: *const ObjCg,
+    /// The serial of the owner handle the full path charged (the handle
+    /// itself is found through this CPU's stock slot carrying it: its
+    /// address alone could be another handle's by now).
+    serial: u64,
     /// The binding's stocks (which live as long as the binding: forever).
     stocks: *const Stocks,
 }
@@ -324,7 +334,7 @@ impl ChargeCache {
         binding: core::ptr::null(),
         group: core::ptr::null(),
         id: 0,
-        objcg: core::ptr::null(),
+        serial: 0,
         stocks: core::ptr::null(),
     };
 }
@@ -593,15 +603,16 @@ impl<A> Accounted<A> {
                 return None;
             }
         }
-        let x = NonNull::new(c.objcg.cast_mut())?;
+        if c.serial == 0 {
+            return None;
+        }
         // SAFETY: the binding's stocks, which it keeps forever. The handle
-        // is not dereferenced unless this CPU's stock has a slot for it,
-        // which proves it live (its group was removed, and the handle
-        // perhaps freed, only if no slot names it: `heap_charge_fast`).
+        // is reached only through this CPU's stock slot carrying its
+        // serial, which proves it live (its group was removed, and the
+        // handle perhaps freed, only if no slot names it: see
+        // `heap_charge_fast`).
         let stocks = unsafe { &*c.stocks };
-        stocks
-            .heap_charge_fast(stocks.this_cpu(), x.as_ptr(), size as u64, overhead as u64)
-            .then_some(x)
+        stocks.heap_charge_fast(stocks.this_cpu(), c.serial, size as u64, overhead as u64)
     }
 
     /// Charge a new object of `size` bytes. `Ok(None)`: pass through;
@@ -662,7 +673,8 @@ impl<A> Accounted<A> {
                     binding: b,
                     group: cur,
                     id,
-                    objcg: x.as_ptr(),
+                    // SAFETY: the new object's reference keeps `x` live.
+                    serial: unsafe { x.as_ref() }.serial(),
                     stocks: b.mem.stocks(),
                 })
             });

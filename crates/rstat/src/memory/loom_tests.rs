@@ -216,22 +216,19 @@ fn fast_charge_and_free_racing_removal() {
         // ...and the unit charged given back into the stock: 2 stocked.
         uncharge_memcg(&shared.stocks, &m, 0, 1);
         assert_eq!(shared.stocks.stocked(&m), 2);
-        let x = m.objcg();
-        let send_x = x.as_ptr().expose_provenance();
+        let serial = m.objcg_serial();
         let t = {
             let (shared, root, m) = (Arc::clone(&shared), Arc::clone(&root), Arc::clone(&m));
             loom::thread::spawn(move || {
-                let x = core::ptr::with_exposed_provenance_mut::<ObjCg>(send_x);
                 // The allocation: the fast path, or (no slot: removed) none
                 // at all in this model.
-                if !shared.stocks.heap_charge_fast(0, x, 1, 0) {
+                let Some(x) = shared.stocks.heap_charge_fast(0, serial, 1, 0) else {
                     return;
-                }
+                };
                 // The free.
-                if shared.stocks.heap_uncharge_fast(0, x, 1, 0) {
+                if shared.stocks.heap_uncharge_fast(0, x.as_ptr(), 1, 0) {
                     return;
                 }
-                let x = core::ptr::NonNull::new(x).unwrap();
                 let h = shared.stocks.lock_any(0);
                 // SAFETY: the object's reference.
                 let cur = unsafe { x.as_ref() }.current();
@@ -254,5 +251,55 @@ fn fast_charge_and_free_racing_removal() {
         assert_eq!(root.counter.usage(), 0, "a unit was lost or made");
         // SAFETY: the root's state holds its base reference.
         assert_eq!(unsafe { root.objcg().as_ref() }.refs(), 1);
+    });
+}
+
+/// The allocator's fast charge remembers a handle without a reference on
+/// it (its charge cache), so the handle may be freed under it: its group
+/// is removed while the thread is still inside, and no object holds the
+/// handle. A new group's handle may then be made at the same address, with
+/// a slot on this CPU. Modelled here by giving the new group's slot the
+/// removed handle's address as its key (what an allocator that reuses the
+/// block does): a fast charge racing the removal and the new slot takes
+/// the removed group's own slot (before the drain) or nothing, never the
+/// new group's.
+#[test]
+fn fast_charge_never_takes_a_slot_of_a_handle_at_a_reused_address() {
+    model(|| {
+        let shared = Arc::new(Shared::new(Stocks::new(1, 2, usize::MAX), 0, 0));
+        let root = Arc::new(MemCg::new(None));
+        let g = Arc::new(MemCg::new(Some(&root)));
+        // A slot for `g` on CPU 0 with 2 units.
+        assert!(charge_memcg(&shared.stocks, &g, 0, 1).unwrap());
+        uncharge_memcg(&shared.stocks, &g, 0, 1);
+        let (serial, g_addr) = (g.objcg_serial(), g.objcg().as_ptr().expose_provenance());
+        let t = {
+            let shared = Arc::clone(&shared);
+            loom::thread::spawn(move || {
+                shared
+                    .stocks
+                    .heap_charge_fast(0, serial, 1, 0)
+                    .map(|x| x.as_ptr().addr())
+            })
+        };
+        g.offline(&shared, Some(&root));
+        let h = Arc::new(MemCg::new(Some(&root)));
+        // A slot for `h` on CPU 0 (1 unit), keyed by the removed handle's
+        // address, as if `h`'s handle had been made in its block.
+        assert!(charge_memcg(&shared.stocks, &h, 0, 1).unwrap());
+        shared
+            .stocks
+            .rekey_for_model(0, &h, core::ptr::with_exposed_provenance(g_addr));
+        let took = t.join().unwrap();
+        // `h`'s counter holds the unit its charge took plus what its slot
+        // holds (none if the slot's lock was busy at the refill).
+        assert_eq!(
+            h.counter.usage(),
+            shared.stocks.stocked(&h) + 1,
+            "a charge for the removed group took the new group's units"
+        );
+        if let Some(addr) = took {
+            assert_eq!(addr, g_addr, "only the removed group's own handle");
+        }
     });
 }

@@ -321,6 +321,9 @@ pub(crate) struct MemCg {
     /// The group's owner handle for heap objects ([`objcg`]), bound to
     /// the group by the extension's `online` hook.
     objcg: ObjCgPtr,
+    /// Its serial (`ObjCg::serial`), copied so that stock slots read it
+    /// without dereferencing the handle.
+    objcg_serial: u64,
     /// The group's address (set by the extension's `online` hook; null in
     /// models), for the heap stat deltas the stocks keep. Dereferenced only
     /// under a stock lock while a slot names this state (the group is live
@@ -366,8 +369,12 @@ impl MemCg {
         engine: usize,
         stocks: *const stock::Stocks,
     ) -> Self {
+        let objcg = ObjCg::new(engine, stocks);
+        // SAFETY: just made; nobody else has it yet.
+        let objcg_serial = unsafe { objcg.as_ref() }.serial();
         MemCg {
-            objcg: ObjCgPtr(ObjCg::new(engine, stocks)),
+            objcg: ObjCgPtr(objcg),
+            objcg_serial,
             group: AtomicPtr::new(core::ptr::null_mut()),
             objcg_base: AtomicBool::new(true),
             counter: Arc::new(PageCounter::new(parent.map(|p| Arc::clone(&p.counter)))),
@@ -393,6 +400,12 @@ impl MemCg {
     #[inline(always)]
     pub(crate) fn objcg(&self) -> core::ptr::NonNull<ObjCg> {
         self.objcg.0
+    }
+
+    /// The owner handle's serial, never another handle's (see `objcg`).
+    #[inline(always)]
+    pub(crate) fn objcg_serial(&self) -> u64 {
+        self.objcg_serial
     }
 
     /// Add heap stat deltas `d` (see [`stock::HeapStats`]) to the group's

@@ -86,7 +86,20 @@ pub(crate) struct ObjCg {
     /// (the allocator's binding keeps the controller for the rest of the
     /// process).
     stocks: *const Stocks,
+    /// This handle's serial: unique in the process and never reused, unlike
+    /// its address (a handle freed after its group's removal leaves its
+    /// block to the next allocation, perhaps another group's handle). Stock
+    /// slots carry it, so whoever remembers a handle without holding a
+    /// reference on it finds its slot by the serial (see
+    /// `Stocks::heap_charge_fast`).
+    serial: u64,
 }
+
+/// The next handle serial (from 1: 0 marks an empty stock slot). A 64-bit
+/// counter does not wrap in the life of a process. std's atomic, not
+/// `crate::sync`'s: an id source, not part of any protocol (and usable in
+/// a `static` under loom).
+static NEXT_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Where a handle's objects are charged now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +122,8 @@ impl ObjCg {
                 refs: AtomicUsize::new(1),
                 engine,
                 stocks,
+                // Relaxed: only uniqueness matters.
+                serial: NEXT_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             })
         });
         NonNull::from(Box::leak(b))
@@ -127,6 +142,12 @@ impl ObjCg {
     #[inline(always)]
     pub(crate) fn engine(&self) -> usize {
         self.engine
+    }
+
+    /// The serial given at creation (never another handle's).
+    #[inline(always)]
+    pub(crate) fn serial(&self) -> u64 {
+        self.serial
     }
 
     /// The stocks given at creation (null in models).

@@ -134,6 +134,12 @@ struct Slots {
     /// state (the state holds its base reference until its removal has
     /// drained every slot), so an address here is never another handle's.
     keys: [*const ObjCg; NR_STOCK],
+    /// `cached[i]`'s owner handle serial (0 for an empty slot): what a
+    /// charge that remembers a handle without holding a reference on it
+    /// matches, since a handle's address can be reused once it is freed
+    /// (its group removed) and a slot then made for a new group's handle at
+    /// that address ([`Stocks::heap_charge_fast`]).
+    serials: [u64; NR_STOCK],
     nr: [u64; NR_STOCK],
     refs: [usize; NR_STOCK],
     stat: [HeapStats; NR_STOCK],
@@ -159,6 +165,13 @@ impl Slots {
     #[inline(always)]
     fn find_key(&self, x: *const ObjCg) -> Option<usize> {
         self.keys.iter().position(|&k| core::ptr::eq(k, x))
+    }
+
+    /// The slot of the state whose owner handle has serial `serial` (not
+    /// 0).
+    #[inline(always)]
+    fn find_serial(&self, serial: u64) -> Option<usize> {
+        self.serials.iter().position(|&k| k == serial)
     }
 
     /// The allocator's charge of one object from slot `i`: its units and
@@ -248,6 +261,7 @@ impl Slots {
         let nr = core::mem::take(&mut self.nr[i]);
         let refs = core::mem::take(&mut self.refs[i]);
         self.keys[i] = core::ptr::null();
+        self.serials[i] = 0;
         self.cached[i].take().map(|m| Taken { memcg: m, nr, refs })
     }
 
@@ -292,6 +306,7 @@ impl Slots {
         };
         self.cached[i] = Some(Arc::clone(memcg));
         self.keys[i] = memcg.objcg().as_ptr();
+        self.serials[i] = memcg.objcg_serial();
         (i, evicted)
     }
 }
@@ -390,6 +405,7 @@ impl Stocks {
                     slots: UnsafeCell::new(Slots {
                         cached: Default::default(),
                         keys: [core::ptr::null(); NR_STOCK],
+                        serials: [0; NR_STOCK],
                         nr: [0; NR_STOCK],
                         refs: [0; NR_STOCK],
                         stat: [[0; 4]; NR_STOCK],
@@ -569,29 +585,34 @@ impl Stocks {
         crate::percpu::cpu::fold(crate::percpu::cpu::current(), self.cpus.len())
     }
 
-    /// The accounting allocator's fast charge of one object through the
-    /// owner handle `x` of the group to charge: if CPU `cpu`'s lock is free
-    /// and its stock has a slot for that group with the units, take them
-    /// and one reference on `x` from it. False (nothing done) otherwise:
-    /// the caller takes the full path.
+    /// The accounting allocator's fast charge of one object to the group
+    /// whose owner handle has serial `serial` (a handle the caller
+    /// remembers but holds no reference on): if CPU `cpu`'s lock is free
+    /// and its stock has a slot for that handle with the units, take them
+    /// and one reference on the handle from it, and return the handle.
+    /// `None` (nothing done) otherwise: the caller takes the full path.
     ///
     /// The slot's presence is the proof that the group's removal has not
     /// drained this CPU yet: the charge is ordered before that removal, and
-    /// the handle's base reference is held until after it.
+    /// the handle's base reference is held until after it. The slot is
+    /// found by the serial, not the address: after the removal the handle
+    /// may be freed and a new group's handle made at its address, with a
+    /// slot here, which an address would match (the loom model
+    /// `fast_charge_never_takes_a_slot_of_a_handle_at_a_reused_address`).
     #[inline(always)]
     pub(crate) fn heap_charge_fast(
         &self,
         cpu: usize,
-        x: *const ObjCg,
+        serial: u64,
         size: u64,
         overhead: u64,
-    ) -> bool {
-        let Some(mut h) = self.cpus[cpu].try_lock() else {
-            return false;
-        };
-        h.with(|s| match s.find_key(x) {
-            Some(i) => s.heap_take_at(i, size, overhead),
-            None => false,
+    ) -> Option<NonNull<ObjCg>> {
+        let mut h = self.cpus[cpu].try_lock()?;
+        h.with(|s| {
+            let i = s.find_serial(serial)?;
+            // A slot's key is non-null (a handle's address).
+            let x = NonNull::new(s.keys[i].cast_mut())?;
+            s.heap_take_at(i, size, overhead).then_some(x)
         })
     }
 
@@ -704,6 +725,18 @@ impl Stocks {
                 }
             });
         }
+    }
+
+    /// Give `memcg`'s slot on CPU `cpu` the key `addr`, as if its handle
+    /// had been made at that address (the loom model of address reuse).
+    #[cfg(rstat_loom)]
+    pub(crate) fn rekey_for_model(&self, cpu: usize, memcg: &MemCg, addr: *const ObjCg) {
+        let mut h = self.cpus[cpu].lock();
+        h.with(|s| {
+            if let Some(i) = s.find(memcg) {
+                s.keys[i] = addr;
+            }
+        });
     }
 
     /// Units of `memcg` in all stocks. Takes every CPU's lock in turn.
