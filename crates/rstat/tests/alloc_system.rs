@@ -763,3 +763,29 @@ fn a_thread_in_a_removed_group_is_never_charged_to_a_new_group() {
     other.remove().unwrap();
     top.remove().unwrap();
 }
+
+/// Issue 25 (6): `drain_stocks` is exact for the caller's own group: a
+/// thread inside a group drains it and reads its `memory.current` equal
+/// to its live objects' bytes (a drain that allocated and freed scratch
+/// memory put that free back into the group's stock).
+#[test]
+fn drain_stocks_is_exact_for_the_callers_own_group() {
+    let (rs, mem) = env();
+    let g = rs.root().create_child("drainer").unwrap();
+    let l = Layout::array::<u8>(1000).unwrap();
+    let (v, drained_current) = {
+        let _in = g.enter();
+        let v = std::hint::black_box(Vec::<u8>::with_capacity(1000));
+        mem.drain_stocks(&g).unwrap();
+        (v, mem.current(&g).unwrap())
+    };
+    assert_eq!(
+        drained_current,
+        charged(l),
+        "units left in a stock after the drain"
+    );
+    assert_eq!(mem.stocked(&g).unwrap(), 0);
+    drop(v);
+    assert_eq!(current(&g), 0);
+    g.remove().unwrap();
+}

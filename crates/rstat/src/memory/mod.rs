@@ -902,7 +902,11 @@ impl Memory {
 
     /// Return every stock slot of `group` and its descendants to the page
     /// counters. Returns the units uncharged. Cost: each CPU's stock lock in
-    /// turn (waiting for it), O(slots × depth).
+    /// turn (waiting for it), O(slots × depth). Allocates nothing, so it is
+    /// exact for the caller's own group too: with no other thread charging
+    /// the subtree, its `memory.current` afterwards is exactly what its
+    /// callers hold (with the accounting allocator, its live objects'
+    /// bytes and overhead).
     pub fn drain_stocks(&self, group: &Group) -> Result<u64, MemoryError> {
         let t = self.target(group)?;
         Ok(self.drain_subtree(&t.memcg))

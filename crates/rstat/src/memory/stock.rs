@@ -690,21 +690,22 @@ impl Stocks {
     /// units uncharged.
     pub(crate) fn drain(&self, pred: impl Fn(&MemCg) -> bool) -> u64 {
         let mut total = 0u64;
-        // Room for one CPU's slots, made before any lock is taken: growing
-        // it under a stock lock would allocate there, and the accounting
-        // allocator's charge of that allocation may need this lock.
-        let mut taken: Vec<Taken> = Vec::with_capacity(NR_STOCK);
+        // Room for one CPU's slots, on the stack: no allocation, so a drain
+        // is exact for the caller's own group (a scratch buffer's free
+        // would go back into its stock), and nothing is allocated under a
+        // stock lock (the accounting allocator's charge may need it).
+        let mut taken: [Option<Taken>; NR_STOCK] = Default::default();
         for cpu in self.cpus.iter() {
             let mut h = cpu.lock();
             h.with(|s| {
-                for i in 0..NR_STOCK {
+                for (i, t) in taken.iter_mut().enumerate() {
                     if s.cached[i].as_deref().is_some_and(&pred) {
-                        taken.extend(s.take(i));
+                        *t = s.take(i);
                     }
                 }
             });
             drop(h);
-            for t in taken.drain(..) {
+            for t in taken.iter_mut().filter_map(Option::take) {
                 total = total.saturating_add(t.give_back());
             }
         }
