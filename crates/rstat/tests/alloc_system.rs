@@ -789,3 +789,35 @@ fn drain_stocks_is_exact_for_the_callers_own_group() {
     assert_eq!(current(&g), 0);
     g.remove().unwrap();
 }
+
+/// Issue 25 (7): an allocation the inner allocator refuses is not an
+/// object: it is counted neither as allocated nor freed, charges nothing,
+/// and leaves `memory.peak` alone (a huge refused request in an unlimited
+/// group left it at its size). (Not under Miri, which stops the program
+/// on a request this large instead of returning null.)
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "Miri reports resource exhaustion instead of returning null"
+)]
+fn an_allocation_the_inner_allocator_refuses_is_not_counted() {
+    let (rs, mem) = env();
+    let g = rs.root().create_child("refused").unwrap();
+    // Far more than any machine here has: System returns null.
+    let huge = Layout::from_size_align(1 << 46, 8).unwrap();
+    {
+        let _in = g.enter();
+        for _ in 0..2 {
+            // SAFETY: a non-zero size; a null return is checked.
+            let p = unsafe { alloc(huge) };
+            assert!(p.is_null(), "the system allocated 64 TiB");
+        }
+    }
+    assert_eq!(stat(&g, "heap_allocs"), (0, 0));
+    assert_eq!(stat(&g, "heap_frees"), (0, 0));
+    assert_eq!(stat(&g, "heap"), (0, 0));
+    assert_eq!(current(&g), 0);
+    let peak = mem.peak(&g).unwrap();
+    assert!(peak < 1 << 30, "memory.peak {peak} after refused requests");
+    g.remove().unwrap();
+}

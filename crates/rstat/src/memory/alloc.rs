@@ -43,7 +43,10 @@
 //!    ([`Group::enter`](crate::Group::enter), read through a destructor-free
 //!    thread-local, no allocation), or the bound engine's root if the
 //!    thread is in no group or in another engine's group.
-//! 3. **Charge** `size + overhead` bytes through this CPU's stock
+//! 3. **Charge** `size + overhead` bytes, once the inner allocator
+//!    returned a block (a null from it is no object: nothing is charged or
+//!    counted, not even in `memory.peak`; a refused charge frees the block
+//!    and returns null), through this CPU's stock
 //!    ([`crate::memory::stock`]): the common case writes no shared cache
 //!    line. A miss charges a batch to the page counters. Over
 //!    `memory.max`: the group's [`HeapLimitMode`](super::HeapLimitMode) (account: force and count
@@ -113,7 +116,11 @@
 //! both paths against a racing removal and address reuse.
 //! `realloc` keeps the inner allocator's in-place growth: it charges (or
 //! uncharges) only the difference to the group the object's handle names
-//! and moves the trailer. (An object allocated while the
+//! and moves the trailer. A growth is charged *before* the inner allocator
+//! is asked, as the kernel charges before it uses (undoing a reallocation
+//! the charge then refused could itself fail): if the inner allocator
+//! refuses, the growth is uncharged again, and the object's counts are
+//! unchanged, but `memory.peak` keeps the level the pre-charge reached. (An object allocated while the
 //! allocator passed through stays uncharged, counted as pass-through,
 //! through its reallocs and its free.)
 //!
@@ -858,7 +865,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
 }
 
 impl<A: GlobalAlloc> Accounted<A> {
-    /// `alloc` and `alloc_zeroed`: charge, then allocate with `f`.
+    /// `alloc` and `alloc_zeroed`: allocate with `f`, then charge. A block
+    /// the inner allocator refuses is no object: nothing is charged or
+    /// counted (not even in `memory.peak`). A charge refused (an enforced
+    /// limit) frees the block at once and returns null.
     ///
     /// # Safety
     /// `layout` has a non-zero size (`GlobalAlloc::alloc`'s contract).
@@ -867,17 +877,19 @@ impl<A: GlobalAlloc> Accounted<A> {
         let Some((il, overhead)) = inner_layout(layout) else {
             return core::ptr::null_mut();
         };
-        let owner = match self.charge_new(layout.size(), overhead) {
-            Ok(o) => o,
-            Err(()) => return core::ptr::null_mut(),
-        };
         let p = f(il);
         if p.is_null() {
-            if let Some(o) = owner {
-                self.uncharge(o, layout.size(), overhead);
-            }
             return p;
         }
+        let owner = match self.charge_new(layout.size(), overhead) {
+            Ok(o) => o,
+            Err(()) => {
+                // SAFETY: `p` was just allocated by `inner` with `il`, and
+                // nobody else has it.
+                unsafe { self.inner.dealloc(p, il) };
+                return core::ptr::null_mut();
+            }
+        };
         if owner.is_none() {
             self.count_pass_alloc(il.size());
         }
