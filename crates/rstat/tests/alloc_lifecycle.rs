@@ -116,8 +116,28 @@ fn lifecycle() {
     let root = rs.root().clone();
     let with_early = current(&mem, &root);
     assert!(with_early >= charged(5000));
+    // In no group (the root) as well: fill this thread's charge cache and
+    // this CPU's stock slot for the root first.
+    let in_root: Vec<Vec<u8>> = (0..8)
+        .map(|_| std::hint::black_box(vec![1u8; 100]))
+        .collect();
     drop(rs);
-    // Allocations now pass through, counted.
+    // Allocations now pass through, counted, in the root as in a group.
+    let p0 = ALLOC.pass_through();
+    let mut after_root: Vec<Box<[u8; 48]>> = Vec::with_capacity(33);
+    let p1 = ALLOC.pass_through();
+    for _ in 0..33 {
+        after_root.push(std::hint::black_box(Box::new([0u8; 48])));
+    }
+    let p2 = ALLOC.pass_through();
+    assert!(p1.allocs > p0.allocs, "{p0:?} {p1:?}");
+    assert_eq!(
+        p2.allocs - p1.allocs,
+        33,
+        "the root still charged after its engine was dropped"
+    );
+    drop(after_root);
+    drop(in_root);
     let p0 = ALLOC.pass_through();
     let after: Vec<u8> = {
         let _in = g.enter();

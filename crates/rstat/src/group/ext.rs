@@ -46,6 +46,12 @@ pub trait GroupExt: Send + Sync + 'static {
     /// The group was removed (it is offline; handles may still use it).
     fn offline(&self, _state: &Self::State, _parent: Option<&Self::State>) {}
 
+    /// The engine (its [`Rstat`](crate::Rstat)) was dropped: the root is
+    /// offline, though handles may still hold it and use its state (the
+    /// root is never removed, so [`offline`](Self::offline) never runs for
+    /// it). Runs once, after every other group was removed.
+    fn root_offline(&self, _state: &Self::State) {}
+
     /// The group's last reference is gone; after this the state is dropped.
     fn release(&self, _state: &Self::State, _parent: Option<&Self::State>) {}
 }
@@ -59,6 +65,9 @@ pub(crate) trait ErasedExt: Send + Sync {
     /// # Safety
     /// `s` live; `parent` null or live; both of this extension.
     unsafe fn offline_erased(&self, s: *const (), parent: *const ());
+    /// # Safety
+    /// `s` live, of this extension.
+    unsafe fn root_offline_erased(&self, s: *const ());
     /// # Safety
     /// As `offline_erased`.
     unsafe fn release_erased(&self, s: *const (), parent: *const ());
@@ -81,6 +90,10 @@ impl<E: GroupExt> ErasedExt for E {
     unsafe fn offline_erased(&self, s: *const (), parent: *const ()) {
         // SAFETY: caller's guarantee.
         unsafe { self.offline(&*s.cast::<E::State>(), parent.cast::<E::State>().as_ref()) }
+    }
+    unsafe fn root_offline_erased(&self, s: *const ()) {
+        // SAFETY: caller's guarantee.
+        unsafe { self.root_offline(&*s.cast::<E::State>()) }
     }
     unsafe fn release_erased(&self, s: *const (), parent: *const ()) {
         // SAFETY: caller's guarantee.

@@ -741,12 +741,27 @@ impl Group {
             }
         }
         let topo = sync::lock(&self.inner().engine.topo);
-        if self.inner().online.swap(false, Ordering::AcqRel) {
+        let was_online = self.inner().online.swap(false, Ordering::AcqRel);
+        if was_online {
             if let Err(e) = self.inner().refcnt.kill() {
                 debug_assert!(false, "the root was killed twice: {e}");
             }
         }
         drop(topo);
+        if was_online {
+            // Tell the extensions (`GroupExt::root_offline`): e.g. the
+            // memory controller stops stocking the root's charges, so the
+            // accounting allocator passes through from here on.
+            let exts = sync::lock(&self.inner().engine.topo).exts.clone();
+            for (id, e) in exts.iter().enumerate() {
+                let s = self.inner().tables().ext[id].load(Ordering::Acquire);
+                if !s.is_null() {
+                    // SAFETY: states live as long as their groups; we hold
+                    // the root.
+                    unsafe { e.root_offline_erased(s) };
+                }
+            }
+        }
         drop(order); // our handles; groups nobody else holds are freed here
     }
 }

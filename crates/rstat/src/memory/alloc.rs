@@ -169,8 +169,9 @@
 //! - while the thread is already inside the allocator (a nested
 //!   allocation made by the charge path's slow parts: errors, reclaimers),
 //!   so it never recurses and never waits for itself;
-//! - after the engine's [`Rstat`] is dropped (its root is
-//!   offline);
+//! - after the engine's [`Rstat`] is dropped (its root is offline, and
+//!   its stock slots are drained and never refilled, so the fast path
+//!   finds none), for threads in a group and in none alike;
 //! - after [`uninstall`](Accounted::uninstall).
 //!
 //! Objects charged before any of these are still uncharged exactly when

@@ -150,9 +150,11 @@ impl Memory {
                 None => break,
             }
         }
-        // SAFETY: `m` is online (the root always is: it is never taken
-        // offline) and we hold a stock lock, so its handle's base reference
-        // is held until a drain that waits for this lock.
+        // SAFETY: `m` is online, and we hold a stock lock, so its handle's
+        // base reference is held until a drain that waits for this lock; or
+        // it is the root after its engine's drop, whose base reference is
+        // held as long as its state (`MemCg::root_offline`), which `memcg`'s
+        // chain holds.
         unsafe { ObjCg::get(m.objcg(), 1) };
         drop(h);
         m.objcg()

@@ -552,6 +552,20 @@ impl MemCg {
         *sync::lock(&self.oom_handler) = None;
         self.drop_objcg_base(&shared.objcg_lock);
     }
+
+    /// The root's offline hook, at its engine's drop: no more stocking
+    /// (the drain is ordered against refills as a removed group's is), so
+    /// the accounting allocator finds no slot of the root and passes
+    /// through. The root keeps its counter, handle and reclaimers: objects
+    /// charged to it are still uncharged from it exactly, and its handle's
+    /// base reference stays held (a charge racing the drop may still take
+    /// a reference on it).
+    pub(crate) fn root_offline(&self, shared: &Shared) {
+        // Relaxed: the stock locks order it against refills (see `stock`).
+        self.online.store(false, Ordering::Relaxed);
+        shared.stocks.drain(|m| core::ptr::eq(m, self));
+        shared.stocks.clear_over(self);
+    }
 }
 
 /// The state every group's hooks and the handle share.
@@ -608,6 +622,10 @@ impl GroupExt for MemExt {
 
     fn offline(&self, state: &Arc<MemCg>, parent: Option<&Arc<MemCg>>) {
         state.offline(&self.shared, parent);
+    }
+
+    fn root_offline(&self, state: &Arc<MemCg>) {
+        state.root_offline(&self.shared);
     }
 
     fn release(&self, state: &Arc<MemCg>, _parent: Option<&Arc<MemCg>>) {
