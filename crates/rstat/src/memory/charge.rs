@@ -424,8 +424,9 @@ impl Memory {
     /// Uncharging more than that group's whole usage is
     /// [`MemoryError::Underflow`] and changes nothing; smaller excesses
     /// cannot be seen at once (the units may sit in a stock) and are caught
-    /// by the page counter later, which clamps at zero. Counters never wrap
-    /// or go negative.
+    /// by the page counter later, which clamps at zero and counts it in
+    /// [`uncharge_underflows`](Self::uncharge_underflows). Counters never
+    /// wrap or go negative.
     ///
     /// Cost: a few loads, one load of the group's `usage` line (rarely
     /// written while the stock serves), one uncontended compare-and-swap,

@@ -941,6 +941,20 @@ impl Memory {
         Ok(self.inner.shared.stocks.stocked(self.memcg(group)?))
     }
 
+    /// How many times units given back to `group`'s page counter would
+    /// have taken it below zero (clamped there instead): an uncharge of
+    /// more than was charged. [`uncharge_raw`](Self::uncharge_raw) refuses
+    /// an excess over the group's whole usage at once, but a smaller one
+    /// can sit in a stock (whose units count in the usage) and reaches the
+    /// counter only when the stock gives its units back; this count is
+    /// where it shows, as the kernel warns on a page counter underflow.
+    /// Counted on each level that underflowed. Non-zero means some caller
+    /// uncharges more than it charged: the group's usage is understated
+    /// until then. One load.
+    pub fn uncharge_underflows(&self, group: &Group) -> Result<u64, MemoryError> {
+        Ok(self.memcg(group)?.counter.cancel_underflows())
+    }
+
     /// `group`'s page counter, for what this API does not show (failcnt,
     /// effective protection, local watermark).
     pub fn page_counter(&self, group: &Group) -> Result<Arc<PageCounter>, MemoryError> {

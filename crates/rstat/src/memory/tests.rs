@@ -635,3 +635,30 @@ fn stat_units_follow_the_batch() {
     }
     assert_eq!(stat(&mem, &a, "charged"), (0, 64 * 4096));
 }
+
+/// An over-uncharge small enough to hide in a stock (charged 1, uncharged
+/// 11) cannot be refused at once; it is caught when the stock gives its
+/// units back to the page counter, and reported: the group's
+/// `uncharge_underflows` counts it, the counters clamp at zero.
+#[test]
+fn an_over_uncharge_hidden_in_a_stock_is_reported() {
+    let (rs, mem) = setup(2, 64);
+    let g = rs.root().create_child("g").unwrap();
+    assert_eq!(mem.uncharge_underflows(&g).unwrap(), 0);
+    mem.charge_raw_on_cpu(&g, 1, OnOom::Fail, 0).unwrap();
+    mem.uncharge_raw_on_cpu(&g, 11, 0).unwrap();
+    mem.drain_stocks(&g).unwrap();
+    assert_eq!(mem.current(&g).unwrap(), 0);
+    assert_eq!(
+        mem.uncharge_underflows(&g).unwrap(),
+        1,
+        "the over-uncharge went unreported"
+    );
+    assert_eq!(mem.uncharge_underflows(rs.root()).unwrap(), 1);
+    // Uncharging more than the whole usage is refused at once instead.
+    assert!(matches!(
+        mem.uncharge_raw(&g, 1),
+        Err(MemoryError::Underflow { .. })
+    ));
+    assert_eq!(mem.uncharge_underflows(&g).unwrap(), 1);
+}
