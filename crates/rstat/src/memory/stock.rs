@@ -730,7 +730,7 @@ impl Stocks {
 
     /// Give `memcg`'s slot on CPU `cpu` the key `addr`, as if its handle
     /// had been made at that address (the loom model of address reuse).
-    #[cfg(rstat_loom)]
+    #[cfg(all(rstat_loom, test))]
     pub(crate) fn rekey_for_model(&self, cpu: usize, memcg: &MemCg, addr: *const ObjCg) {
         let mut h = self.cpus[cpu].lock();
         h.with(|s| {
