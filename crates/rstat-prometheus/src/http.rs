@@ -7,9 +7,14 @@
 //! forever. (`tiny_http` 0.12, the obvious alternative, reads header lines
 //! without a size limit.) Every malformed or oversized request gets a 4xx
 //! and the connection is closed.
+//!
+//! Every client that sends a request gets an HTTP answer, never a silent
+//! close: its scrape, a 4xx, or `503` with `Retry-After` when the server
+//! is full (see [`ServerConfig::max_connections`] for who is served then).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -187,10 +192,28 @@ pub struct ServerConfig {
     /// exposing them beyond this machine is an explicit choice. Default
     /// false.
     pub allow_non_loopback: bool,
-    /// Connections served at once. When all are taken, a new connection
-    /// replaces the oldest one still waiting for its request head, or else
-    /// one whose answer has not moved for 2 s (a client that asked and
-    /// does not read); if there is none, it gets `503`. Default 8.
+    /// Connections served at once, each on a thread of its own that
+    /// renders its own answer (so this also bounds the memory of
+    /// overlapping scrapes). Default 16: a typical deployment (a
+    /// Prometheus HA pair, `rstat top` and a curl) has four clients, each
+    /// with one request at a time; 16 lets every one of them overlap its
+    /// next request with a slow answer still being written, several times
+    /// over, without a `503`.
+    ///
+    /// When all are taken, a new connection replaces one that is really
+    /// idle, oldest first: one still waiting for its request head that
+    /// has received no byte for [`IDLE_BEFORE_EVICTION`] and has none
+    /// waiting unread in its socket (a client that connected and sends
+    /// nothing); it is answered `503` with `Retry-After` before it is
+    /// closed. Failing that, it replaces one whose answer has not moved
+    /// for 2 s (a client that asked and does not read; it has the start
+    /// of its answer). A connection whose request has arrived, read yet
+    /// or not, is not replaced: it is served. (Only a client that stays
+    /// silent that long after connecting, or in the middle of its head,
+    /// may be replaced as its bytes arrive; it gets the `503`.) If no
+    /// connection can be replaced, the new one is answered `503` with
+    /// `Retry-After: 1` and closed. So every client that sends a request
+    /// gets an HTTP answer: its scrape, a 4xx, or a `503` to retry after.
     pub max_connections: usize,
     /// How long a client may take to send its whole request head.
     /// Default 2 s (Prometheus sends it at once).
@@ -205,7 +228,7 @@ impl Default for ServerConfig {
         ServerConfig {
             addr: DEFAULT_ADDR.to_owned(),
             allow_non_loopback: false,
-            max_connections: 8,
+            max_connections: 16,
             read_timeout: Duration::from_secs(2),
         }
     }
@@ -301,13 +324,36 @@ pub(crate) fn start(exporter: Exporter, cfg: ServerConfig) -> io::Result<Server>
     })
 }
 
+/// A connection waiting for its request head that has received no byte
+/// for this long (and has none unread) may be replaced by a new one when
+/// the server is full. Far longer than a real client takes between
+/// connecting and sending its request (Prometheus, curl and `rstat top`
+/// send it at once), far shorter than the head's timeout.
+pub const IDLE_BEFORE_EVICTION: Duration = Duration::from_millis(250);
+
 /// The connections being served. When the server is full, a new
-/// connection takes the place of the oldest one still waiting for its
-/// request head (`Idle`), or else of the one whose answer has been
+/// connection takes the place of one that is really idle (`Idle` for
+/// [`IDLE_BEFORE_EVICTION`] with nothing unread in its socket, oldest
+/// first; it is answered `503`), or else of the one whose answer has been
 /// stalled longest (`Writing`, no progress for [`STALLED`]): clients that
 /// connect and send nothing, or ask and never read, cannot keep a scraper
 /// out. (Prometheus sends its request at once and reads the answer as it
-/// comes.) A connection whose scrape is being rendered is never evicted.
+/// comes.) A connection whose request has arrived is never evicted: its
+/// bytes are unread in the socket (seen by a peek), or its thread has
+/// read them and holds the slot `Idle` with a fresh `since`, or `Busy`.
+///
+/// # Synchronization
+///
+/// One mutex over the slots. A connection's thread writes to its socket
+/// only after [`claim`](Conns::claim)ing its slot under the lock, and the
+/// accept thread peeks at an `Idle` connection's socket, answers it and
+/// removes its slot under the same lock: so exactly one of them answers,
+/// and a thread whose slot is gone closes without writing. The thread
+/// claims its slot again each time bytes of the head arrive, so a client
+/// that is still sending is never taken for idle. Answering an evicted
+/// connection makes its socket non-blocking, for its thread as well (the
+/// flag belongs to the socket, not the handle); that thread's next read
+/// may then fail at once, but it finds its slot gone and writes nothing.
 #[derive(Default)]
 struct Conns {
     next_id: u64,
@@ -316,17 +362,19 @@ struct Conns {
 
 struct Slot {
     id: u64,
-    /// A handle to shut the connection down when evicted.
+    /// A handle to answer and shut the connection down when evicted.
     stream: TcpStream,
     state: ConnState,
-    /// When `state` was set, or the answer last made progress.
+    /// When `state` was set: for `Idle`, when the connection was accepted
+    /// or last received bytes; for `Writing`, when the answer last made
+    /// progress.
     since: Instant,
 }
 
 /// What a connection is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ConnState {
-    /// Waiting for the request head.
+    /// Waiting for (the rest of) the request head.
     Idle,
     /// Rendering the answer.
     Busy,
@@ -338,28 +386,85 @@ enum ConnState {
 /// server is full.
 const STALLED: Duration = Duration::from_secs(2);
 
+/// What a socket holds that its reader has not read yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unread {
+    /// Nothing yet: the client is silent.
+    Nothing,
+    /// Bytes: a request (or part of one) has arrived.
+    Bytes,
+    /// The end of the stream, or an error: the client is gone.
+    Gone,
+}
+
+/// Look at `stream`'s receive queue without waiting and without taking
+/// anything from it.
+fn unread(stream: &TcpStream) -> Unread {
+    let mut byte = 0u8;
+    // SAFETY: `byte` is a live, writable buffer of the 1 byte passed as
+    // the length, for the whole call; the descriptor is owned by `stream`,
+    // borrowed for the call, so it stays open. `MSG_PEEK` leaves the byte
+    // queued for the connection's thread; `MSG_DONTWAIT` makes this call
+    // alone non-blocking (the descriptor's flags, shared with that thread's
+    // blocking reads, are left alone).
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            std::ptr::from_mut(&mut byte).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        1.. => Unread::Bytes,
+        0 => Unread::Gone,
+        _ => match io::Error::last_os_error().kind() {
+            io::ErrorKind::WouldBlock => Unread::Nothing,
+            // Not seen with MSG_DONTWAIT; if it were, keep the connection.
+            io::ErrorKind::Interrupted => Unread::Bytes,
+            _ => Unread::Gone,
+        },
+    }
+}
+
 impl Conns {
-    /// The slot to evict for a new connection, if any.
+    /// The slot to evict for a new connection, if any: a really idle one
+    /// (or one whose client is gone), else a stalled answer. Looks at
+    /// the sockets of the `Idle` slots (a non-blocking peek each).
     fn victim(&self, now: Instant) -> Option<usize> {
-        let oldest = |st: ConnState| {
+        let idle = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.state == ConnState::Idle)
+            .filter(|(_, s)| match unread(&s.stream) {
+                Unread::Bytes => false,
+                Unread::Gone => true,
+                Unread::Nothing => now.saturating_duration_since(s.since) >= IDLE_BEFORE_EVICTION,
+            })
+            .min_by_key(|(_, s)| s.since)
+            .map(|(i, _)| i);
+        idle.or_else(|| {
             self.slots
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.state == st)
+                .filter(|(_, s)| s.state == ConnState::Writing)
+                .filter(|(_, s)| now.saturating_duration_since(s.since) >= STALLED)
                 .min_by_key(|(_, s)| s.since)
-                .map(|(i, s)| (i, s.since))
-        };
-        oldest(ConnState::Idle).map(|(i, _)| i).or_else(|| {
-            oldest(ConnState::Writing)
-                .filter(|&(_, since)| now.saturating_duration_since(since) >= STALLED)
                 .map(|(i, _)| i)
         })
     }
 
-    fn set(&mut self, id: u64, state: ConnState) {
-        if let Some(s) = self.slots.iter_mut().find(|s| s.id == id) {
-            s.state = state;
-            s.since = Instant::now();
+    /// Set connection `id`'s state (and its `since` to now); false if it
+    /// was evicted, and then its thread must close without writing.
+    fn claim(&mut self, id: u64, state: ConnState) -> bool {
+        match self.slots.iter_mut().find(|s| s.id == id) {
+            Some(s) => {
+                s.state = state;
+                s.since = Instant::now();
+                true
+            }
+            None => false,
         }
     }
 }
@@ -387,21 +492,27 @@ fn accept_loop(
             continue;
         };
         let Ok(handle) = stream.try_clone() else {
+            refuse(&stream);
             continue;
         };
         let id = {
             let mut c = lock(&conns);
             if c.slots.len() >= cfg.max_connections {
-                // Full: evict the oldest connection still waiting for its
-                // request head, if any.
                 if let Some(i) = c.victim(Instant::now()) {
                     let old = c.slots.remove(i);
+                    // An idle one has not been answered (its thread
+                    // answers only once it claims its slot, see `Conns`);
+                    // a stalled one has the start of its answer.
+                    if old.state == ConnState::Idle {
+                        refuse(&old.stream);
+                    }
+                    // Also wakes its thread, which finds its slot gone.
                     let _ = old.stream.shutdown(std::net::Shutdown::Both);
                 }
             }
             if c.slots.len() >= cfg.max_connections {
                 drop(c);
-                refuse(stream);
+                refuse(&stream);
                 continue;
             }
             let id = c.next_id;
@@ -418,19 +529,31 @@ fn accept_loop(
         let spawned = std::thread::Builder::new()
             .name("rstat-exporter-conn".into())
             .spawn(move || {
-                serve_connection(stream, &exporter, timeout, &|st| lock(&conns2).set(id, st));
+                serve_connection(stream, &exporter, timeout, &|st| {
+                    lock(&conns2).claim(id, st)
+                });
                 lock(&conns2).slots.retain(|s| s.id != id);
             });
         if spawned.is_err() {
-            lock(&conns).slots.retain(|s| s.id != id);
+            // The stream went with the closure; its slot's handle is the
+            // same connection.
+            let mut c = lock(&conns);
+            if let Some(i) = c.slots.iter().position(|s| s.id == id) {
+                let slot = c.slots.remove(i);
+                drop(c);
+                refuse(&slot.stream);
+            }
         }
     }
 }
 
-/// Answer `503` without blocking the accept thread: one non-blocking
-/// write of the short answer, no wait for the request (a client that is
-/// still sending may see a reset instead; either way it was refused).
-fn refuse(stream: TcpStream) {
+/// Answer `503` with `Retry-After` without blocking the accept thread:
+/// one non-blocking write of the short answer (the socket's send buffer
+/// is empty, so it fits), then a non-blocking read of what the client
+/// has already sent, so closing the socket does not reset the connection
+/// over unread bytes (a reset can make the client lose the answer).
+/// The caller closes the socket (dropping or shutting it down).
+fn refuse(stream: &TcpStream) {
     let rej = reject(503, "too many connections being served; retry");
     let body = format!("{}\n", rej.message);
     let msg = format!(
@@ -438,20 +561,31 @@ fn refuse(stream: TcpStream) {
         reason(503),
         body.len()
     );
-    if stream.set_nonblocking(true).is_ok() {
-        let _ = (&stream).write(msg.as_bytes());
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let _ = (&*stream).write(msg.as_bytes());
+    let mut sink = [0u8; 1024];
+    let mut left = MAX_REQUEST_HEAD;
+    while left > 0 {
+        match (&*stream).read(&mut sink[..left.min(1024)]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left -= n,
+        }
     }
     let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
 /// Read one request head, answer it, close.
-/// `state` is told what the connection does (see [`Conns`]): `Busy` once
-/// the head is parsed, `Writing` as the answer makes progress.
+/// `claim` is told what the connection does (see [`Conns`]): `Idle` when
+/// bytes of the head arrive, `Busy` once it is parsed or before an error
+/// is answered, `Writing` as the answer makes progress. It returns false
+/// if the connection was evicted; then the thread writes nothing.
 fn serve_connection(
     mut stream: TcpStream,
     exporter: &Exporter,
     timeout: Duration,
-    state: &dyn Fn(ConnState),
+    claim: &dyn Fn(ConnState) -> bool,
 ) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
     let mut buf = Vec::with_capacity(1024);
@@ -459,19 +593,19 @@ fn serve_connection(
     // One deadline for the whole head, so a client trickling bytes cannot
     // hold the connection longer than `timeout`.
     let deadline = std::time::Instant::now() + timeout;
+    let timed_out = reject(408, "request head not received in time");
     let req = loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            let _ = respond_error(
-                &mut stream,
-                &reject(408, "request head not received in time"),
-            );
+            if claim(ConnState::Busy) {
+                let _ = respond_error(&mut stream, &timed_out);
+            }
             return;
         }
         let room = MAX_REQUEST_HEAD - buf.len();
         match stream.read(&mut chunk[..room.min(1024)]) {
             Ok(0) => {
-                if !buf.is_empty() {
+                if !buf.is_empty() && claim(ConnState::Busy) {
                     let _ = respond_error(&mut stream, &reject(400, "incomplete request head"));
                 }
                 return;
@@ -483,10 +617,9 @@ fn serve_connection(
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                let _ = respond_error(
-                    &mut stream,
-                    &reject(408, "request head not received in time"),
-                );
+                if claim(ConnState::Busy) {
+                    let _ = respond_error(&mut stream, &timed_out);
+                }
                 return;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -494,17 +627,28 @@ fn serve_connection(
         }
         match parse_request(&buf) {
             Ok(Some(r)) => {
-                state(ConnState::Busy);
+                if !claim(ConnState::Busy) {
+                    return;
+                }
                 break r;
             }
-            Ok(None) => continue,
+            // Bytes arrived: not idle (for eviction) from now.
+            Ok(None) => {
+                if !claim(ConnState::Idle) {
+                    return;
+                }
+            }
             Err(rej) => {
-                let _ = respond_error(&mut stream, &rej);
+                if claim(ConnState::Busy) {
+                    let _ = respond_error(&mut stream, &rej);
+                }
                 return;
             }
         }
     };
-    let progress = || state(ConnState::Writing);
+    let progress = || {
+        claim(ConnState::Writing);
+    };
     let _ = match req.route {
         Route::Index => respond(
             &mut stream,
