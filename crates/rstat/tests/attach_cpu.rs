@@ -276,6 +276,100 @@ fn system_time_is_split_out() {
     });
 }
 
+/// The calling thread's own `(user, system)` time in µs, from
+/// `getrusage(RUSAGE_THREAD)`: the kernel's split, read independently of
+/// the library.
+fn own_user_system_us() -> (i64, i64) {
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out-pointer.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+    let us = |tv: libc::timeval| tv.tv_sec * 1_000_000 + tv.tv_usec;
+    (us(ru.ru_utime), us(ru.ru_stime))
+}
+
+#[test]
+// Miri has no thread CPU clocks to read from another thread, nor rusage.
+#[cfg_attr(miri, ignore)]
+fn a_long_stay_is_split_by_its_own_user_and_system_time() {
+    // A thread first stays in `a` doing user work only, then stays in `g`
+    // reading /dev/zero (mostly system time) while the periodic charge runs
+    // (here: the main thread calling `charge_all_threads`) and reads `g`
+    // while the thread is still inside. `g`'s split must be the thread's own
+    // split over the stay, not `a`'s.
+    //
+    // The tolerance comes from the documented bound, not from timing: the
+    // charger re-samples the split once the thread ran ten clock ticks of
+    // /proc (100 ms at the usual 100 Hz) since the last sample, so at most
+    // that much of the stay is charged in the previous stay's proportion,
+    // and each sample's components are short by less than a tick each.
+    // Over a stay of one second of CPU time that is about 0.12 of the
+    // fraction, however many charges happen; 0.25 leaves room for the
+    // kernel's own tick-based split. A charger that keeps `a`'s split shows
+    // a system fraction near 0 against the thread's own near 1.
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    let (to_main, from_worker) = std::sync::mpsc::channel();
+    let (to_worker, from_main) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (a, g) = (&a, &g);
+        s.spawn(move || {
+            {
+                let _ga = a.enter();
+                // Few clock reads (system calls) per step: user time.
+                common::burn_in_steps(Duration::from_millis(200), 100_000);
+            }
+            let _gg = g.enter();
+            let (u0, s0) = own_user_system_us();
+            let start = thread_cpu_time();
+            let f = std::fs::File::open("/dev/zero").unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            while thread_cpu_time() - start < Duration::from_secs(1) {
+                use std::io::Read;
+                for _ in 0..16 {
+                    (&f).read_exact(&mut buf).unwrap();
+                }
+            }
+            let (u1, s1) = own_user_system_us();
+            to_main.send((u1 - u0, s1 - s0)).unwrap();
+            // Stay inside until the main thread has read (or failed).
+            let _ = from_main.recv();
+        });
+        // Owned here, so a failed assertion drops it and frees the worker.
+        let to_worker = to_worker;
+        let mut last = 0;
+        let (own_user, own_system) = loop {
+            // Periodic charges while the worker runs: each one is exact in
+            // total, and usage never goes back.
+            charge_all_threads();
+            let (u, user, system) = usage(&rs, g);
+            assert_eq!(user + system, u);
+            assert!(u >= last, "usage went back: {u} < {last}");
+            last = u;
+            match from_worker.recv_timeout(Duration::from_millis(10)) {
+                Ok(own) => break own,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(e) => panic!("the worker died: {e}"),
+            }
+        };
+        charge_all_threads();
+        let (u, user, system) = usage(&rs, g);
+        assert_eq!(user + system, u);
+        let own_total = own_user + own_system;
+        assert!(own_total > 0 && u > 0, "own {own_total} charged {u}");
+        let own_frac = own_system as f64 / own_total as f64;
+        let charged_frac = system as f64 / u as f64;
+        assert!(
+            (charged_frac - own_frac).abs() <= 0.25,
+            "g charged user {user} system {system} µs (system fraction {charged_frac:.3}); \
+             the thread's own getrusage over the stay: user {own_user} system {own_system} µs \
+             (system fraction {own_frac:.3})"
+        );
+        to_worker.send(()).unwrap();
+    });
+}
+
 #[test]
 fn an_engine_without_the_cpu_controller_is_not_charged() {
     let rs = Rstat::builder()

@@ -83,7 +83,9 @@ fn run() {
 /// Charge every thread that is inside a group for its CPU time up to now
 /// (what the periodic charger does each period). Cost: one lock and one
 /// `clock_gettime` of another thread's clock per such thread, and the
-/// charge.
+/// charge; for a thread that ran ten clock ticks since its user/system
+/// split was last sampled, a read of its /proc `stat` file (see the
+/// [module docs](super#cpu-time)).
 pub fn charge_all_threads() {
     let records = lock(&RECORDS);
     for rec in records.iter() {

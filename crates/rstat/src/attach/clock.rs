@@ -9,22 +9,44 @@
 //!   `pthread_getcpuclockid` gives for it, valid while the thread lives
 //!   (the periodic charger reads it; `feed` stops reading before the
 //!   thread dies).
-//! - User vs system: `getrusage(RUSAGE_THREAD)`. The kernel itself samples
-//!   that split at ticks and scales it to the exact runtime, so it is a
-//!   proportion, not a measurement; we read it at most once per
-//!   [`SPLIT_RESAMPLE_NS`] of the thread's CPU time and split each charge
-//!   in the proportion seen over the last such interval.
+//! - User vs system. The kernel samples that split at ticks and scales it
+//!   to the exact runtime, so it is a proportion, not a measurement. Two
+//!   readers of the same figures:
+//!   - the thread itself: `getrusage(RUSAGE_THREAD)`, in µs, read at its
+//!     group changes at most once per [`SPLIT_RESAMPLE_NS`] of its CPU
+//!     time;
+//!   - the periodic charger, for a thread that may be running elsewhere
+//!     and cannot be asked: `/proc/self/task/TID/stat`, whose `utime` and
+//!     `stime` are the same figures cut down to whole clock ticks
+//!     (`sysconf(_SC_CLK_TCK)`, 100 Hz on Linux), so each is short by
+//!     less than one tick. The charger samples only once
+//!     [`COARSE_SAMPLE_TICKS`] ticks of the thread's CPU time passed since
+//!     the last sample, which keeps that error under a tenth of the
+//!     interval's time.
+//!
+//!   Both write one sample per thread ([`SplitSample`], in the thread's
+//!   feed), and each charge is split in the proportion seen between the
+//!   last two samples (a [`split`] of the charge, so user + system is
+//!   always the charge).
 //!
 //! Under Miri, which has no CPU clocks, the thread clock is the monotonic
-//! clock and the other two are unavailable (no periodic charging, all
+//! clock and the other readings are unavailable (no periodic charging, all
 //! time counted as user time).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as StdOrdering};
 use std::time::Duration;
 
-/// The thread's CPU time is re-split into user and system time at most
-/// once per this much of it (10 ms, a few scheduler ticks: finer samples
-/// would only see the same tick-based split).
+/// The thread re-samples its user/system split at most once per this much
+/// of its CPU time (10 ms, a few scheduler ticks: finer samples would only
+/// see the same tick-based split).
 pub(crate) const SPLIT_RESAMPLE_NS: u64 = 10_000_000;
+
+/// A sample read from /proc (whole clock ticks) is taken, or followed by
+/// another, only once the thread ran this many ticks of CPU time since
+/// the last sample: each of its two figures is short by less than one
+/// tick, so the proportion is off by about a tick's share of the interval
+/// at most (a tenth).
+pub(crate) const COARSE_SAMPLE_TICKS: u64 = 10;
 
 /// One in the fixed-point user fraction (`user_frac / SPLIT_ONE`).
 pub(crate) const SPLIT_ONE: u32 = 1 << 16;
@@ -57,7 +79,7 @@ pub(crate) fn thread_cpu_ns() -> Option<u64> {
 
 /// The id of the calling thread's CPU clock, readable from other threads
 /// of the process while this one lives.
-pub(crate) fn own_clock_id() -> Option<libc::clockid_t> {
+fn own_clock_id() -> Option<libc::clockid_t> {
     if cfg!(miri) {
         return None;
     }
@@ -72,6 +94,109 @@ pub(crate) fn own_clock_id() -> Option<libc::clockid_t> {
 /// that is still alive).
 pub(crate) fn read_clock(id: libc::clockid_t) -> Option<u64> {
     read(id)
+}
+
+/// What the periodic charger needs to read a thread from outside: its CPU
+/// clock id and its kernel thread id (for /proc). Both name the thread
+/// only while it lives (a later thread may reuse them).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ThreadIds {
+    pub(crate) clock: libc::clockid_t,
+    pub(crate) tid: libc::pid_t,
+}
+
+/// The calling thread's [`ThreadIds`]; `None` under Miri or if the system
+/// refuses the clock id.
+pub(crate) fn own_ids() -> Option<ThreadIds> {
+    let clock = own_clock_id()?;
+    // SAFETY: `gettid` has no preconditions and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    Some(ThreadIds { clock, tid })
+}
+
+/// Whether /proc served a thread's times so far (cleared at the first
+/// failure: no /proc mounted, or a kernel without the file; the charger
+/// then leaves the split to the threads' own samples).
+static PROC_SPLIT: AtomicBool = AtomicBool::new(true);
+
+/// The clock tick of /proc's times, in µs (`sysconf(_SC_CLK_TCK)`).
+pub(crate) fn tick_us() -> Option<u64> {
+    if cfg!(miri) {
+        return None;
+    }
+    static TICK_US: AtomicU64 = AtomicU64::new(0);
+    let t = TICK_US.load(StdOrdering::Relaxed);
+    if t != 0 {
+        return Some(t);
+    }
+    // SAFETY: `sysconf` has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = u64::try_from(hz)
+        .ok()
+        .filter(|&h| (1..=1_000_000).contains(&h))?;
+    let t = 1_000_000 / hz;
+    // Relaxed: every thread computes the same value; the store only saves
+    // the next caller a system call.
+    TICK_US.store(t, StdOrdering::Relaxed);
+    Some(t)
+}
+
+/// `(user, system)` CPU time of thread `tid` of this process in µs, from
+/// `/proc/self/task/TID/stat` (whole clock ticks). The caller makes sure
+/// the thread is alive. `None` under Miri or where /proc cannot serve it.
+pub(crate) fn proc_thread_times_us(tid: libc::pid_t) -> Option<(u64, u64)> {
+    use std::io::{ErrorKind, Read};
+    if cfg!(miri) || !PROC_SPLIT.load(StdOrdering::Relaxed) {
+        return None;
+    }
+    let tick = tick_us()?;
+    // Relaxed: a hint that stops futile reads; nothing depends on when
+    // other threads see it.
+    let give_up = || PROC_SPLIT.store(false, StdOrdering::Relaxed);
+    let mut f = match std::fs::File::open(format!("/proc/self/task/{tid}/stat")) {
+        Ok(f) => f,
+        // The thread is alive (the caller's contract), so its entry is
+        // missing only where /proc is (not mounted, or hidden from us).
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::PermissionDenied) => {
+            give_up();
+            return None;
+        }
+        // Out of descriptors or memory: try again at the next sample.
+        Err(_) => return None,
+    };
+    // The line is a few hundred bytes; the fields read here come early.
+    let mut buf = [0u8; 1024];
+    let mut len = 0;
+    while len < buf.len() {
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    let times = parse_stat_times(&buf[..len])
+        .and_then(|(u, s)| Some((u.checked_mul(tick)?, s.checked_mul(tick)?)));
+    if times.is_none() {
+        // A format this code does not know: it will not change.
+        give_up();
+    }
+    times
+}
+
+/// `utime` and `stime` (clock ticks) from a /proc `stat` line.
+pub(crate) fn parse_stat_times(line: &[u8]) -> Option<(u64, u64)> {
+    // "tid (comm) state ppid ...": the name may hold anything, spaces and
+    // parentheses too, so the fields start after its last ')' (the fields
+    // after it are numbers and a state letter). `utime` and `stime` are
+    // fields 14 and 15, the 12th and 13th after the name.
+    let after = line.iter().rposition(|&b| b == b')')? + 1;
+    let mut fields = std::str::from_utf8(&line[after..])
+        .ok()?
+        .split_ascii_whitespace();
+    let utime = fields.nth(11)?.parse().ok()?;
+    let stime = fields.next()?.parse().ok()?;
+    Some((utime, stime))
 }
 
 /// The calling thread's `(user, system)` CPU time in microseconds, from
@@ -103,18 +228,22 @@ pub fn thread_cpu_time() -> Duration {
     Duration::from_nanos(thread_cpu_ns().unwrap_or(0))
 }
 
-/// Where a thread's user/system split was last sampled.
+/// Where a thread's user/system split was last sampled (by the thread or
+/// by the charger): the base of the next sample's proportion.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct SplitSample {
     /// The thread's CPU time at the sample, ns.
     pub(crate) at_ns: u64,
     pub(crate) user_us: u64,
     pub(crate) sys_us: u64,
+    /// Read from /proc: each figure is short by less than one clock tick.
+    pub(crate) coarse: bool,
 }
 
 impl SplitSample {
-    /// A first sample: the thread's totals so far, and the user fraction
-    /// they show (all user time for a thread with no time yet).
+    /// A first sample, by the thread itself: its totals so far, and the
+    /// user fraction they show (all user time for a thread with no time
+    /// yet).
     pub(crate) fn first(now_ns: u64) -> (SplitSample, u32) {
         let Some((user_us, sys_us)) = thread_rusage_us() else {
             return (
@@ -129,24 +258,52 @@ impl SplitSample {
             at_ns: now_ns,
             user_us,
             sys_us,
+            coarse: false,
         };
         (s, fraction(user_us, sys_us).unwrap_or(SPLIT_ONE))
     }
 
-    /// A new user fraction if at least [`SPLIT_RESAMPLE_NS`] of CPU time
-    /// passed since the last sample and the thread gained any user or
-    /// system time since.
+    /// The thread's own sample (`getrusage`), at `now_ns` of its CPU clock:
+    /// a new user fraction if at least [`SPLIT_RESAMPLE_NS`] of CPU time
+    /// passed since the last sample ([`COARSE_SAMPLE_TICKS`] ticks if the
+    /// last came from /proc) and the thread gained any user or system time
+    /// since. Only the thread itself may call this.
     #[inline]
-    pub(crate) fn resample(&mut self, now_ns: u64) -> Option<u32> {
-        if now_ns.saturating_sub(self.at_ns) < SPLIT_RESAMPLE_NS {
+    pub(crate) fn resample_own(&mut self, now_ns: u64) -> Option<u32> {
+        let min = if self.coarse {
+            coarse_interval_ns()?
+        } else {
+            SPLIT_RESAMPLE_NS
+        };
+        if now_ns.saturating_sub(self.at_ns) < min {
             return None;
         }
-        self.resample_now(now_ns)
+        self.resample_now(now_ns, thread_rusage_us(), false)
+    }
+
+    /// The charger's sample of thread `tid` (alive: the caller holds its
+    /// feed's lock with the ids still set), at `now_ns` of the thread's CPU
+    /// clock: a new user fraction if at least [`COARSE_SAMPLE_TICKS`] ticks
+    /// of CPU time passed since the last sample and the thread gained any
+    /// user or system time since.
+    pub(crate) fn resample_proc(&mut self, now_ns: u64, tid: libc::pid_t) -> Option<u32> {
+        if now_ns.saturating_sub(self.at_ns) < coarse_interval_ns()? {
+            return None;
+        }
+        self.resample_now(now_ns, proc_thread_times_us(tid), true)
     }
 
     #[cold]
-    fn resample_now(&mut self, now_ns: u64) -> Option<u32> {
-        let (u, s) = thread_rusage_us()?;
+    fn resample_now(
+        &mut self,
+        now_ns: u64,
+        times: Option<(u64, u64)>,
+        coarse: bool,
+    ) -> Option<u32> {
+        let (u, s) = times?;
+        // A /proc figure may be up to a tick below a `getrusage` one taken
+        // earlier (both are the kernel's monotonic figures, cut
+        // differently): such a component gained nothing.
         let (du, ds) = (
             u.saturating_sub(self.user_us),
             s.saturating_sub(self.sys_us),
@@ -155,9 +312,16 @@ impl SplitSample {
             at_ns: now_ns,
             user_us: u,
             sys_us: s,
+            coarse,
         };
         fraction(du, ds)
     }
+}
+
+/// [`COARSE_SAMPLE_TICKS`] clock ticks, in ns; `None` if the tick is
+/// unknown.
+fn coarse_interval_ns() -> Option<u64> {
+    Some(tick_us()? * 1000 * COARSE_SAMPLE_TICKS)
 }
 
 /// `user / (user + system)` in 1/[`SPLIT_ONE`]; `None` if both are 0.

@@ -112,8 +112,6 @@ pub(crate) struct Owner {
     /// when it first entered): give the record back once the stack is
     /// empty.
     pub(crate) exited: bool,
-    /// Where the user/system split was last sampled.
-    pub(crate) split: SplitSample,
 }
 
 /// A thread's attach state. Lives in [`POOL`]'s storage for the rest of
@@ -169,7 +167,6 @@ pub(crate) fn this_thread_rec() -> Option<&'static ThreadRec> {
                             stack: Vec::with_capacity(8),
                             next_token: 0,
                             exited: false,
-                            split: SplitSample::default(),
                         }),
                         feed: Mutex::new(Feed::new()),
                     }));
@@ -188,14 +185,14 @@ pub(crate) fn this_thread_rec() -> Option<&'static ThreadRec> {
             // thread is its only user.
             let owner = unsafe { rec.owner_mut() };
             owner.exited = !hooked;
-            owner.split = split;
             let mut f = feed::lock(&rec.feed);
             debug_assert!(f.group.is_null(), "a pooled record was in a group");
             *f = Feed {
                 group: ptr::null(),
                 since_ns: now,
-                clock: if hooked { clock::own_clock_id() } else { None },
+                thread: if hooked { clock::own_ids() } else { None },
                 user_frac,
+                split,
             };
             drop(f);
             c.rec.set(rec);
@@ -222,7 +219,7 @@ fn thread_exiting() {
         // clock before the thread can die. Guards that drop later (in other
         // thread-locals' destructors) still charge from their own clock
         // reads.
-        charged_to_now(rec, owner).clock = None;
+        charged_to_now(rec, owner).thread = None;
         if owner.stack.is_empty() {
             release_rec(c, rec);
         }
@@ -257,18 +254,20 @@ pub(crate) fn switch_exact(rec: &ThreadRec, owner: &mut Owner, to: *const GroupI
 
 /// Read this thread's clock (and, at most every 10 ms of CPU time, its
 /// user/system split), charge the feed's group up to now, and return the
-/// feed still locked, for the caller's change.
+/// feed still locked, for the caller's change. `_owner` witnesses that the
+/// caller is the record's thread: `getrusage` reads the calling thread.
 fn charged_to_now<'r>(
     rec: &'r ThreadRec,
-    owner: &mut Owner,
+    _owner: &mut Owner,
 ) -> std::sync::MutexGuard<'r, feed::Feed> {
     let now = clock::thread_cpu_ns();
-    let frac = now.and_then(|n| owner.split.resample(n));
     let mut f = feed::lock(&rec.feed);
-    if let Some(fr) = frac {
-        f.user_frac = fr;
-    }
     if let Some(n) = now {
+        // Under the lock: the charger may have sampled since (the check
+        // then sees less time passed than the interval and reads nothing).
+        if let Some(fr) = f.split.resample_own(n) {
+            f.user_frac = fr;
+        }
         f.advance(n);
     }
     f

@@ -12,6 +12,11 @@
 //!    through its clock id and charge its group up to then, so a thread
 //!    that stays in a group for minutes shows its time within one period.
 //!
+//! Each party also re-samples the thread's user/system split before it
+//! charges (the thread from `getrusage`, the charger from /proc once the
+//! thread ran ten clock ticks since the last sample; see `clock.rs`), so
+//! a long stay is split by its own time, not by the stay before it.
+//!
 //! # Rounding
 //!
 //! Clocks are in nanoseconds, `cpu.stat` in microseconds. A charge from
@@ -27,15 +32,17 @@
 //! whose level made it current holds one, and the owning thread switches
 //! the feed to another group (under the lock) before that guard drops its
 //! reference. The charger dereferences it only under the same lock, so it
-//! never sees a group that may be freed. The clock id is cleared (under
-//! the lock) when the thread starts exiting, before it can die, so the
-//! charger never reads the clock of a thread that is gone (a dead thread's
-//! id could name a later thread).
+//! never sees a group that may be freed. The thread's ids (clock id and
+//! kernel thread id) are cleared (under the lock) when the thread starts
+//! exiting, before it can die, so the charger never reads the clock or the
+//! /proc entry of a thread that is gone (a dead thread's ids could name a
+//! later thread). The split sample is written by both parties, under the
+//! lock.
 
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::sync::{Mutex, MutexGuard};
 
-use super::clock::{self, split};
+use super::clock::{self, split, SplitSample, ThreadIds};
 use crate::controller::counters::add_many_css;
 use crate::engine::CPU_STAT_NAMES;
 use crate::group::GroupInner;
@@ -62,7 +69,9 @@ pub enum CpuMode {
     /// being in each group at a sample (their wall-clock share while
     /// running, not their CPU share if they block inside groups). Set the
     /// charge period to the granularity wanted ([`set_charge_period`],
-    /// e.g. 10 ms). The user/system split is not re-sampled in this mode.
+    /// e.g. 10 ms). The user/system split is re-sampled by the charger
+    /// only (from /proc, once a thread ran ten clock ticks since its last
+    /// sample; see the [module docs](super#cpu-time)).
     ///
     /// [`set_charge_period`]: super::set_charge_period
     Sampled,
@@ -100,11 +109,15 @@ pub(crate) struct Feed {
     pub(crate) group: *const GroupInner,
     /// The thread's CPU clock (ns) up to which its time was charged.
     pub(crate) since_ns: u64,
-    /// The thread's CPU clock id, for the charger; `None` once the thread
-    /// started exiting (or where there is none).
-    pub(crate) clock: Option<libc::clockid_t>,
-    /// The share of user time, in 1/[`clock::SPLIT_ONE`].
+    /// The thread's clock and kernel thread ids, for the charger; `None`
+    /// once the thread started exiting (or where there are none).
+    pub(crate) thread: Option<ThreadIds>,
+    /// The share of user time, in 1/[`clock::SPLIT_ONE`], that charges are
+    /// split by: the proportion between the last two samples.
     pub(crate) user_frac: u32,
+    /// The last sample of the thread's user/system split (by the thread
+    /// or the charger).
+    pub(crate) split: SplitSample,
 }
 
 // SAFETY: `group` is only dereferenced under the feed's lock, while the
@@ -117,8 +130,14 @@ impl Feed {
         Feed {
             group: core::ptr::null(),
             since_ns: 0,
-            clock: None,
+            thread: None,
             user_frac: clock::SPLIT_ONE,
+            split: SplitSample {
+                at_ns: 0,
+                user_us: 0,
+                sys_us: 0,
+                coarse: false,
+            },
         }
     }
 
@@ -183,8 +202,12 @@ fn charge(group: &GroupInner, usec: u64, user_frac: u32) {
     debug_assert_eq!(applied, 3);
 }
 
-/// Charge a thread's feed from another thread: read the thread's clock
-/// and advance its feed (the periodic charger's step).
+/// Charge a thread's feed from another thread: read the thread's clock,
+/// re-sample its user/system split from /proc if it ran ten clock ticks
+/// since the last sample, and advance its feed (the periodic charger's
+/// step). The /proc read happens under the feed's lock, which is what
+/// keeps the thread alive (and its id its own) while it is read: the
+/// thread's next group change may wait for it, once per such sample.
 pub(crate) fn charge_from_outside(feed: &Mutex<Feed>) {
     let mut f = lock(feed);
     // In sampled mode the clock of a thread in no group is read too, so
@@ -193,8 +216,11 @@ pub(crate) fn charge_from_outside(feed: &Mutex<Feed>) {
     if f.group.is_null() && !sampled() {
         return;
     }
-    let Some(id) = f.clock else { return };
-    if let Some(now) = clock::read_clock(id) {
+    let Some(ids) = f.thread else { return };
+    if let Some(now) = clock::read_clock(ids.clock) {
+        if let Some(fr) = f.split.resample_proc(now, ids.tid) {
+            f.user_frac = fr;
+        }
         f.advance(now);
     }
 }

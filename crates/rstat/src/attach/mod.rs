@@ -52,13 +52,29 @@
 //! a group (see [`CpuMode`] for its error). `rstat bench enter` measures
 //! both side by side.
 //!
-//! **User and system time.** `getrusage(RUSAGE_THREAD)` gives the split,
-//! but the kernel only samples it at ticks and scales it to the runtime,
-//! and it costs a second system call. So each charge is split in the
-//! proportion the thread showed over its last 10 ms (of CPU time) sampled
-//! interval, re-read at most once per 10 ms of its CPU time: `user_usec +
-//! system_usec == usage_usec` always, and the split is as good as the
-//! kernel's ticks make it, delayed by at most one sampling interval.
+//! **User and system time.** The kernel only samples a thread's
+//! user/system split at ticks and scales it to the runtime, and reading it
+//! costs a system call more. So each charge is split in the proportion the
+//! thread showed between the last two samples of it, and `user_usec +
+//! system_usec == usage_usec` always. Samples are taken
+//!
+//! - by the thread, at its group changes (`getrusage(RUSAGE_THREAD)`, to
+//!   the µs), once 10 ms of its CPU time passed since the last sample;
+//! - by the periodic charger (and [`charge_all_threads`]), at its charges
+//!   (the thread's `/proc/self/task/TID/stat`, in whole clock ticks, 10 ms
+//!   at the usual 100 Hz), once the thread ran ten ticks since the last
+//!   sample (a thread's own samples also wait that long after one of
+//!   these).
+//!
+//! So the split lags a change in what the thread does by at most 10 ms
+//! of its CPU time when it changes groups (ten ticks, 100 ms, right after
+//! a sample by the charger), and by at most ten ticks inside a long stay:
+//! a stay of any length is split by its own user and system time, except
+//! for at most its first ten ticks, which can carry the proportion of the
+//! time before it. A sample from /proc is short by less than one tick in
+//! each figure, about a tenth of its interval at most. Where /proc cannot
+//! be read, long stays keep the split of the thread's last own sample
+//! until its next group change.
 //!
 //! # Async tasks
 //!
@@ -121,7 +137,7 @@
 //! | dropping an [`EnterGuard`] | a pop (a scan when dropped out of order), a thread-local store, the reference put |
 //! | [`current_group`] | a thread-local load and, when in a group, a reference get |
 //! | a change of the current group (enter of another group, drop back to another) | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` system call, an uncontended lock, the charge (three counter updates); once per 10 ms of the thread's CPU time a `getrusage` |
-//! | the periodic charger | per period, per thread inside a group: a lock, a `clock_gettime` of that thread's clock, the charge |
+//! | the periodic charger | per period, per thread inside a group: a lock, a `clock_gettime` of that thread's clock, the charge; once per ten clock ticks of the thread's CPU time a read of its /proc `stat` file, under the lock (the thread's next group change may wait for it) |
 //!
 //! # Synchronization
 //!

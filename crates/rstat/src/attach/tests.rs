@@ -91,3 +91,50 @@ fn a_thread_exiting_inside_a_group_releases_it() {
     assert_eq!(rs.zombie_count(), 0);
     assert!(ptr::eq(current_group_ptr(), ptr::null()));
 }
+
+#[test]
+fn stat_lines_are_read_past_any_thread_name() {
+    use super::clock::parse_stat_times;
+    // Fields 14 and 15 (utime, stime) are 1234 and 56; the name holds
+    // spaces and both parentheses.
+    let line = b"4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 56 0 0 20 0 1 0 7 0 0\n";
+    assert_eq!(parse_stat_times(line), Some((1234, 56)));
+    assert_eq!(parse_stat_times(b"4242 (x) S 1 2 3"), None);
+    assert_eq!(parse_stat_times(b"no name here"), None);
+}
+
+#[test]
+// Miri has neither /proc nor rusage.
+#[cfg_attr(miri, ignore)]
+fn proc_times_match_the_threads_own_within_a_tick() {
+    use super::clock::{proc_thread_times_us, thread_rusage_us, tick_us};
+    // A name with the characters that could mislead the parser.
+    std::thread::Builder::new()
+        .name("x) y (z)".into())
+        .spawn(|| {
+            let mut x = 0u64;
+            let start = std::time::Instant::now();
+            // Mostly user time (a clock read per 100,000 rounds).
+            while super::clock::thread_cpu_ns().unwrap() < 50_000_000
+                && start.elapsed() < std::time::Duration::from_secs(60)
+            {
+                for i in 0..100_000 {
+                    x = x.wrapping_mul(31).wrapping_add(i);
+                }
+                std::hint::black_box(x);
+            }
+            // SAFETY: `gettid` has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            let (u0, s0) = thread_rusage_us().unwrap();
+            let (pu, ps) = proc_thread_times_us(tid).unwrap();
+            let (u1, s1) = thread_rusage_us().unwrap();
+            let tick = tick_us().unwrap();
+            // /proc cuts the same figures down to whole ticks.
+            assert!(pu <= u1 && pu + tick > u0, "user: {u0} {pu} {u1}");
+            assert!(ps <= s1 && ps + tick > s0, "system: {s0} {ps} {s1}");
+            assert!(pu > 0, "50 ms of user time not seen: {pu}");
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}

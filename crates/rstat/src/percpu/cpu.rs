@@ -390,8 +390,10 @@ mod tests {
         any(target_arch = "x86_64", target_arch = "aarch64")
     ))]
     fn rseq_agrees_with_sched_getcpu_when_registered() {
-        let Some(off) = rseq::cpu_id_offset() else {
-            eprintln!("rseq not registered by this libc; nothing to compare");
+        let Some(off) = crate::percpu::rseq::rseq_for_test(
+            "rseq_agrees_with_sched_getcpu_when_registered",
+            rseq::cpu_id_offset(),
+        ) else {
             return;
         };
         // The thread may migrate between the two reads; pin it to the CPU it

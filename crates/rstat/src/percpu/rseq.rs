@@ -66,6 +66,46 @@ fn detect() -> Option<isize> {
     off
 }
 
+/// The environment variable that makes tests of restartable sections fail,
+/// instead of skipping, where the sections are unavailable. CI sets it for
+/// its native test run (not for Miri or loom, which have no rseq).
+#[cfg(all(test, not(rstat_loom)))]
+pub(crate) const REQUIRE_ENV: &str = "RSTAT_REQUIRE_RSEQ";
+
+/// For tests of restartable sections (or of glibc's rseq registration):
+/// what `test` needs (`needed`: the section offset, a counter, ...), or
+/// `None` if it is missing here, and then the caller returns. With
+/// [`REQUIRE_ENV`] set (and not under Miri, which never has rseq) a
+/// missing `needed` fails the test instead, so that a machine without rseq
+/// cannot pass these tests by skipping them. A skip says so on stderr,
+/// past the test harness's capture, so it shows in a plain `cargo test`.
+#[cfg(all(test, not(rstat_loom)))]
+pub(crate) fn rseq_for_test<T>(test: &str, needed: Option<T>) -> Option<T> {
+    if needed.is_some() {
+        return needed;
+    }
+    let why = if cfg!(miri) {
+        "Miri has no restartable sequences"
+    } else {
+        "restartable sections are unavailable here (they need x86-64 Linux with \
+         glibc's rseq registration, which GLIBC_TUNABLES=glibc.pthread.rseq=0 turns \
+         off, the membarrier rseq commands of Linux 5.10, and RSTAT_PERCPU_REF unset)"
+    };
+    use std::io::Write;
+    if cfg!(miri) {
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+        return None;
+    }
+    if std::env::var_os(REQUIRE_ENV).is_some() {
+        panic!("{test}: {why}, but {REQUIRE_ENV} is set: this test must run");
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {why} (set {REQUIRE_ENV}=1 to make this a failure)"
+    );
+    None
+}
+
 /// Abort every restartable section running on another CPU of this process,
 /// with a full memory barrier on each of those CPUs, and return once all of
 /// them have (see the module documentation). Only meaningful once
@@ -487,8 +527,10 @@ mod tests {
 
     #[test]
     fn sections_add_on_this_cpu_slot_and_respect_the_switch() {
-        let Some(off) = available() else {
-            eprintln!("restartable sections unavailable here; the locked path is used");
+        let Some(off) = rseq_for_test(
+            "sections_add_on_this_cpu_slot_and_respect_the_switch",
+            available(),
+        ) else {
             return;
         };
         let nr = super::super::cpu::possible_cpus();
@@ -521,7 +563,12 @@ mod tests {
 
     #[test]
     fn concurrent_sections_and_membarriers_lose_no_add() {
-        let Some(off) = available() else { return };
+        let Some(off) = rseq_for_test(
+            "concurrent_sections_and_membarriers_lose_no_add",
+            available(),
+        ) else {
+            return;
+        };
         let nr = super::super::cpu::possible_cpus();
         let slots = open_slots(nr);
         let base = slots.as_ptr() as usize;
@@ -575,7 +622,12 @@ mod tests {
 
     #[test]
     fn fetching_sections_return_their_cpu_and_the_old_value() {
-        let Some(off) = available() else { return };
+        let Some(off) = rseq_for_test(
+            "fetching_sections_return_their_cpu_and_the_old_value",
+            available(),
+        ) else {
+            return;
+        };
         let nr = super::super::cpu::possible_cpus();
         let per = crate::percpu::arena::UNIT_SIZE / 8;
         let slots = unit_slots(nr);
@@ -610,7 +662,12 @@ mod tests {
 
     #[test]
     fn concurrent_fetching_sections_and_membarriers_lose_no_add() {
-        let Some(off) = available() else { return };
+        let Some(off) = rseq_for_test(
+            "concurrent_fetching_sections_and_membarriers_lose_no_add",
+            available(),
+        ) else {
+            return;
+        };
         let nr = super::super::cpu::possible_cpus();
         let per = crate::percpu::arena::UNIT_SIZE / 8;
         let slots = unit_slots(nr);
@@ -663,8 +720,10 @@ mod tests {
     /// slot past the limit) and on some.
     #[test]
     fn the_bare_section_counter_counts_every_add_once() {
-        let Some(c) = BareSectionCounter::new() else {
-            eprintln!("restartable sections unavailable here; nothing to count");
+        let Some(c) = rseq_for_test(
+            "the_bare_section_counter_counts_every_add_once",
+            BareSectionCounter::new(),
+        ) else {
             return;
         };
         count_every_add_once(&c);

@@ -491,7 +491,13 @@ fn the_fast_path_is_the_one_asked_for() {
         FastPath::Locked
     } else if cfg!(miri) {
         FastPath::Simulated
-    } else if crate::percpu::rseq::available().is_some() {
+    } else if crate::percpu::rseq::rseq_for_test(
+        "default_path::the_fast_path_is_the_one_asked_for (and the rest of the \
+         default-path suite runs on the locked path, as the locked suite does)",
+        crate::percpu::rseq::available(),
+    )
+    .is_some()
+    {
         FastPath::Rseq
     } else {
         FastPath::Locked
