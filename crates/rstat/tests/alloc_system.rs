@@ -808,8 +808,10 @@ fn an_allocation_the_inner_allocator_refuses_is_not_counted() {
     {
         let _in = g.enter();
         for _ in 0..2 {
-            // SAFETY: a non-zero size; a null return is checked.
-            let p = unsafe { alloc(huge) };
+            // SAFETY: a non-zero size; a null return is checked. (Opaque
+            // layout and result: an optimizer may otherwise assume an
+            // allocation it can elide succeeded.)
+            let p = std::hint::black_box(unsafe { alloc(std::hint::black_box(huge)) });
             assert!(p.is_null(), "the system allocated 64 TiB");
         }
     }
