@@ -372,6 +372,58 @@ impl ControllerHandle {
         })
     }
 
+    /// Flush the subtree of each group of `flush`, then copy the totals of
+    /// each group of `read`, all under one hold of this controller's flush
+    /// lock: the totals come from one state of the controller, which only
+    /// flushes change and none can run meanwhile. So for a group and its
+    /// children among `read` whose subtrees were flushed here, the group's
+    /// hierarchical totals are its local ones plus its children's and its
+    /// removed descendants' history: what snapshots
+    /// ([`report`](crate::report)) promise. Exact as of the start for the
+    /// flushed subtrees, as [`read_exact`](Self::read_exact).
+    ///
+    /// Errors before locking (a foreign group); the caller's groups keep
+    /// every css alive, and none is dropped under the lock (a final release
+    /// takes it). Cost: the flushes, then a copy of each group's totals
+    /// into one buffer allocated before locking, all with the lock held.
+    pub(crate) fn read_consistent(&self, flush: &[&Group], read: &[Group]) -> Result<TotalsBatch> {
+        let flush = flush
+            .iter()
+            .map(|g| self.css_of(g.inner()))
+            .collect::<Result<Vec<_>>>()?;
+        let read = read
+            .iter()
+            .map(|g| self.css_of(g.inner()))
+            .collect::<Result<Vec<_>>>()?;
+        let n = self.ctl.nr_stats;
+        let mut batch = TotalsBatch {
+            nr_stats: n,
+            values: Vec::with_capacity(read.len() * 2 * n),
+            overflows: Vec::with_capacity(read.len()),
+        };
+        // SAFETY: a controller's domain lives as long as its engine.
+        let domain = unsafe { &*self.ctl.domain };
+        let mut scratch = lock_domain(domain);
+        for css in flush {
+            // SAFETY: lock held; the css is kept alive by the caller's
+            // group, and its node is live and in `domain`.
+            unsafe { domain.flush_locked(&mut scratch, &*(*css).node) };
+        }
+        for css in read {
+            // SAFETY: lock held; the css is kept alive by the caller's group.
+            unsafe { &*css }.totals.with(|t| {
+                // SAFETY: lock held. Each array has `n` items, so the
+                // reserved buffers never grow here.
+                let t = unsafe { &*t };
+                batch.values.extend_from_slice(&t.local);
+                batch.values.extend_from_slice(&t.hierarchical);
+                batch.overflows.push(t.overflows);
+            });
+        }
+        drop(scratch);
+        Ok(batch)
+    }
+
     fn read_flushed(domain: &crate::engine::tree::Domain, css: &Css) -> Totals {
         let mut scratch = lock_domain(domain);
         // SAFETY: we hold the domain's lock; `css.node` is live and in
@@ -651,6 +703,33 @@ impl GroupStats {
     /// exact.
     pub fn overflowed(&self) -> bool {
         self.totals.overflows > 0
+    }
+}
+
+/// The totals of several groups of one controller, copied under one hold
+/// of its flush lock ([`ControllerHandle::read_consistent`]), in the order
+/// the groups were given.
+pub(crate) struct TotalsBatch {
+    nr_stats: usize,
+    /// Per group: its local totals, then its hierarchical ones.
+    values: Vec<i64>,
+    overflows: Vec<u64>,
+}
+
+impl TotalsBatch {
+    /// Group `i`'s local totals. Panics if `i` is out of range.
+    pub(crate) fn local(&self, i: usize) -> &[i64] {
+        let at = 2 * i * self.nr_stats;
+        &self.values[at..at + self.nr_stats]
+    }
+    /// Group `i`'s hierarchical totals. Panics if `i` is out of range.
+    pub(crate) fn hierarchical(&self, i: usize) -> &[i64] {
+        let at = (2 * i + 1) * self.nr_stats;
+        &self.values[at..at + self.nr_stats]
+    }
+    /// Group `i`'s clamped additions ([`GroupStats::overflows`]).
+    pub(crate) fn overflows(&self, i: usize) -> u64 {
+        self.overflows[i]
     }
 }
 

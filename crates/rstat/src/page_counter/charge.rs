@@ -24,8 +24,8 @@ impl<L: Layout> PageCounter<L> {
     ///
     /// Cost: per level one atomic add on that level's `usage` line (shared
     /// by everything charging under it) and reads of its read-mostly and
-    /// tracking lines (shared, clean); a failure adds one atomic subtract per
-    /// level rolled back. No lock, no allocation.
+    /// tracking lines (shared, clean); a failure adds one compare-and-swap
+    /// per level rolled back. No lock, no allocation.
     #[inline]
     pub fn try_charge(&self, amount: u64) -> Result<(), PageCounterError> {
         if amount > PAGE_COUNTER_MAX {
@@ -148,39 +148,30 @@ impl<L: Layout> PageCounter<L> {
     }
 
     /// Subtract `amount` (≤ `PAGE_COUNTER_MAX`) from `usage`, clamping at
-    /// zero. Returns the usage after this thread's last write and how much
-    /// the counter held if that was less than `amount`.
+    /// zero. Returns the usage this thread's write left and how much the
+    /// counter held if that was less than `amount`.
+    ///
+    /// One compare-and-swap from the value read to `max(value - amount, 0)`,
+    /// so `usage` never passes through a value below that, not even for a
+    /// moment. A `fetch_sub` followed by a correction would: a charge
+    /// landing between the two would compare a usage below what is charged
+    /// with `max` and could be admitted above it. The loop
+    /// retries only when another thread changed `usage` between the load
+    /// and the swap; each retry is one more attempt on the same line.
     #[inline(always)]
     fn sub_usage(&self, amount: u64) -> (i64, Option<u64>) {
-        if amount <= SPECULATIVE_MAX {
-            let n = amount as i64;
-            // SeqCst: protocol 2 of the module docs.
-            let old = self.usage.fetch_sub(n, Ordering::SeqCst);
-            if old >= n {
-                return (old - n, None);
-            }
-            // Over-uncharged. Give back what we took beyond what was there
-            // (at most `n`, never another thread's charge): the kernel resets
-            // to zero instead, losing charges that raced in.
-            let held = old.max(0);
-            let excess = n - held;
-            let now = self
-                .usage
-                .fetch_add(excess, Ordering::SeqCst)
-                .wrapping_add(excess);
-            (now, Some(held as u64))
-        } else {
-            self.sub_usage_large(amount as i64)
-        }
-    }
-
-    #[cold]
-    fn sub_usage_large(&self, n: i64) -> (i64, Option<u64>) {
+        let n = amount as i64;
+        // Relaxed: only the guess for the swap, which checks it.
         let mut cur = self.usage.load(Ordering::Relaxed);
         loop {
+            // Never negative (every write here stops at zero); `max` keeps
+            // the arithmetic sound if that were ever broken.
             let held = cur.max(0);
             let take = n.min(held);
-            let new = cur - take;
+            let new = held - take;
+            // SeqCst on success: protocol 2 of the module docs (an RMW on
+            // `usage`, as the `fetch_add` of a charge). Relaxed on failure:
+            // we only retry with the value read.
             match self
                 .usage
                 .compare_exchange_weak(cur, new, Ordering::SeqCst, Ordering::Relaxed)
@@ -215,7 +206,8 @@ impl<L: Layout> PageCounter<L> {
     /// counter hold less than its children together, after which their
     /// charges can take it past what it would otherwise have held.
     ///
-    /// Cost: one atomic subtract on the `usage` line (two on underflow).
+    /// Cost: one compare-and-swap on the `usage` line, retried while other
+    /// threads change it in between.
     pub fn cancel(&self, amount: u64) -> Result<(), PageCounterError> {
         if amount > PAGE_COUNTER_MAX {
             return Err(PageCounterError::TooLarge { amount });
@@ -239,7 +231,13 @@ impl<L: Layout> PageCounter<L> {
     /// [`cancel_underflows`](Self::cancel_underflows), and the first one is
     /// reported as [`PageCounterError::Underflow`].
     ///
-    /// Cost: one atomic subtract per level on its `usage` line, no lock.
+    /// Usage never dips below what stays charged, so a racing
+    /// [`try_charge`](Self::try_charge) is checked against a usage at least
+    /// that high; see the module docs' *What a reader can see* for the one
+    /// exception, when this takes more than was charged.
+    ///
+    /// Cost: per level one compare-and-swap on its `usage` line, retried
+    /// while other threads change it in between; no lock.
     #[inline]
     pub fn uncharge(&self, amount: u64) -> Result<(), PageCounterError> {
         if amount > PAGE_COUNTER_MAX {

@@ -20,7 +20,11 @@
 //! Counters never wrap and never read negative: amounts are at most
 //! [`PAGE_COUNTER_MAX`] (2⁶² − 1), a forced charge that would push a level
 //! past it is refused, and an uncharge of more than was charged clamps at
-//! zero, counts an underflow and returns a typed error.
+//! zero in one compare-and-swap, counts an underflow
+//! ([`cancel_underflows`](PageCounter::cancel_underflows)) and returns a
+//! typed error. An over-uncharge is a bug in the caller's accounting (the
+//! kernel warns on it); it is reachable through the public API, so it is
+//! reported, never a panic.
 //!
 //! The hierarchy is a chain of `Arc`s: a counter holds its parent alive, as
 //! a group holds its parent group alive. A group engine keeps each group's
@@ -103,8 +107,24 @@
 //!   `max` transiently, by the charges in flight that are about to be
 //!   rolled back (a racing smaller charge can then fail spuriously; the
 //!   kernel accepts the same), at most one per thread charging under the
-//!   counter. An over-uncharge takes back its excess right after its
-//!   subtraction, so the word can dip below zero meanwhile; readers clamp.
+//!   counter. An uncharge never dips: each level goes from its value to
+//!   that minus the amount, or 0, in one compare-and-swap, so `usage` is
+//!   never below what stays charged and never negative.
+//!
+//!   *The exception: an over-uncharge* (more than was charged, a caller's
+//!   bug). The counter cannot tell a charge in flight from a committed one,
+//!   so an over-uncharge that meets a charge about to be refused can take
+//!   that charge's amount instead of clamping (and return `Ok`); the
+//!   refused charge's rollback then finds the counter short and clamps
+//!   instead. If other charges commit in between, `usage` is left below
+//!   what is charged, by at most the over-uncharge's excess (the amount
+//!   it took beyond what was charged), and non-forced charges can pass
+//!   `max` by as much until the charges it fell on are uncharged; those
+//!   uncharges clamp and count the underflow, so every over-uncharge is
+//!   counted in [`cancel_underflows`](PageCounter::cancel_underflows) by
+//!   then, though not always by the call that made it. An over-uncharge
+//!   that meets no refused charge clamps exactly and breaks no bound.
+//!
 //!   Amounts above 2³² take a compare-and-swap path that never overshoots;
 //!   smaller ones overshoot by at most 2³² per thread in flight, which the
 //!   headroom between [`PAGE_COUNTER_MAX`] and `i64::MAX` absorbs for up to
@@ -140,8 +160,8 @@ pub use protection::effective_protection;
 /// Like the kernel's (`LONG_MAX / PAGE_SIZE`), it leaves headroom in the
 /// signed 64-bit usage word: committed usage is at most `PAGE_COUNTER_MAX`,
 /// and the transient overshoot of speculative charges in flight (at most
-/// 2³² per thread) can never carry the word past `i64::MAX`, nor an
-/// over-uncharge's transient dip below `i64::MIN`.
+/// 2³² per thread) can never carry the word past `i64::MAX`. Uncharges stop
+/// at zero, so the word is never negative.
 pub const PAGE_COUNTER_MAX: u64 = (i64::MAX / 2) as u64;
 
 /// A hierarchical counter with limits and protections. See the module docs.
@@ -352,7 +372,10 @@ impl<L: Layout> PageCounter<L> {
     }
 
     /// How many cancels or uncharges took more than this counter held (each
-    /// was clamped at zero): a bug in the caller's accounting. One load.
+    /// was clamped at zero): a bug in the caller's accounting, counted
+    /// where the kernel warns. Exact when no over-uncharge races with a
+    /// refused charge; otherwise see the module docs' *What a reader can
+    /// see* for when the count lands. One relaxed load.
     pub fn cancel_underflows(&self) -> u64 {
         self.tr().cancel_underflows.load(Ordering::Relaxed)
     }
@@ -425,8 +448,9 @@ impl<L: Layout> fmt::Debug for PageCounter<L> {
     }
 }
 
-/// A raw usage word as a value in `0..=PAGE_COUNTER_MAX` (it is negative
-/// only transiently, during an over-uncharge's correction).
+/// A raw usage word as a value in `0..=PAGE_COUNTER_MAX`. The word is never
+/// negative (uncharges stop at zero); the clamp keeps readers sound should
+/// that ever break.
 #[inline(always)]
 fn clamp(raw: i64) -> u64 {
     raw.max(0) as u64

@@ -262,3 +262,67 @@ fn set_max_racing_with_charges_is_never_exceeded() {
         assert_eq!(root.cancel_underflows(), 0);
     }
 }
+
+/// Uncharges of more than was charged racing with charges (issue 25): an
+/// uncharge must never lower `usage` below what is charged, not even for
+/// a moment, or a racing charge compares a too-low usage with `max`.
+///
+/// A root with `max` 3 and two leaves. Two threads force-charge 1 at a
+/// leaf and then uncharge far more (each uncharge underflows, clamps and
+/// is counted); two others `try_charge` 4 and 5 under the root. The
+/// charged usage is never below 0, so every such charge exceeds `max`
+/// whatever order the operations take: each success is a violation,
+/// counted while the threads run. Afterwards every counter is empty.
+#[test]
+fn over_uncharge_never_lets_a_charge_pass_max() {
+    let ops = if cfg!(miri) { 100 } else { 300_000 };
+    let root = Arc::new(Pc::new(None));
+    let leaves: Vec<Arc<Pc>> = (0..2)
+        .map(|_| Arc::new(Pc::new(Some(root.clone()))))
+        .collect();
+    root.set_max(3).unwrap();
+    let unchargers: Vec<_> = (0..2)
+        .map(|t| {
+            let leaf = leaves[t].clone();
+            std::thread::spawn(move || {
+                for i in 0..ops {
+                    leaf.charge(1).unwrap();
+                    let r = leaf.uncharge(1 + (i % 4096) as u64 * 1000);
+                    assert!(
+                        matches!(r, Ok(()) | Err(PageCounterError::Underflow { .. })),
+                        "{r:?}"
+                    );
+                }
+            })
+        })
+        .collect();
+    let chargers: Vec<_> = (0..2)
+        .map(|t| {
+            let leaf = leaves[t].clone();
+            std::thread::spawn(move || {
+                let mut admitted = 0u64;
+                for i in 0..ops {
+                    let amount = 4 + (i as u64 + t as u64) % 2;
+                    if leaf.try_charge(amount).is_ok() {
+                        admitted += 1;
+                        let _ = leaf.uncharge(amount);
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    for u in unchargers {
+        u.join().unwrap();
+    }
+    let admitted: u64 = chargers.into_iter().map(|c| c.join().unwrap()).sum();
+    assert_eq!(
+        admitted, 0,
+        "charges of 4 or 5 admitted under max 3 while others over-uncharged"
+    );
+    assert_eq!(root.usage(), 0);
+    for l in &leaves {
+        assert_eq!(l.usage(), 0);
+        assert!(l.cancel_underflows() > 0);
+    }
+}

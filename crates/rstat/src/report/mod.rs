@@ -40,11 +40,34 @@
 //! each, no lock. Formatting allocates the returned string.
 //!
 //! A [`Snapshot`] of a subtree flushes each controller once at the
-//! subtree's root, then copies every group's totals without a lock (under
-//! the default `Threshold` policy; `Always` re-flushes per group, finding
-//! nothing to fold). So it is exact as of its start for every group, costs
-//! one flush per controller plus O(groups × items) copies, and allocates
-//! the snapshot. Concurrent updates may or may not appear in it.
+//! subtree's root and copies every group's totals under that same hold of
+//! the controller's flush lock, whatever the flush policy. So it is exact
+//! as of its start for every group, costs one flush per controller plus
+//! O(groups × items) copies (other readers of that controller wait for
+//! them; updates never do), and allocates the snapshot. Concurrent
+//! updates may or may not appear in it.
+//!
+//! # Consistency across groups
+//!
+//! **Consistent: the controllers' stat items** (`cpu.stat`, `memory.stat`,
+//! user counter sets: everything under [`GroupSnapshot::stats`]). Each
+//! controller's values for all groups come from one flush, read before any
+//! other flush of that controller can run, so in a snapshot every group's
+//! hierarchical value is its local value plus its children's hierarchical
+//! values, plus the history of children it does not list: those removed
+//! before it was taken, those created while it was taken, and those below
+//! [`Reporter::snapshot_depth`]'s cut. Different controllers are read one
+//! after the other, from different flushes: `cpu.stat` and `io.stat` of
+//! one snapshot are not of one instant.
+//!
+//! **Not consistent: the memory state** ([`GroupSnapshot::memory`]:
+//! `memory.current`, `memory.peak`, limits and `memory.events`). These
+//! are not flushed statistics but counters each charge or event updates
+//! directly up the tree, one level after another; each group's are loaded
+//! on their own, without a lock, children before parents. A parent's
+//! `memory.current` need not equal its children's sum plus its own
+//! charges, and its `memory.events` can fall short of its children's sum
+//! by the events still being counted up the tree when it was read.
 //!
 //! # Removed groups
 //!

@@ -1,5 +1,7 @@
 //! The `Snapshot` types and how a subtree is read into one.
 
+use std::collections::HashSet;
+
 use super::{mem_err, Reporter};
 use crate::controller::counters::ControllerHandle;
 use crate::error::Result;
@@ -89,7 +91,9 @@ pub struct GroupSnapshot {
 ///
 /// Limits are `null` when unlimited (the files' `max`).
 ///
-/// Freshness and cost: see [`report`](crate::report).
+/// Freshness and cost: see [`report`](crate::report); which values add up
+/// across groups (the stat items do, the memory state need not): see
+/// [Consistency across groups](crate::report#consistency-across-groups).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Snapshot {
@@ -136,55 +140,77 @@ fn memory_of(mem: &Memory, g: &Group) -> std::result::Result<MemorySnapshot, Mem
     })
 }
 
+/// A snapshot being read: the controllers and memory controller as of its
+/// start, and the groups in output order with their paths.
 struct Reading {
     ctls: Vec<ControllerHandle>,
     mem: Option<Memory>,
-    out: Snapshot,
+    groups: Vec<Group>,
+    paths: Vec<String>,
 }
 
 impl Reading {
     fn new(rep: &Reporter) -> Self {
-        let ctls = rep.controllers();
-        let controllers = ctls
+        Reading {
+            ctls: rep.controllers(),
+            mem: rep.memory(),
+            groups: Vec::new(),
+            paths: Vec::new(),
+        }
+    }
+
+    /// Read every group: per controller, flush the subtrees of `flush` and
+    /// copy every group's totals under one hold of its flush lock
+    /// ([`ControllerHandle::read_consistent`]); then the memory state,
+    /// children before parents (the reverse of the pre-order), so counts
+    /// raised bottom-up (`memory.events`) are read at a child before its
+    /// parent.
+    fn finish(self, flush: &[&Group]) -> Result<Snapshot> {
+        let per_ctl = self
+            .ctls
+            .iter()
+            .map(|c| c.read_consistent(flush, &self.groups))
+            .collect::<Result<Vec<_>>>()?;
+        let mut memory: Vec<Option<MemorySnapshot>> = vec![None; self.groups.len()];
+        if let Some(m) = &self.mem {
+            for (slot, g) in memory.iter_mut().zip(&self.groups).rev() {
+                *slot = Some(memory_of(m, g).map_err(mem_err)?);
+            }
+        }
+        let controllers = self
+            .ctls
             .iter()
             .map(|c| ControllerInfo {
                 name: c.name().to_owned(),
                 items: c.stat_names().to_vec(),
             })
             .collect();
-        Reading {
-            ctls,
-            mem: rep.memory(),
-            out: Snapshot {
-                controllers,
-                groups: Vec::new(),
-            },
-        }
-    }
-
-    fn push(&mut self, g: &Group, path: String) -> Result<()> {
-        let mut stats = Vec::with_capacity(self.ctls.len());
-        for c in &self.ctls {
-            let s = c.read(g)?;
-            stats.push(StatValues {
-                local: s.local().to_vec(),
-                hierarchical: s.hierarchical().to_vec(),
-                overflows: s.overflows(),
-            });
-        }
-        let memory = match &self.mem {
-            Some(m) => Some(memory_of(m, g).map_err(mem_err)?),
-            None => None,
-        };
-        self.out.groups.push(GroupSnapshot {
-            path,
-            id: g.id(),
-            depth: g.depth(),
-            online: g.is_online(),
-            stats,
-            memory,
-        });
-        Ok(())
+        let groups = self
+            .groups
+            .iter()
+            .zip(self.paths)
+            .zip(memory)
+            .enumerate()
+            .map(|(i, ((g, path), memory))| GroupSnapshot {
+                path,
+                id: g.id(),
+                depth: g.depth(),
+                online: g.is_online(),
+                stats: per_ctl
+                    .iter()
+                    .map(|stats| StatValues {
+                        local: stats.local(i).to_vec(),
+                        hierarchical: stats.hierarchical(i).to_vec(),
+                        overflows: stats.overflows(i),
+                    })
+                    .collect(),
+                memory,
+            })
+            .collect();
+        Ok(Snapshot {
+            controllers,
+            groups,
+        })
     }
 }
 
@@ -194,10 +220,17 @@ fn absolute(g: &Group) -> String {
 
 impl Reporter {
     /// `top` and every live group below it, parents first, siblings by
-    /// name. Exact as of the start for every group: each controller is
-    /// flushed once at `top` first. Cost: one subtree flush per
-    /// controller, then per group a reference, a lock-free copy per
-    /// controller and a few loads for memory; allocates the snapshot.
+    /// name. Exact as of the start for every group, and consistent across
+    /// groups for the controllers' stat items (see the [module
+    /// docs](crate::report#consistency-across-groups)): each controller is
+    /// flushed once at `top` and every group's totals are copied under the
+    /// same hold of its flush lock.
+    ///
+    /// Cost: first a walk of the subtree (each group's child lock, one
+    /// reference per group); then per controller its flush lock, held for
+    /// one subtree flush and a copy of every group's totals (other readers
+    /// of that controller wait meanwhile; updates do not); then a few
+    /// lock-free loads per group for memory. Allocates the snapshot.
     ///
     /// Errors: [`Error::ForeignGroup`](crate::Error::ForeignGroup) for a
     /// group of another engine.
@@ -209,15 +242,16 @@ impl Reporter {
     /// most `max_depth` below the root (the root is depth 0): a tree's
     /// long-lived levels (tenants, services) without its per-request
     /// leaves. Groups below `max_depth` are not visited at all; their
-    /// history is in their ancestors' hierarchical values.
+    /// history is in their ancestors' hierarchical values, so at the
+    /// deepest level shown a group's hierarchical values exceed its local
+    /// ones with no children listed.
     pub fn snapshot_depth(&self, top: &Group, max_depth: usize) -> Result<Snapshot> {
         self.check_engine(top)?;
         let mut r = Reading::new(self);
-        for c in &r.ctls {
-            c.flush(top)?;
-        }
         // Depth-first, children pushed in reverse so they pop by name;
-        // paths built from the parent's, not by walking up.
+        // paths built from the parent's, not by walking up. Walked before
+        // any flush lock is taken: the walk takes each group's child lock,
+        // and the references it takes are dropped after the locks.
         let mut stack = vec![(top.clone(), absolute(top))];
         while let Some((g, path)) = stack.pop() {
             if g.depth() < max_depth {
@@ -230,9 +264,10 @@ impl Reporter {
                     stack.push((k, p));
                 }
             }
-            r.push(&g, path)?;
+            r.groups.push(g);
+            r.paths.push(path);
         }
-        Ok(r.out)
+        r.finish(&[top])
     }
 
     /// The whole tree: [`snapshot`](Self::snapshot) of the root.
@@ -243,15 +278,37 @@ impl Reporter {
     /// The given groups, in the order given (live or removed; each read
     /// exactly). For an exporter reporting the groups a
     /// [`RemovalWatch`](crate::group::watch::RemovalWatch) collected.
+    ///
+    /// Consistent as [`snapshot`](Self::snapshot) is among the groups
+    /// given: per controller, under one hold of its flush lock, the
+    /// subtree of every group given that has no ancestor among them is
+    /// flushed, then every group's totals are copied. Cost: those
+    /// flushes and copies with the lock held, plus an ancestor walk per
+    /// group.
     pub fn snapshot_groups(&self, groups: &[Group]) -> Result<Snapshot> {
         let mut r = Reading::new(self);
         for g in groups {
             self.check_engine(g)?;
-            for c in &r.ctls {
-                c.flush(g)?;
-            }
-            r.push(g, absolute(g))?;
         }
-        Ok(r.out)
+        let ids: HashSet<u64> = groups.iter().map(Group::id).collect();
+        // Subtrees of the groups with no ancestor in the list cover every
+        // group in it and are disjoint, so flushing one changes no totals
+        // in another.
+        let tops: Vec<&Group> = groups
+            .iter()
+            .filter(|g| {
+                let mut p = g.inner().parent.as_ref();
+                while let Some(a) = p {
+                    if ids.contains(&a.id()) {
+                        return false;
+                    }
+                    p = a.inner().parent.as_ref();
+                }
+                true
+            })
+            .collect();
+        r.groups = groups.to_vec();
+        r.paths = groups.iter().map(absolute).collect();
+        r.finish(&tops)
     }
 }
