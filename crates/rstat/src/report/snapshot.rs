@@ -161,11 +161,21 @@ impl Reading {
 
     /// Read every group: per controller, flush the subtrees of `flush` and
     /// copy every group's totals under one hold of its flush lock
-    /// ([`ControllerHandle::read_consistent`]); then the memory state,
+    /// ([`ControllerHandle::read_consistent`]), after the heap deltas the
+    /// memory controller's stocks keep were added to its stat items; then
+    /// the memory state,
     /// children before parents (the reverse of the pre-order), so counts
     /// raised bottom-up (`memory.events`) are read at a child before its
     /// parent.
     fn finish(self, flush: &[&Group]) -> Result<Snapshot> {
+        // The allocator's heap deltas still kept in stock slots go into
+        // the memory controller's stat items first, so the `heap*` items
+        // are exact as of the start like the rest.
+        if let Some(m) = &self.mem {
+            for g in flush {
+                m.flush_heap_stats(g).map_err(mem_err)?;
+            }
+        }
         let per_ctl = self
             .ctls
             .iter()

@@ -359,3 +359,35 @@ fn check_hierarchical_sums(snap: &Snapshot, policy: crate::FlushPolicy) {
         }
     }
 }
+
+/// A snapshot's `heap*` memory stat items include the accounting
+/// allocator's deltas still kept in stock slots (fewer than a batch of
+/// operations, not yet added to the stat items): exact as of the start.
+#[test]
+fn snapshot_heap_items_include_what_the_stocks_keep() {
+    let rs = Rstat::new();
+    let mem = Memory::register_with(&rs, crate::alloc::heap_config()).unwrap();
+    let t = rs.root().create_child("tenant").unwrap();
+    // Slot 0 (any slot in range would do).
+    let cpu = 0;
+    // Two objects through the allocator's charge path: the first fills the
+    // stock, the second is taken from it, its deltas kept in the slot.
+    let objs: Vec<_> = (0..2)
+        .map(|_| mem.heap_charge(&t, 100, 4, cpu).unwrap())
+        .collect();
+    let snap = Reporter::new(&rs).snapshot(&t).unwrap();
+    let ci = snap
+        .controllers
+        .iter()
+        .position(|c| c.name == "memory")
+        .unwrap();
+    let items = &snap.controllers[ci].items;
+    let at = |name: &str| items.iter().position(|n| n == name).unwrap();
+    let local = &snap.groups[0].stats[ci].local;
+    assert_eq!(local[at("heap")], 200, "{items:?} {local:?}");
+    assert_eq!(local[at("heap_allocs")], 2);
+    for x in objs {
+        // SAFETY: each charge's reference, given back once.
+        unsafe { mem.heap_uncharge(x, 100, 4, cpu) };
+    }
+}
