@@ -13,7 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Most items one counter set can have.
+// Most items one counter set can have (Rust's `rstat::MAX_STAT_ITEMS`):
+// a set of this many registers, one more is `RSTAT_EINVAL`.
 #define RSTAT_MAX_ITEMS 4096
 
 // `rstat_read_exact` / `rstat_counters_read` flag: the group's local

@@ -11,8 +11,10 @@ use crate::error::{ffi, null_arg, CError, CResult, RSTAT_EINVAL, RSTAT_ERANGE};
 use crate::table::{race_window, same_engine, to_ptr, CountersEntry, Entry, TABLE};
 use crate::{rstat, rstat_counters, rstat_group};
 
-/// Most items one counter set can have.
+/// Most items one counter set can have (Rust's `rstat::MAX_STAT_ITEMS`):
+/// a set of this many registers, one more is `RSTAT_EINVAL`.
 pub const RSTAT_MAX_ITEMS: usize = 4096;
+const _: () = assert!(RSTAT_MAX_ITEMS == ::rstat::MAX_STAT_ITEMS);
 
 /// `rstat_read_exact` / `rstat_counters_read` flag: the group's local
 /// totals (its own updates only) instead of its hierarchical ones (its own
