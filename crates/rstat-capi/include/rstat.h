@@ -3,9 +3,12 @@
  * crates/rstat-capi/src; do not edit. SPDX-License-Identifier: MIT OR Apache-2.0
  *
  * Every function returns 0 or a negative RSTAT_E* code (the negated Linux
- * errno value), except rstat_abi_version and rstat_strerror. Handles are
- * opaque and checked: NULL, released, foreign or wrongly typed handles are
- * refused with an error, never dereferenced. Link: pkg-config --cflags --libs rstat */
+ * errno value), except rstat_abi_version and rstat_strerror. Each function's
+ * "Errors:" paragraph lists every code it can return, but one: any call may
+ * return RSTAT_ENOTRECOVERABLE (an internal error, a bug in rstat caught at
+ * the boundary). Handles are opaque and checked: NULL, released, foreign or
+ * wrongly typed handles are refused with an error, never dereferenced.
+ * Link: pkg-config --cflags --libs rstat */
 
 #ifndef RSTAT_H
 #define RSTAT_H
@@ -13,7 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Most items one counter set can have.
+// Most items one counter set can have (Rust's `rstat::MAX_STAT_ITEMS`):
+// a set of this many registers, one more is `RSTAT_EINVAL`.
 #define RSTAT_MAX_ITEMS 4096
 
 // `rstat_read_exact` / `rstat_counters_read` flag: the group's local
@@ -80,8 +84,10 @@
 // A background thread could not be started (`EAGAIN`).
 #define RSTAT_EAGAIN -11
 
-// A charge over `memory.max` that reclaim could not make room for
-// (`ENOMEM`); nothing was charged.
+// Out of memory (`ENOMEM`): a charge over `memory.max` that reclaim
+// could not make room for (nothing was charged), or the system refused
+// memory for the per-CPU state of a new rstat, group or counter set
+// (nothing was created). `rstat_last_error` says which.
 #define RSTAT_ENOMEM -12
 
 // A NULL or misaligned pointer argument (`EFAULT`).
@@ -100,8 +106,9 @@
 // The group has been removed (`ENODEV`).
 #define RSTAT_ENODEV -19
 
-// An invalid argument: a bad name, path, limit, flag, index or option
-// (`EINVAL`).
+// An invalid argument: a bad name, path, limit, amount, flag, index,
+// count, struct size or option; or a call out of order: an exit without
+// its enter, an enter while the thread exits (`EINVAL`).
 #define RSTAT_EINVAL -22
 
 // The handle table is full (`EMFILE`).
@@ -114,7 +121,8 @@
 // needed is in the length out-parameter.
 #define RSTAT_ERANGE -34
 
-// An amount too large to account (`EOVERFLOW`).
+// A value too large (`EOVERFLOW`): an amount or CPU time beyond what can
+// be accounted, or a group handle's 2^63rd owner.
 #define RSTAT_EOVERFLOW -75
 
 // A handle of the wrong type, e.g. a counter set passed as a group
@@ -227,7 +235,9 @@ extern "C" {
 // `rstat_group_exit(g)` (enters nest). A removed group is not entered:
 // its nearest live ancestor is.
 //
-// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`.
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EINVAL` (called
+// while the thread exits, from a thread-local destructor that runs after
+// this library's).
 //
 // Cost: the table's read lock, a group reference, two pushes (rstat's
 // per-thread stack and this library's), thread-local stores.
@@ -247,7 +257,8 @@ int rstat_group_exit(struct rstat_group *g);
 // group entered and not exited, or `rs`'s root if there is none (or it
 // belongs to another rstat). Put it with `rstat_group_put`.
 //
-// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`.
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
+// `RSTAT_EMFILE` (the handle table is full).
 //
 // # Safety
 // `out` must be NULL or valid for one write.
@@ -261,10 +272,15 @@ int rstat_current_group(struct rstat *rs, struct rstat_group **out);
 //
 // Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs; `RSTAT_EBADF` too if it
 // is freed by another thread during the call), `RSTAT_EFAULT` (`name`,
-// `items`, an item name or `out` NULL), `RSTAT_EINVAL` (no items, more
-// than `RSTAT_MAX_ITEMS`, duplicate or empty names, a unit that is not a
-// power of two), `RSTAT_EEXIST` (the name is taken), `RSTAT_ENOSPC` (16
-// controllers already).
+// `items`, an item name or `out` NULL; `items`, `units` or `out`
+// misaligned), `RSTAT_EINVAL` (no items, more than `RSTAT_MAX_ITEMS`, a
+// name that is not UTF-8, a set name that is not a valid group name, an
+// item name that is empty, a duplicate, over 255 bytes or with whitespace
+// or control characters, a unit that is not a power of two up to 2^32),
+// `RSTAT_EEXIST` (the name is taken),
+// `RSTAT_ENOSPC` (16 controllers already), `RSTAT_ENOMEM` (the system
+// refused memory for the per-CPU state), `RSTAT_EMFILE` (the handle table
+// is full). Nothing is registered on an error.
 //
 // Cost: the topology lock; per-CPU state for every group.
 //
@@ -278,7 +294,8 @@ int rstat_counters_register(struct rstat *rs, const char *name, const char *cons
 // by index).
 //
 // Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
-// `RSTAT_ENOENT` (no such item; `rstat_last_error` lists them).
+// `RSTAT_EINVAL` (`name` is not UTF-8), `RSTAT_ENOENT` (no such item;
+// `rstat_last_error` lists them).
 //
 // # Safety
 // `name` must be NULL or NUL-terminated; `out` NULL or valid.
@@ -326,6 +343,10 @@ int rstat_read_exact(struct rstat_counters *cs, struct rstat_group *g, uint32_t 
 // more than 64 × nr_cpus units are pending, so the result may lag by at
 // most that much).
 //
+// Errors: as `rstat_read_exact`: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`,
+// `RSTAT_EXDEV`, `RSTAT_EINVAL` (unknown flag), `RSTAT_ERANGE` (`len` too
+// small; nothing written), `RSTAT_EFAULT`.
+//
 // # Safety
 // `values` must be NULL or valid for `len` writes.
 int rstat_counters_read(struct rstat_counters *cs, struct rstat_group *g, uint32_t flags, int64_t *values, size_t len);
@@ -341,10 +362,13 @@ uint32_t rstat_abi_version(void);
 // NULL for the defaults. `*out` gets the handle; free it with
 // `rstat_free`.
 //
-// Errors: `RSTAT_EFAULT` (`out` NULL), `RSTAT_EINVAL` (unknown flag or
-// policy, `size` below `RSTAT_OPTIONS_SIZE_VER0`, period or batch out of
-// range), `RSTAT_E2BIG` (fields this library does not know are set),
-// `RSTAT_EAGAIN` (the flusher thread could not start).
+// Errors: `RSTAT_EFAULT` (`out` NULL, or `out` or `opts` misaligned),
+// `RSTAT_EINVAL` (unknown flag or policy, `size` below
+// `RSTAT_OPTIONS_SIZE_VER0`, period or batch out of range), `RSTAT_E2BIG`
+// (fields this library does not know are set), `RSTAT_EAGAIN` (the
+// flusher thread could not start), `RSTAT_ENOMEM` (the system refused
+// memory for the per-CPU state, e.g. of an `nr_cpus` far above the
+// machine's), `RSTAT_EMFILE` (the handle table is full).
 //
 // Cost: allocations, and a thread for the periodic flusher.
 //
@@ -365,7 +389,8 @@ int rstat_free(struct rstat *rs);
 
 // A new handle on the root group (put it with `rstat_group_put`).
 //
-// Errors: `RSTAT_EBADF`, `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT` (`out` NULL).
+// Errors: `RSTAT_EBADF`, `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT` (`out` NULL),
+// `RSTAT_EMFILE` (the handle table is full).
 //
 // # Safety
 // `out` must be NULL or valid for one write.
@@ -390,8 +415,10 @@ const char *rstat_strerror(int code);
 // Copy this thread's last error message (the failure of the most recent
 // call on this thread that failed; "" if none has) into `buf` of `len`
 // bytes, NUL-terminated. `*out_len` (may be NULL) gets its length, or on
-// `RSTAT_ERANGE` the size needed. Returns 0, `RSTAT_ERANGE` (buffer too
-// small: nothing copied), or `RSTAT_EFAULT`. Does not change the message.
+// `RSTAT_ERANGE` the size needed. Does not change the message.
+//
+// Errors: `RSTAT_ERANGE` (buffer too small: nothing copied),
+// `RSTAT_EFAULT`.
 //
 // # Safety
 // `buf` must be NULL or valid for `len` bytes; `out_len` NULL or valid.
@@ -402,8 +429,11 @@ int rstat_last_error(char *buf, size_t len, size_t *out_len);
 //
 // Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (parent; `RSTAT_EBADF` too
 // if its rstat is freed by another thread during the call), `RSTAT_EFAULT`
-// (`name` or `out` NULL), `RSTAT_EINVAL` (bad name), `RSTAT_EEXIST` (a
-// sibling has that name), `RSTAT_ENODEV` (parent removed).
+// (`name` or `out` NULL), `RSTAT_EINVAL` (bad name, or not UTF-8),
+// `RSTAT_EEXIST` (a sibling has that name), `RSTAT_ENODEV` (parent
+// removed), `RSTAT_ENOMEM` (the system refused memory for the group's
+// per-CPU state; nothing is created), `RSTAT_EMFILE` (the handle table is
+// full; nothing is created).
 //
 // Cost: the engine's topology lock, per-CPU arena allocations, and the
 // handle table's write lock.
@@ -418,9 +448,10 @@ int rstat_group_create(struct rstat_group *parent, const char *name, struct rsta
 //
 // Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs; `RSTAT_EBADF` too if it
 // is freed by another thread during the call), `RSTAT_EFAULT`,
-// `RSTAT_EINVAL` (a component is not a valid name, e.g. `"a//b"`),
-// `RSTAT_ENOENT` (no live group there; `rstat_last_error` names the
-// missing component).
+// `RSTAT_EINVAL` (a component is not a valid name, e.g. `"a//b"`, or the
+// path is not UTF-8), `RSTAT_ENOENT` (no live group there;
+// `rstat_last_error` names the missing component), `RSTAT_EMFILE` (the
+// handle table is full).
 //
 // Cost: one child-map lookup per component.
 //
@@ -510,8 +541,8 @@ int rstat_account_cputime(struct rstat_group *g, uint64_t user_usec, uint64_t sy
 // limit anyway.
 //
 // Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
-// `RSTAT_EINVAL` (bad text, e.g. `"-5"`, `"1.5"`, `"12Q"`, or bad
-// `which`; nothing changed), `RSTAT_ENODEV` (group removed),
+// `RSTAT_EINVAL` (bad text, e.g. `"-5"`, `"1.5"`, `"12Q"`, or not UTF-8,
+// or bad `which`; nothing changed), `RSTAT_ENODEV` (group removed),
 // `RSTAT_EOPNOTSUPP`.
 //
 // # Safety
@@ -536,10 +567,11 @@ int rstat_memory_limit(struct rstat_group *g, uint32_t which_limit, uint64_t *ou
 // `RSTAT_CHARGED_*` bits. Undo with `rstat_memory_uncharge` of the same
 // amount on the same handle.
 //
-// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EINVAL` (unknown
-// flag), `RSTAT_ENOMEM`, `RSTAT_EOVERFLOW` (amount above
-// `RSTAT_MEMORY_LIMIT_MAX`),
-// `RSTAT_EOPNOTSUPP`.
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT` (`out_flags`
+// misaligned), `RSTAT_EINVAL` (unknown flag), `RSTAT_ENOMEM` (over
+// `memory.max`, see above), `RSTAT_EOVERFLOW` (amount above
+// `RSTAT_MEMORY_LIMIT_MAX`, or a forced charge that would take a usage
+// past it), `RSTAT_EOPNOTSUPP`.
 //
 // Cost, served from this CPU's stock (at most the batch, 64 units by
 // default): the table's read lock, a few loads, one uncontended
@@ -554,8 +586,8 @@ int rstat_memory_try_charge(struct rstat_group *g, uint64_t amount, uint32_t fla
 // it was removed).
 //
 // Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EINVAL` (more than
-// the group's whole usage: nothing uncharged), `RSTAT_EOVERFLOW`,
-// `RSTAT_EOPNOTSUPP`.
+// the group's whole usage: nothing uncharged), `RSTAT_EOVERFLOW` (amount
+// above `RSTAT_MEMORY_LIMIT_MAX`), `RSTAT_EOPNOTSUPP`.
 //
 // Cost: as a charge served from the stock.
 int rstat_memory_uncharge(struct rstat_group *g, uint64_t amount);
@@ -564,6 +596,9 @@ int rstat_memory_uncharge(struct rstat_group *g, uint64_t amount);
 // descendants, including units pre-charged into per-CPU stocks (at most
 // the batch per CPU; `rstat_memory_drain` returns them).
 //
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
+// `RSTAT_EOPNOTSUPP`.
+//
 // # Safety
 // `out` must be NULL or valid for one write.
 int rstat_memory_current(struct rstat_group *g, uint64_t *out);
@@ -571,12 +606,17 @@ int rstat_memory_current(struct rstat_group *g, uint64_t *out);
 // `memory.peak` of the group in `*out`: the highest `memory.current`
 // seen.
 //
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
+// `RSTAT_EOPNOTSUPP`.
+//
 // # Safety
 // `out` must be NULL or valid for one write.
 int rstat_memory_peak(struct rstat_group *g, uint64_t *out);
 
 // Return the units every CPU's stock holds for the group's subtree to its
 // counters, so `memory.current` counts only what is charged.
+//
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EOPNOTSUPP`.
 //
 // Cost: every CPU's stock lock.
 int rstat_memory_drain(struct rstat_group *g);
@@ -601,8 +641,8 @@ int rstat_memory_read_events(struct rstat_group *g, uint32_t flags, struct rstat
 // on `RSTAT_ERANGE` the size needed (call again with a buffer that big).
 //
 // Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
-// `RSTAT_ENOENT` (no such file: `rstat_last_error` lists the files),
-// `RSTAT_ERANGE` (nothing copied).
+// `RSTAT_EINVAL` (`file` is not UTF-8), `RSTAT_ENOENT` (no such file:
+// `rstat_last_error` lists the files), `RSTAT_ERANGE` (nothing copied).
 //
 // Cost: exact: a `.stat` file flushes its counter set's subtree under
 // `g`; `memory.*` files are a few loads; allocates the text.

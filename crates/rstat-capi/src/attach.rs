@@ -27,7 +27,9 @@ thread_local! {
 /// `rstat_group_exit(g)` (enters nest). A removed group is not entered:
 /// its nearest live ancestor is.
 ///
-/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`.
+/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EINVAL` (called
+/// while the thread exits, from a thread-local destructor that runs after
+/// this library's).
 ///
 /// Cost: the table's read lock, a group reference, two pushes (rstat's
 /// per-thread stack and this library's), thread-local stores.
@@ -87,7 +89,8 @@ pub extern "C" fn rstat_group_exit(g: *mut rstat_group) -> c_int {
 /// group entered and not exited, or `rs`'s root if there is none (or it
 /// belongs to another rstat). Put it with `rstat_group_put`.
 ///
-/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`.
+/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
+/// `RSTAT_EMFILE` (the handle table is full).
 ///
 /// # Safety
 /// `out` must be NULL or valid for one write.

@@ -11,8 +11,10 @@ use crate::error::{ffi, null_arg, CError, CResult, RSTAT_EINVAL, RSTAT_ERANGE};
 use crate::table::{race_window, same_engine, to_ptr, CountersEntry, Entry, TABLE};
 use crate::{rstat, rstat_counters, rstat_group};
 
-/// Most items one counter set can have.
+/// Most items one counter set can have (Rust's `rstat::MAX_STAT_ITEMS`):
+/// a set of this many registers, one more is `RSTAT_EINVAL`.
 pub const RSTAT_MAX_ITEMS: usize = 4096;
+const _: () = assert!(RSTAT_MAX_ITEMS == ::rstat::MAX_STAT_ITEMS);
 
 /// `rstat_read_exact` / `rstat_counters_read` flag: the group's local
 /// totals (its own updates only) instead of its hierarchical ones (its own
@@ -27,10 +29,15 @@ pub const RSTAT_READ_LOCAL: u32 = 1;
 ///
 /// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs; `RSTAT_EBADF` too if it
 /// is freed by another thread during the call), `RSTAT_EFAULT` (`name`,
-/// `items`, an item name or `out` NULL), `RSTAT_EINVAL` (no items, more
-/// than `RSTAT_MAX_ITEMS`, duplicate or empty names, a unit that is not a
-/// power of two), `RSTAT_EEXIST` (the name is taken), `RSTAT_ENOSPC` (16
-/// controllers already).
+/// `items`, an item name or `out` NULL; `items`, `units` or `out`
+/// misaligned), `RSTAT_EINVAL` (no items, more than `RSTAT_MAX_ITEMS`, a
+/// name that is not UTF-8, a set name that is not a valid group name, an
+/// item name that is empty, a duplicate, over 255 bytes or with whitespace
+/// or control characters, a unit that is not a power of two up to 2^32),
+/// `RSTAT_EEXIST` (the name is taken),
+/// `RSTAT_ENOSPC` (16 controllers already), `RSTAT_ENOMEM` (the system
+/// refused memory for the per-CPU state), `RSTAT_EMFILE` (the handle table
+/// is full). Nothing is registered on an error.
 ///
 /// Cost: the topology lock; per-CPU state for every group.
 ///
@@ -91,7 +98,8 @@ pub unsafe extern "C" fn rstat_counters_register(
 /// by index).
 ///
 /// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
-/// `RSTAT_ENOENT` (no such item; `rstat_last_error` lists them).
+/// `RSTAT_EINVAL` (`name` is not UTF-8), `RSTAT_ENOENT` (no such item;
+/// `rstat_last_error` lists them).
 ///
 /// # Safety
 /// `name` must be NULL or NUL-terminated; `out` NULL or valid.
@@ -252,6 +260,10 @@ pub unsafe extern "C" fn rstat_read_exact(
 /// default kernel v6.8's threshold: no flush, a lock-free copy, unless
 /// more than 64 × nr_cpus units are pending, so the result may lag by at
 /// most that much).
+///
+/// Errors: as `rstat_read_exact`: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`,
+/// `RSTAT_EXDEV`, `RSTAT_EINVAL` (unknown flag), `RSTAT_ERANGE` (`len` too
+/// small; nothing written), `RSTAT_EFAULT`.
 ///
 /// # Safety
 /// `values` must be NULL or valid for `len` writes.

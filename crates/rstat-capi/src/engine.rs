@@ -129,10 +129,13 @@ fn build(o: &rstat_options) -> Result<Engine, CError> {
 /// NULL for the defaults. `*out` gets the handle; free it with
 /// `rstat_free`.
 ///
-/// Errors: `RSTAT_EFAULT` (`out` NULL), `RSTAT_EINVAL` (unknown flag or
-/// policy, `size` below `RSTAT_OPTIONS_SIZE_VER0`, period or batch out of
-/// range), `RSTAT_E2BIG` (fields this library does not know are set),
-/// `RSTAT_EAGAIN` (the flusher thread could not start).
+/// Errors: `RSTAT_EFAULT` (`out` NULL, or `out` or `opts` misaligned),
+/// `RSTAT_EINVAL` (unknown flag or policy, `size` below
+/// `RSTAT_OPTIONS_SIZE_VER0`, period or batch out of range), `RSTAT_E2BIG`
+/// (fields this library does not know are set), `RSTAT_EAGAIN` (the
+/// flusher thread could not start), `RSTAT_ENOMEM` (the system refused
+/// memory for the per-CPU state, e.g. of an `nr_cpus` far above the
+/// machine's), `RSTAT_EMFILE` (the handle table is full).
 ///
 /// Cost: allocations, and a thread for the periodic flusher.
 ///
@@ -195,7 +198,8 @@ pub extern "C" fn rstat_free(rs: *mut rstat) -> c_int {
 
 /// A new handle on the root group (put it with `rstat_group_put`).
 ///
-/// Errors: `RSTAT_EBADF`, `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT` (`out` NULL).
+/// Errors: `RSTAT_EBADF`, `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT` (`out` NULL),
+/// `RSTAT_EMFILE` (the handle table is full).
 ///
 /// # Safety
 /// `out` must be NULL or valid for one write.

@@ -13,6 +13,7 @@ use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ::rstat::memory::MemoryError;
+use ::rstat::percpu::arena::ArenaError;
 
 /// Success.
 pub const RSTAT_OK: c_int = 0;
@@ -28,8 +29,10 @@ pub const RSTAT_E2BIG: c_int = -7;
 pub const RSTAT_EBADF: c_int = -9;
 /// A background thread could not be started (`EAGAIN`).
 pub const RSTAT_EAGAIN: c_int = -11;
-/// A charge over `memory.max` that reclaim could not make room for
-/// (`ENOMEM`); nothing was charged.
+/// Out of memory (`ENOMEM`): a charge over `memory.max` that reclaim
+/// could not make room for (nothing was charged), or the system refused
+/// memory for the per-CPU state of a new rstat, group or counter set
+/// (nothing was created). `rstat_last_error` says which.
 pub const RSTAT_ENOMEM: c_int = -12;
 /// A NULL or misaligned pointer argument (`EFAULT`).
 pub const RSTAT_EFAULT: c_int = -14;
@@ -42,8 +45,9 @@ pub const RSTAT_EEXIST: c_int = -17;
 pub const RSTAT_EXDEV: c_int = -18;
 /// The group has been removed (`ENODEV`).
 pub const RSTAT_ENODEV: c_int = -19;
-/// An invalid argument: a bad name, path, limit, flag, index or option
-/// (`EINVAL`).
+/// An invalid argument: a bad name, path, limit, amount, flag, index,
+/// count, struct size or option; or a call out of order: an exit without
+/// its enter, an enter while the thread exits (`EINVAL`).
 pub const RSTAT_EINVAL: c_int = -22;
 /// The handle table is full (`EMFILE`).
 pub const RSTAT_EMFILE: c_int = -24;
@@ -52,7 +56,8 @@ pub const RSTAT_ENOSPC: c_int = -28;
 /// The buffer given is too small for the result (`ERANGE`); the size
 /// needed is in the length out-parameter.
 pub const RSTAT_ERANGE: c_int = -34;
-/// An amount too large to account (`EOVERFLOW`).
+/// A value too large (`EOVERFLOW`): an amount or CPU time beyond what can
+/// be accounted, or a group handle's 2^63rd owner.
 pub const RSTAT_EOVERFLOW: c_int = -75;
 /// A handle of the wrong type, e.g. a counter set passed as a group
 /// (`EPROTOTYPE`).
@@ -109,7 +114,11 @@ impl From<::rstat::Error> for CError {
             E::CpuTimeOutOfRange { .. } => RSTAT_EOVERFLOW,
             E::ForeignGroup => RSTAT_EXDEV,
             E::Thread { .. } => RSTAT_EAGAIN,
-            E::Arena(_) => RSTAT_ENOMEM,
+            // The system allocator refused a chunk: out of memory.
+            E::Arena(ArenaError::OutOfMemory { .. }) => RSTAT_ENOMEM,
+            // Per-CPU state larger than an arena unit: no amount of memory
+            // helps (registration refuses such a counter set first).
+            E::Arena(ArenaError::TooLarge { .. }) => RSTAT_EINVAL,
             _ => RSTAT_EINVAL,
         };
         CError::new(code, e.to_string())
@@ -232,17 +241,17 @@ pub extern "C" fn rstat_strerror(code: c_int) -> *const c_char {
         }
         RSTAT_EBADF => c"bad handle: NULL, released, freed with its rstat, or never issued",
         RSTAT_EAGAIN => c"a background thread could not be started",
-        RSTAT_ENOMEM => c"over memory.max: the charge was refused after reclaim",
+        RSTAT_ENOMEM => c"out of memory: a charge over memory.max after reclaim, or no memory for new per-CPU state",
         RSTAT_EFAULT => c"NULL or misaligned pointer argument",
         RSTAT_EBUSY => c"the group still has live children",
         RSTAT_EEXIST => c"a group or counter set with that name already exists",
         RSTAT_EXDEV => c"handles from different rstat instances mixed in one call",
         RSTAT_ENODEV => c"the group has been removed",
-        RSTAT_EINVAL => c"invalid argument (name, path, limit, flag, index or option)",
+        RSTAT_EINVAL => c"invalid argument (name, path, limit, amount, flag, index, count, size or option), or a group exit without its enter",
         RSTAT_EMFILE => c"too many handles are open",
         RSTAT_ENOSPC => c"no room for another counter set in this rstat",
         RSTAT_ERANGE => c"buffer too small for the result",
-        RSTAT_EOVERFLOW => c"amount too large to account",
+        RSTAT_EOVERFLOW => c"value too large: an amount or CPU time beyond what can be accounted, or a handle's 2^63rd owner",
         RSTAT_EPROTOTYPE => c"handle of the wrong type",
         RSTAT_EOPNOTSUPP => c"this rstat was created without the controller this call needs",
         RSTAT_ENOTRECOVERABLE => c"internal error in rstat (a caught panic; see rstat_last_error)",
@@ -254,8 +263,10 @@ pub extern "C" fn rstat_strerror(code: c_int) -> *const c_char {
 /// Copy this thread's last error message (the failure of the most recent
 /// call on this thread that failed; "" if none has) into `buf` of `len`
 /// bytes, NUL-terminated. `*out_len` (may be NULL) gets its length, or on
-/// `RSTAT_ERANGE` the size needed. Returns 0, `RSTAT_ERANGE` (buffer too
-/// small: nothing copied), or `RSTAT_EFAULT`. Does not change the message.
+/// `RSTAT_ERANGE` the size needed. Does not change the message.
+///
+/// Errors: `RSTAT_ERANGE` (buffer too small: nothing copied),
+/// `RSTAT_EFAULT`.
 ///
 /// # Safety
 /// `buf` must be NULL or valid for `len` bytes; `out_len` NULL or valid.

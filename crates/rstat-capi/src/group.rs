@@ -20,8 +20,11 @@ use crate::{rstat, rstat_group};
 ///
 /// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (parent; `RSTAT_EBADF` too
 /// if its rstat is freed by another thread during the call), `RSTAT_EFAULT`
-/// (`name` or `out` NULL), `RSTAT_EINVAL` (bad name), `RSTAT_EEXIST` (a
-/// sibling has that name), `RSTAT_ENODEV` (parent removed).
+/// (`name` or `out` NULL), `RSTAT_EINVAL` (bad name, or not UTF-8),
+/// `RSTAT_EEXIST` (a sibling has that name), `RSTAT_ENODEV` (parent
+/// removed), `RSTAT_ENOMEM` (the system refused memory for the group's
+/// per-CPU state; nothing is created), `RSTAT_EMFILE` (the handle table is
+/// full; nothing is created).
 ///
 /// Cost: the engine's topology lock, per-CPU arena allocations, and the
 /// handle table's write lock.
@@ -62,9 +65,10 @@ pub unsafe extern "C" fn rstat_group_create(
 ///
 /// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE` (rs; `RSTAT_EBADF` too if it
 /// is freed by another thread during the call), `RSTAT_EFAULT`,
-/// `RSTAT_EINVAL` (a component is not a valid name, e.g. `"a//b"`),
-/// `RSTAT_ENOENT` (no live group there; `rstat_last_error` names the
-/// missing component).
+/// `RSTAT_EINVAL` (a component is not a valid name, e.g. `"a//b"`, or the
+/// path is not UTF-8), `RSTAT_ENOENT` (no live group there;
+/// `rstat_last_error` names the missing component), `RSTAT_EMFILE` (the
+/// handle table is full).
 ///
 /// Cost: one child-map lookup per component.
 ///

@@ -17,7 +17,9 @@
 //!   a per-process random value). No handle is ever dereferenced.
 //! - **Every function returns 0 or a negative errno-style code**
 //!   ([`error`]), except `rstat_abi_version` and `rstat_strerror`, which
-//!   cannot fail. Results go to out-parameters, which are checked for NULL
+//!   cannot fail. Each function's `Errors:` paragraph lists every code it
+//!   can return besides `RSTAT_ENOTRECOVERABLE` (below), which any call
+//!   can. Results go to out-parameters, which are checked for NULL
 //!   before anything changes. `rstat_strerror(code)` says what a code means;
 //!   `rstat_last_error` gives the full message of this thread's last
 //!   failure (which group, which limit, what to do next).

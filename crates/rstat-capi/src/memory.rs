@@ -109,8 +109,8 @@ fn memory_of(t: &Table, g: *mut rstat_group) -> CResult<(&Memory, &GroupEntry)> 
 /// limit anyway.
 ///
 /// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
-/// `RSTAT_EINVAL` (bad text, e.g. `"-5"`, `"1.5"`, `"12Q"`, or bad
-/// `which`; nothing changed), `RSTAT_ENODEV` (group removed),
+/// `RSTAT_EINVAL` (bad text, e.g. `"-5"`, `"1.5"`, `"12Q"`, or not UTF-8,
+/// or bad `which`; nothing changed), `RSTAT_ENODEV` (group removed),
 /// `RSTAT_EOPNOTSUPP`.
 ///
 /// # Safety
@@ -169,10 +169,11 @@ pub unsafe extern "C" fn rstat_memory_limit(
 /// `RSTAT_CHARGED_*` bits. Undo with `rstat_memory_uncharge` of the same
 /// amount on the same handle.
 ///
-/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EINVAL` (unknown
-/// flag), `RSTAT_ENOMEM`, `RSTAT_EOVERFLOW` (amount above
-/// `RSTAT_MEMORY_LIMIT_MAX`),
-/// `RSTAT_EOPNOTSUPP`.
+/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT` (`out_flags`
+/// misaligned), `RSTAT_EINVAL` (unknown flag), `RSTAT_ENOMEM` (over
+/// `memory.max`, see above), `RSTAT_EOVERFLOW` (amount above
+/// `RSTAT_MEMORY_LIMIT_MAX`, or a forced charge that would take a usage
+/// past it), `RSTAT_EOPNOTSUPP`.
 ///
 /// Cost, served from this CPU's stock (at most the batch, 64 units by
 /// default): the table's read lock, a few loads, one uncontended
@@ -224,8 +225,8 @@ pub unsafe extern "C" fn rstat_memory_try_charge(
 /// it was removed).
 ///
 /// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EINVAL` (more than
-/// the group's whole usage: nothing uncharged), `RSTAT_EOVERFLOW`,
-/// `RSTAT_EOPNOTSUPP`.
+/// the group's whole usage: nothing uncharged), `RSTAT_EOVERFLOW` (amount
+/// above `RSTAT_MEMORY_LIMIT_MAX`), `RSTAT_EOPNOTSUPP`.
 ///
 /// Cost: as a charge served from the stock.
 #[no_mangle]
@@ -242,6 +243,9 @@ pub extern "C" fn rstat_memory_uncharge(g: *mut rstat_group, amount: u64) -> c_i
 /// `memory.current` of the group in `*out`: units charged to it and its
 /// descendants, including units pre-charged into per-CPU stocks (at most
 /// the batch per CPU; `rstat_memory_drain` returns them).
+///
+/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
+/// `RSTAT_EOPNOTSUPP`.
 ///
 /// # Safety
 /// `out` must be NULL or valid for one write.
@@ -261,6 +265,9 @@ pub unsafe extern "C" fn rstat_memory_current(g: *mut rstat_group, out: *mut u64
 /// `memory.peak` of the group in `*out`: the highest `memory.current`
 /// seen.
 ///
+/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
+/// `RSTAT_EOPNOTSUPP`.
+///
 /// # Safety
 /// `out` must be NULL or valid for one write.
 #[no_mangle]
@@ -278,6 +285,8 @@ pub unsafe extern "C" fn rstat_memory_peak(g: *mut rstat_group, out: *mut u64) -
 
 /// Return the units every CPU's stock holds for the group's subtree to its
 /// counters, so `memory.current` counts only what is charged.
+///
+/// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EOPNOTSUPP`.
 ///
 /// Cost: every CPU's stock lock.
 #[no_mangle]

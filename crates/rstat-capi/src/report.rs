@@ -18,8 +18,8 @@ use crate::table::TABLE;
 /// on `RSTAT_ERANGE` the size needed (call again with a buffer that big).
 ///
 /// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
-/// `RSTAT_ENOENT` (no such file: `rstat_last_error` lists the files),
-/// `RSTAT_ERANGE` (nothing copied).
+/// `RSTAT_EINVAL` (`file` is not UTF-8), `RSTAT_ENOENT` (no such file:
+/// `rstat_last_error` lists the files), `RSTAT_ERANGE` (nothing copied).
 ///
 /// Cost: exact: a `.stat` file flushes its counter set's subtree under
 /// `g`; `memory.*` files are a few loads; allocates the text.

@@ -8,6 +8,11 @@ use std::ptr;
 
 use rstat_capi::*;
 
+mod common {
+    pub mod doc_codes;
+}
+use common::doc_codes;
+
 /// Every `extern "C"` function runs its body in `ffi` (or, for
 /// `rstat_last_error`, its own `catch_unwind`), except the two that cannot
 /// panic: a constant and a match over static strings.
@@ -193,4 +198,204 @@ fn pointers_structs_and_buffers() {
         assert_eq!(rstat_free(rs), 0);
         assert_eq!(rstat_add(cs, g, 0, 1), RSTAT_EBADF);
     }
+}
+
+/// `rc` is `want`, and `rstat.h` lists it among `func`'s errors.
+fn returns_documented(func: &str, rc: i32, want: i32) {
+    assert_eq!(
+        rc,
+        want,
+        "{func} returned {} instead of {}",
+        doc_codes::name(rc),
+        doc_codes::name(want)
+    );
+    let docs = doc_codes::documented();
+    let Some(listed) = docs.get(func) else {
+        panic!("{func} has no `Errors:` paragraph in rstat.h");
+    };
+    assert!(
+        listed.contains(&rc),
+        "{func} returns {} but its `Errors:` paragraph in rstat.h does not list it",
+        doc_codes::name(rc)
+    );
+}
+
+/// Every function that returns a code has an `Errors:` paragraph in
+/// `rstat.h` (what the header's preamble promises).
+#[test]
+fn every_function_that_can_fail_documents_its_errors() {
+    let docs = doc_codes::documented();
+    let header = include_str!("../include/rstat.h");
+    let mut seen = 0;
+    for line in header.lines().filter(|l| l.starts_with("int rstat_")) {
+        let name = &line["int ".len()..line.find('(').unwrap()];
+        assert!(
+            docs.get(name).is_some_and(|c| !c.is_empty()),
+            "{name} has no `Errors:` paragraph naming its codes"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 30, "found only {seen} functions");
+}
+
+/// Codes that calls return on paths their documentation once left out:
+/// each is returned, and listed in the function's `Errors:` paragraph.
+#[test]
+fn every_code_a_call_returns_is_in_its_documentation() {
+    let opts = rstat_options {
+        size: std::mem::size_of::<rstat_options>() as u32,
+        flags: RSTAT_OPT_NO_PERIODIC_FLUSH | RSTAT_OPT_NO_MEMORY,
+        nr_cpus: 2,
+        ..Default::default()
+    };
+    let mut rs: *mut rstat = ptr::null_mut();
+    let mut root: *mut rstat_group = ptr::null_mut();
+    let mut raw = [0u64; 4];
+    // SAFETY: valid pointers, except the misaligned ones the calls must
+    // refuse before using them.
+    unsafe {
+        let misaligned = raw.as_mut_ptr().cast::<u8>().add(1);
+        returns_documented(
+            "rstat_new",
+            rstat_new(misaligned.cast(), &mut rs),
+            RSTAT_EFAULT,
+        );
+        assert_eq!(rstat_new(&opts, &mut rs), 0);
+        assert_eq!(rstat_root(rs, &mut root), 0);
+        let items = [c"a".as_ptr()];
+        let mut cs: *mut rstat_counters = ptr::null_mut();
+        assert_eq!(
+            rstat_counters_register(rs, c"io".as_ptr(), items.as_ptr(), ptr::null(), 1, &mut cs),
+            0
+        );
+        let mut x: *mut rstat_counters = ptr::null_mut();
+        returns_documented(
+            "rstat_counters_register",
+            rstat_counters_register(
+                rs,
+                c"big".as_ptr(),
+                items.as_ptr(),
+                ptr::null(),
+                RSTAT_MAX_ITEMS + 1,
+                &mut x,
+            ),
+            RSTAT_EINVAL,
+        );
+        returns_documented(
+            "rstat_counters_register",
+            rstat_counters_register(rs, c"\xff".as_ptr(), items.as_ptr(), ptr::null(), 1, &mut x),
+            RSTAT_EINVAL,
+        );
+        let mut idx = 0u32;
+        returns_documented(
+            "rstat_counters_item",
+            rstat_counters_item(cs, c"\xff".as_ptr(), &mut idx),
+            RSTAT_EINVAL,
+        );
+        let mut v = [0i64; 1];
+        returns_documented(
+            "rstat_counters_read",
+            rstat_counters_read(cs, root, 0, v.as_mut_ptr(), 0),
+            RSTAT_ERANGE,
+        );
+        returns_documented(
+            "rstat_counters_read",
+            rstat_counters_read(cs, root, 8, v.as_mut_ptr(), 1),
+            RSTAT_EINVAL,
+        );
+        returns_documented(
+            "rstat_counters_read",
+            rstat_counters_read(cs, root, 0, ptr::null_mut(), 1),
+            RSTAT_EFAULT,
+        );
+        returns_documented(
+            "rstat_counters_read",
+            rstat_counters_read(root.cast(), root, 0, v.as_mut_ptr(), 1),
+            RSTAT_EPROTOTYPE,
+        );
+        let mut buf = [0 as c_char; 16];
+        returns_documented(
+            "rstat_read",
+            rstat_read(
+                root,
+                c"\xff".as_ptr(),
+                buf.as_mut_ptr(),
+                buf.len(),
+                ptr::null_mut(),
+            ),
+            RSTAT_EINVAL,
+        );
+        // Without a memory controller.
+        let mut u = 0u64;
+        for (func, rc) in [
+            ("rstat_memory_current", rstat_memory_current(root, &mut u)),
+            ("rstat_memory_peak", rstat_memory_peak(root, &mut u)),
+            ("rstat_memory_drain", rstat_memory_drain(root)),
+        ] {
+            returns_documented(func, rc, RSTAT_EOPNOTSUPP);
+        }
+        returns_documented(
+            "rstat_memory_current",
+            rstat_memory_current(root, ptr::null_mut()),
+            RSTAT_EFAULT,
+        );
+        returns_documented(
+            "rstat_memory_peak",
+            rstat_memory_peak(root, ptr::null_mut()),
+            RSTAT_EFAULT,
+        );
+        returns_documented(
+            "rstat_memory_drain",
+            rstat_memory_drain(cs.cast()),
+            RSTAT_EPROTOTYPE,
+        );
+        assert_eq!(rstat_free(rs), 0);
+
+        // With one: a misaligned result pointer.
+        let opts = rstat_options {
+            flags: RSTAT_OPT_NO_PERIODIC_FLUSH,
+            ..opts
+        };
+        assert_eq!(rstat_new(&opts, &mut rs), 0);
+        assert_eq!(rstat_root(rs, &mut root), 0);
+        returns_documented(
+            "rstat_memory_try_charge",
+            rstat_memory_try_charge(root, 1, 0, misaligned.cast()),
+            RSTAT_EFAULT,
+        );
+        assert_eq!(rstat_free(rs), 0);
+    }
+}
+
+/// Per-CPU state the system cannot give (here: slots for 2^32 CPUs, more
+/// address space than there is) is `RSTAT_ENOMEM`, documented for
+/// `rstat_new`, and `rstat_strerror` describes that case too, not only a
+/// charge over `memory.max`. (Not under Miri: it would try to allocate.)
+#[cfg_attr(miri, ignore)]
+#[test]
+fn per_cpu_state_the_system_refuses_is_enomem_and_described_as_such() {
+    let opts = rstat_options {
+        size: std::mem::size_of::<rstat_options>() as u32,
+        flags: RSTAT_OPT_NO_PERIODIC_FLUSH,
+        nr_cpus: u32::MAX,
+        ..Default::default()
+    };
+    let mut rs: *mut rstat = ptr::null_mut();
+    // SAFETY: valid pointers.
+    let rc = unsafe { rstat_new(&opts, &mut rs) };
+    returns_documented("rstat_new", rc, RSTAT_ENOMEM);
+    assert!(rs.is_null());
+    let mut msg = [0 as c_char; 512];
+    // SAFETY: a buffer of that length.
+    unsafe { rstat_last_error(msg.as_mut_ptr(), msg.len(), ptr::null_mut()) };
+    // SAFETY: NUL-terminated by rstat_last_error.
+    let msg = unsafe { std::ffi::CStr::from_ptr(msg.as_ptr()) };
+    assert!(msg.to_str().unwrap().contains("per-CPU"), "{msg:?}");
+    // SAFETY: a static NUL-terminated string.
+    let what = unsafe { std::ffi::CStr::from_ptr(rstat_strerror(RSTAT_ENOMEM)) };
+    let what = what.to_str().unwrap();
+    assert!(
+        what.contains("memory.max") && what.contains("per-CPU"),
+        "rstat_strerror(RSTAT_ENOMEM) does not fit both causes: {what:?}"
+    );
 }

@@ -7,7 +7,8 @@
 //! Checked after every call: a handle the model says is NULL or dead gives
 //! exactly `RSTAT_EBADF`, a live one of the wrong kind `RSTAT_EPROTOTYPE`,
 //! live ones of two rstats `RSTAT_EXDEV`; no call ever returns
-//! `RSTAT_ENOTRECOVERABLE` (a caught panic) or a code outside the header's;
+//! `RSTAT_ENOTRECOVERABLE` (a caught panic) or a code outside the header's
+//! or outside the ones the function's `Errors:` paragraph lists;
 //! every exact read equals the sum of the adds in the group's subtree
 //! (removed groups' history included).
 //!
@@ -19,6 +20,11 @@ use std::ptr;
 
 use proptest::prelude::*;
 use rstat_capi::*;
+
+mod common {
+    pub mod doc_codes;
+}
+use common::doc_codes;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -238,9 +244,39 @@ impl Model {
     }
 }
 
+/// The C function behind each `check` label.
+fn function(what: &str) -> String {
+    match what {
+        "add" | "free" | "new" | "read" | "read_exact" | "root" => format!("rstat_{what}"),
+        "create" | "enter" | "exit" | "get" | "lookup" | "put" | "remove" => {
+            format!("rstat_group_{what}")
+        }
+        "charge" => "rstat_memory_try_charge".into(),
+        "uncharge" | "set_limit" => format!("rstat_memory_{what}"),
+        "cpu" => "rstat_cpu_counters".into(),
+        "register" => "rstat_counters_register".into(),
+        _ => panic!("no C function known for check label {what:?}"),
+    }
+}
+
+thread_local! {
+    static DOCUMENTED: std::collections::HashMap<String, std::collections::HashSet<i32>> =
+        doc_codes::documented();
+}
+
 fn check(rc: i32, want: Option<i32>, what: &str) -> Result<(), TestCaseError> {
     prop_assert!(KNOWN_CODES.contains(&rc), "{what}: unknown code {rc}");
     prop_assert_ne!(rc, RSTAT_ENOTRECOVERABLE, "{}: a panic was caught", what);
+    if rc != 0 {
+        let func = function(what);
+        let listed = DOCUMENTED.with(|d| d.get(&func).is_some_and(|c| c.contains(&rc)));
+        prop_assert!(
+            listed,
+            "{} returned {}, which its `Errors:` paragraph in rstat.h does not list",
+            func,
+            doc_codes::name(rc)
+        );
+    }
     if let Some(w) = want {
         prop_assert_eq!(rc, w, "{}", what);
     }

@@ -133,7 +133,7 @@ pub use attach::{current_group, EnterGuard};
 pub use controller::counters::{
     ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle, StatItem,
 };
-pub use controller::{Controller, FlushCtx, Totals, MAX_STAT_UNIT};
+pub use controller::{Controller, FlushCtx, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};
 pub use engine::policy::FlushPolicy;
 pub use engine::{
     Builder, Rstat, UpdatePath, CPU_STAT_NAMES, DEFAULT_PERIOD, MAX_CONTROLLERS, ROOT_GROUP_ID,

@@ -60,6 +60,43 @@ fn stat_items_are_checked_once_and_then_cannot_fail() {
     );
 }
 
+/// The documented maximum registers and works to its last item, in a
+/// group that existed before and one made after; one more is refused with
+/// a reason. (Miri's arena units are smaller, so fewer items fit there.)
+#[cfg_attr(miri, ignore)]
+#[test]
+fn a_counter_set_of_the_documented_maximum_registers_and_one_more_does_not() {
+    const MAX: usize = 4096;
+    let rs = engine(2);
+    let before = rs.root().create_child("before").unwrap();
+    let names: Vec<String> = (0..=MAX).map(|i| format!("i{i}")).collect();
+    let items: Vec<&str> = names.iter().map(String::as_str).collect();
+    let big = rs.register_counters("big", &items[..MAX]).unwrap();
+    let after = before.create_child("after").unwrap();
+    big.add(&after, MAX - 1, 7).unwrap();
+    big.add(&before, MAX - 1, 5).unwrap();
+    big.add(&before, 0, 1).unwrap();
+    let s = big.read_exact(&before).unwrap();
+    assert_eq!(s.hierarchical().len(), MAX);
+    assert_eq!(s.hierarchical()[MAX - 1], 12);
+    assert_eq!(s.local()[MAX - 1], 5);
+    assert_eq!(s.get(&format!("i{}", MAX - 1)), Some(12));
+    assert_eq!(big.read_exact(rs.root()).unwrap().hierarchical()[0], 1);
+    after.remove().unwrap();
+    assert_eq!(big.read_exact(&before).unwrap().hierarchical()[MAX - 1], 12);
+
+    let e = rs.register_counters("bigger", &items).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidController { .. }),
+        "not a registration error: {e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("{}", MAX + 1)) && msg.contains(&format!("{MAX}")),
+        "the message says how many were given and the most allowed: {msg}"
+    );
+}
+
 #[test]
 fn unknown_stat_name_lists_at_most_sixteen_items() {
     let e = Error::UnknownStatName {

@@ -358,6 +358,48 @@ static void test_counters(void) {
     CHECK_OK(rstat_free(other));
 }
 
+/* A counter set of RSTAT_MAX_ITEMS items registers, and its last item
+ * counts; one item more is an invalid argument. */
+static void test_max_items(void) {
+    rstat *rs = new_rstat();
+    rstat_group *root, *t;
+    CHECK_OK(rstat_root(rs, &root));
+    CHECK_OK(rstat_group_create(root, "tenant", &t));
+    static char names[RSTAT_MAX_ITEMS + 1][16];
+    static const char *items[RSTAT_MAX_ITEMS + 1];
+    for (size_t i = 0; i <= RSTAT_MAX_ITEMS; i++) {
+        snprintf(names[i], sizeof names[i], "i%zu", i);
+        items[i] = names[i];
+    }
+    rstat_counters *big = NULL, *x = NULL;
+    CHECK_OK(rstat_counters_register(rs, "big", items, NULL, RSTAT_MAX_ITEMS, &big));
+    size_t len = 0;
+    CHECK_OK(rstat_counters_len(big, &len));
+    CHECK_EQ(len, RSTAT_MAX_ITEMS);
+    uint32_t last = 0;
+    char last_name[16];
+    snprintf(last_name, sizeof last_name, "i%d", RSTAT_MAX_ITEMS - 1);
+    CHECK_OK(rstat_counters_item(big, last_name, &last));
+    CHECK_EQ(last, RSTAT_MAX_ITEMS - 1);
+    rstat_group *r = NULL;
+    CHECK_OK(rstat_group_create(t, "req", &r)); /* made after the set */
+    CHECK_OK(rstat_add(big, r, last, 7));
+    CHECK_OK(rstat_add(big, t, last, 5));
+    CHECK_OK(rstat_add(big, t, 0, 1));
+    static int64_t v[RSTAT_MAX_ITEMS];
+    CHECK_OK(rstat_read_exact(big, t, 0, v, RSTAT_MAX_ITEMS));
+    CHECK_EQ(v[RSTAT_MAX_ITEMS - 1], 12);
+    CHECK_EQ(v[0], 1);
+    CHECK_OK(rstat_read_exact(big, t, RSTAT_READ_LOCAL, v, RSTAT_MAX_ITEMS));
+    CHECK_EQ(v[RSTAT_MAX_ITEMS - 1], 5);
+    CHECK_OK(rstat_counters_read(big, root, 0, v, RSTAT_MAX_ITEMS));
+    CHECK_EQ(v[RSTAT_MAX_ITEMS - 1] <= 12, 1); /* by policy: may lag */
+    CHECK_RC(rstat_counters_register(rs, "bigger", items, NULL, RSTAT_MAX_ITEMS + 1, &x),
+             RSTAT_EINVAL);
+    CHECK_OK(rstat_group_put(r));
+    CHECK_OK(rstat_free(rs));
+}
+
 static void test_memory(void) {
     rstat *rs = new_rstat();
     rstat_group *root, *t, *r;
@@ -572,6 +614,7 @@ int main(void) {
     test_new_and_options();
     test_groups();
     test_counters();
+    test_max_items();
     test_memory();
     test_read();
     test_enter_exit();

@@ -4,7 +4,13 @@
 //! It fetches the exporter's `/snapshot.json` (the live tree with every
 //! controller's local and hierarchical totals and the memory state) every
 //! interval; CPU % and the controllers' per-second columns are the change
-//! between two fetches. On a terminal it is full-screen ([`tui`]): sortable
+//! between two fetches. Those columns count up: a value that went down
+//! means a new series (the exporter restarted, or a group was created
+//! again under the same path), and no rate is shown across it (`-` for
+//! that frame, never a negative figure); when the root's CPU time went
+//! down the whole process restarted and no row has rates in that frame.
+//! An item that is a gauge (it can go down) shows `-` when it fell.
+//! On a terminal it is full-screen ([`tui`]): sortable
 //! columns, collapsible subtrees. With `--once`, or when stdout is not a
 //! terminal, it prints plain tables (`--once`: one, after two fetches an
 //! interval apart), as `systemd-cgtop` does.

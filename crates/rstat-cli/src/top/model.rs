@@ -46,13 +46,15 @@ pub struct Row {
     pub depth: usize,
     pub has_children: bool,
     /// Hierarchical CPU use, % of one CPU, over the sampling interval.
+    /// `None` without a previous value or across a reset (see [`build`]).
     pub cpu: Option<f64>,
     pub mem: Option<u64>,
     /// `None`: no memory controller; `Some(None)`: unlimited.
     pub max: Option<Option<u64>>,
     /// `memory.events`, all kinds, hierarchical.
     pub events: Option<u64>,
-    /// Per [`View::extra`] column: change per second.
+    /// Per [`View::extra`] column: change per second, never negative;
+    /// `None` without a previous value or across a reset (see [`build`]).
     pub extra: Vec<Option<f64>>,
 }
 
@@ -121,8 +123,41 @@ pub fn validate(snap: &Snapshot) -> Result<(), String> {
     Ok(())
 }
 
+/// The change per second of a counter that was `before` and is `now`,
+/// `secs` later. `None` when a value is missing, no time passed, or the
+/// value went down: counters only grow, so a smaller value is a new
+/// series (the exporter restarted, or the group was removed and created
+/// again under its path), and a rate across it would mean nothing. Like
+/// Prometheus's `rate()`, a decrease is read as a reset; unlike it, the
+/// frame shows no rate rather than one estimated from the new value.
+fn rate(now: Option<i64>, before: Option<i64>, secs: f64) -> Option<f64> {
+    match (now, before) {
+        (Some(a), Some(b)) if secs > 0.0 && a >= b => Some((a as f64 - b as f64) / secs),
+        _ => None,
+    }
+}
+
+/// Whether `cur` comes from another process than `prev` (the exporter
+/// restarted between the two fetches): the first group (the tree's root,
+/// which is never removed) is the same path in both and its hierarchical
+/// CPU time, which only grows within one process, went down. Then the
+/// counters of the new process that have already passed their old values
+/// would give rates that look right and are not, so none is computed.
+fn restarted(prev: &Snapshot, cur: &Snapshot) -> bool {
+    let (Some(p), Some(c)) = (prev.groups.first(), cur.groups.first()) else {
+        return false;
+    };
+    let before = value(p, item(prev, "cpu", "usage_usec"));
+    let now = value(c, item(cur, "cpu", "usage_usec"));
+    p.path == c.path && matches!((before, now), (Some(b), Some(n)) if n < b)
+}
+
 /// Build the rows from the previous and the current snapshot, `dt` apart.
 /// Errors: `cur` fails [`validate`] (`prev` was validated as a `cur`).
+///
+/// Rates are never negative and never span a reset: a value below its
+/// previous one has no rate in this frame (shown as `-`), and when the
+/// exporter restarted (its root's CPU time went down) no value has one.
 pub fn build(prev: Option<&Snapshot>, cur: &Snapshot, dt: Duration) -> Result<View, String> {
     validate(cur)?;
     let base = cur.groups.first().map_or(0, |g| g.depth);
@@ -138,16 +173,14 @@ pub fn build(prev: Option<&Snapshot>, cur: &Snapshot, dt: Duration) -> Result<Vi
             extra_at.push((ctl.name.clone(), it.clone(), c, i));
         }
     }
+    // Across a restart of the exporter's process no rate is computed, not
+    // even from the counters that already passed their old values.
+    let prev = prev.filter(|p| !restarted(p, cur));
     let prev_by_path: HashMap<&str, &GroupSnapshot> = prev
         .map(|p| p.groups.iter().map(|g| (g.path.as_str(), g)).collect())
         .unwrap_or_default();
     let secs = dt.as_secs_f64();
-    let rate = |now: Option<i64>, before: Option<i64>| -> Option<f64> {
-        match (now, before) {
-            (Some(a), Some(b)) if secs > 0.0 => Some((a as f64 - b as f64) / secs),
-            _ => None,
-        }
-    };
+    let rate = |now, before| rate(now, before, secs);
     let n = cur.groups.len();
     let rows = cur
         .groups
@@ -431,6 +464,75 @@ mod tests {
         // Without a previous sample there are no rates.
         let v = build(None, &snap(&rs), Duration::from_secs(1)).unwrap();
         assert!(v.rows.iter().all(|r| r.cpu.is_none()));
+    }
+
+    /// An exporter that restarted between two fetches: every counter of
+    /// the new process starts again from zero. No rate may be computed
+    /// across the restart: not from values that went down (that would be
+    /// negative), nor from values of the new process that already passed
+    /// the old ones (that would be a wrong positive rate).
+    #[test]
+    fn no_rate_is_computed_across_an_exporter_restart() {
+        let process = |cpu_usec: u64, ops: i64, more_ops: i64| {
+            let rs = Rstat::new();
+            let io = rs.register_counters("io", &["ops", "bytes"]).unwrap();
+            let a = rs.root().create_child("a").unwrap();
+            let b = rs.root().create_child("b").unwrap();
+            rs.account_cputime(&a, cpu_usec, 0).unwrap();
+            io.add(&a, 0, ops).unwrap();
+            io.add(&b, 1, more_ops).unwrap();
+            snap(&rs)
+        };
+        let old = process(5_000_000, 40_000, 100);
+        // The new process: CPU time and `io.ops` are below the old values,
+        // `io.bytes` of /b is already above them.
+        let new = process(1_000_000, 9_000, 1_000);
+        let v = build(Some(&old), &new, Duration::from_secs(1)).unwrap();
+        for r in &v.rows {
+            assert_eq!(r.cpu, None, "CPU% across a restart: {r:?}");
+            assert!(
+                r.extra.iter().all(Option::is_none),
+                "a rate across a restart: {r:?}"
+            );
+        }
+        for r in &v.rows {
+            for c in cells(r, "").iter().skip(1) {
+                assert!(!c.starts_with("-") || c == "-", "a negative cell: {r:?}");
+            }
+        }
+
+        // One group removed and created again under the same path: only
+        // its counters restarted (a removed group's counts stay in its
+        // parent's hierarchical totals), so only its row has no rates.
+        let rs = Rstat::new();
+        let io = rs.register_counters("io", &["ops"]).unwrap();
+        let a = rs.root().create_child("a").unwrap();
+        let b = rs.root().create_child("b").unwrap();
+        rs.account_cputime(&a, 2_000_000, 0).unwrap();
+        io.add(&a, 0, 500).unwrap();
+        let before = snap(&rs);
+        a.remove().unwrap();
+        let a = rs.root().create_child("a").unwrap();
+        rs.account_cputime(&a, 100_000, 0).unwrap();
+        rs.account_cputime(&b, 300_000, 0).unwrap();
+        io.add(&a, 0, 7).unwrap();
+        io.add(&b, 0, 30).unwrap();
+        let v = build(Some(&before), &snap(&rs), Duration::from_secs(1)).unwrap();
+        let row = |p: &str| v.rows.iter().find(|r| r.path == p).unwrap();
+        assert_eq!(row("/a").cpu, None, "{:?}", row("/a"));
+        assert_eq!(row("/a").extra, [None]);
+        assert!(
+            (row("/b").cpu.unwrap() - 30.0).abs() < 1e-9,
+            "{:?}",
+            row("/b")
+        );
+        assert_eq!(row("/b").extra, [Some(30.0)]);
+        assert!(
+            (row("/").cpu.unwrap() - 40.0).abs() < 1e-9,
+            "{:?}",
+            row("/")
+        );
+        assert_eq!(row("/").extra, [Some(37.0)]);
     }
 
     /// A snapshot as the exporter sends it, edited as a hostile one might.

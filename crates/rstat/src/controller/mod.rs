@@ -107,7 +107,8 @@ pub trait Controller: Send + Sync + 'static {
     fn name(&self) -> &str;
 
     /// The stat items: one per-CPU signed counter each. Must be non-empty,
-    /// unique, and not change after registration.
+    /// unique, at most [`MAX_STAT_ITEMS`], and not change after
+    /// registration.
     fn stat_names(&self) -> &[String];
 
     /// Each item's unit of significance, in item order: what one unit of
@@ -1149,6 +1150,34 @@ pub(crate) const INLINE_SHIFTS: usize = 8;
 
 /// The largest unit an item may declare ([`Controller::stat_units`]): 2^32.
 pub const MAX_STAT_UNIT: u64 = 1 << 32;
+
+/// The most stat items one controller (a counter set included) can have:
+/// 4096. More is refused at registration with
+/// [`Error::InvalidController`](crate::Error::InvalidController), which
+/// says to split them over several controllers. A group's per-CPU state of
+/// that many items, with the three pending-update counters that follow
+/// them, fits one unit of the per-CPU arena (checked at compile time), so
+/// a controller of the maximum registers like any other (memory
+/// permitting).
+pub const MAX_STAT_ITEMS: usize = 4096;
+
+/// The most items this build registers: [`MAX_STAT_ITEMS`], or fewer in
+/// the test builds whose arena units are smaller (Miri) or whose slots are
+/// larger (loom), where they are as many as fit a unit.
+pub(crate) const FITTING_STAT_ITEMS: usize = {
+    let fit = crate::percpu::arena::UNIT_SIZE / core::mem::size_of::<StatSlot>() - EXTRA_SLOTS;
+    if fit < MAX_STAT_ITEMS {
+        fit
+    } else {
+        MAX_STAT_ITEMS
+    }
+};
+// The arena unit is a multiple of the granule, so a size fits it exactly
+// when its rounding up to the granule does.
+const _: () =
+    assert!(crate::percpu::arena::UNIT_SIZE.is_multiple_of(crate::percpu::arena::GRANULE));
+#[cfg(not(any(miri, rstat_loom)))]
+const _: () = assert!(FITTING_STAT_ITEMS == MAX_STAT_ITEMS);
 
 /// Fold every css of `node`'s group that belongs to `domain`, for `cpu`.
 ///

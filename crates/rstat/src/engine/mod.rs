@@ -25,8 +25,8 @@ use std::sync::Arc;
 
 use crate::controller::counters::{ControllerHandle, CounterSetController};
 use crate::controller::{
-    Controller, Css, CtlEntry, StatSlot, EXTRA_SLOTS, MAX_STAT_UNIT, UPDATE_BATCH,
-    UPDATE_BATCH_SHIFT,
+    Controller, Css, CtlEntry, StatSlot, EXTRA_SLOTS, FITTING_STAT_ITEMS, MAX_STAT_UNIT,
+    UPDATE_BATCH, UPDATE_BATCH_SHIFT,
 };
 use crate::engine::backlog::{BacklogHead, PcpuLinks};
 use crate::engine::policy::{check_period, Coalescer, FlushPolicy};
@@ -601,9 +601,9 @@ impl Rstat {
             .iter()
             .map(|u| (UPDATE_BATCH_SHIFT + u.trailing_zeros()) as u8)
             .collect();
-        if Arena::rounded_size::<StatSlot>(items.len()) > crate::percpu::arena::UNIT_SIZE {
+        if items.len() > FITTING_STAT_ITEMS {
             return bad(format!(
-                "{} stat items do not fit one per-CPU unit; split them over several controllers",
+                "it declares {} stat items, more than the {FITTING_STAT_ITEMS} a controller can have; split them over several controllers",
                 items.len()
             ));
         }

@@ -26,12 +26,17 @@ use core::ptr::NonNull;
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// Bytes per unit per chunk: the largest single per-CPU allocation. Shrunk
-/// under Miri so its allocation tracking stays fast.
+/// Bytes per unit per chunk: the largest single per-CPU allocation. Large
+/// enough for a group's state of a controller with
+/// [`MAX_STAT_ITEMS`](crate::MAX_STAT_ITEMS) items and its extra slots
+/// (asserted where that maximum is defined). A chunk is this times the
+/// number of units of address space, whose pages the arena writes only as
+/// allocations fill them. Shrunk under Miri so its allocation tracking
+/// stays fast.
 pub const UNIT_SIZE: usize = 1 << UNIT_SHIFT;
 /// log2 of [`UNIT_SIZE`]: a CPU's copy is `cpu << UNIT_SHIFT` bytes from
 /// CPU 0's (restartable per-CPU sections shift by this immediate).
-pub const UNIT_SHIFT: u32 = if cfg!(miri) { 12 } else { 16 };
+pub const UNIT_SHIFT: u32 = if cfg!(miri) { 12 } else { 17 };
 
 /// Allocation granule: every size is rounded up to this, and every offset is
 /// aligned to it.
