@@ -137,7 +137,18 @@ fn lifecycle() {
         "the root still charged after its engine was dropped"
     );
     drop(after_root);
+    // Objects charged to the root before the drop are uncharged from it
+    // as its own, not as reparented (the root was not removed). Only the
+    // free between the two usage reads (reading stats may resize buffers
+    // of the crate charged to the root before the drop), and "at most":
+    // the crate's own objects charged before the drop may be freed at any
+    // time (a deferred release), nothing is charged after it.
+    let rep_before = heap_local(&root, "heap_reparented");
+    let cur_before = current(&mem, &root);
     drop(in_root);
+    let cur_after = current(&mem, &root);
+    assert!(cur_after <= cur_before - 8 * charged(100) - charged(8 * 24));
+    assert_eq!(heap_local(&root, "heap_reparented"), rep_before);
     let p0 = ALLOC.pass_through();
     let after: Vec<u8> = {
         let _in = g.enter();
@@ -153,13 +164,16 @@ fn lifecycle() {
     // hierarchical ones).
     assert_eq!(heap_local(&g, "heap"), 5000);
     let rep0 = heap_local(&root, "heap_reparented");
+    // As above: the root's usage right before and right after the free.
+    let before_free = current(&mem, &root);
     drop(early);
+    let after_free = current(&mem, &root);
+    assert!(after_free <= before_free - charged(5000));
     assert_eq!(heap_local(&g, "heap"), 5000);
     assert_eq!(
         heap_local(&root, "heap_reparented") - rep0,
         charged(5000) as i64
     );
-    assert!(current(&mem, &root) <= with_early - charged(5000));
     drop(after);
 
     // Unbind: pass-through from now on.

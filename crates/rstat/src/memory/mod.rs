@@ -767,7 +767,10 @@ impl Memory {
     #[inline]
     pub(crate) fn target<'g>(&self, group: &'g Group) -> Result<Target<'g>, MemoryError> {
         let m = self.memcg(group)?;
-        if m.is_online() {
+        // The root is its own target even offline (its engine dropped:
+        // `MemCg::root_offline`): it was not removed, and what is uncharged
+        // from it is its own, not reparented.
+        if m.is_online() || m.parent.is_none() {
             return Ok(Target {
                 group: Cow::Borrowed(group),
                 memcg: Cow::Borrowed(m),
