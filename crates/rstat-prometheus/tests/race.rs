@@ -48,6 +48,11 @@ fn scrapes_racing_removals_account_for_every_removed_group() {
         };
         reported += exporter.render(f).unwrap().removed as u64;
     }
+    // The workers may not have run yet on a loaded machine: let them
+    // remove a few groups before they stop (waiting, not timing).
+    while removed.load(Ordering::Relaxed) < 3 {
+        std::thread::yield_now();
+    }
     stop.store(true, Ordering::Relaxed);
     let parents: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     let last = exporter.render(Format::Classic).unwrap();
