@@ -120,9 +120,9 @@
 //! is asked, as the kernel charges before it uses (undoing a reallocation
 //! the charge then refused could itself fail): if the inner allocator
 //! refuses, the growth is uncharged again, and the object's counts are
-//! unchanged, but `memory.peak` keeps the level the pre-charge reached. (An object allocated while the
-//! allocator passed through stays uncharged, counted as pass-through,
-//! through its reallocs and its free.)
+//! unchanged, but `memory.peak` keeps the level the pre-charge reached.
+//! (An object allocated while the allocator passed through stays
+//! uncharged, counted as pass-through, through its reallocs and its free.)
 //!
 //! # Removed groups
 //!
