@@ -33,8 +33,14 @@ const CODES: [(&str, i32); 19] = [
 ];
 
 /// Function name -> the codes its `Errors:` paragraph names (functions
-/// without one are absent).
-pub fn documented() -> HashMap<String, HashSet<i32>> {
+/// without one are absent). Parsed once per test binary (a parse per check
+/// made the Miri run of the boundary tests take minutes).
+pub fn documented() -> &'static HashMap<String, HashSet<i32>> {
+    static DOCS: std::sync::OnceLock<HashMap<String, HashSet<i32>>> = std::sync::OnceLock::new();
+    DOCS.get_or_init(parse)
+}
+
+fn parse() -> HashMap<String, HashSet<i32>> {
     let mut out = HashMap::new();
     let mut doc: Vec<&str> = Vec::new();
     for line in HEADER.lines() {
