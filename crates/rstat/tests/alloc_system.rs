@@ -709,7 +709,7 @@ fn memory_stat_is_exact_without_draining_the_stocks() {
     g.remove().unwrap();
 }
 
-/// Issue 25 (1): a thread inside a group that is removed under it goes on
+/// A thread inside a group that is removed under it goes on
 /// allocating; its charges go to the removed group's nearest live
 /// ancestor, never to another group. The trap: the removed group's owner
 /// handle is freed (no object holds it), a new group elsewhere gets a
@@ -764,7 +764,7 @@ fn a_thread_in_a_removed_group_is_never_charged_to_a_new_group() {
     top.remove().unwrap();
 }
 
-/// Issue 25 (6): `drain_stocks` is exact for the caller's own group: a
+/// `drain_stocks` is exact for the caller's own group: a
 /// thread inside a group drains it and reads its `memory.current` equal
 /// to its live objects' bytes (a drain that allocated and freed scratch
 /// memory put that free back into the group's stock).
@@ -790,7 +790,7 @@ fn drain_stocks_is_exact_for_the_callers_own_group() {
     g.remove().unwrap();
 }
 
-/// Issue 25 (7): an allocation the inner allocator refuses is not an
+/// An allocation the inner allocator refuses is not an
 /// object: it is counted neither as allocated nor freed, charges nothing,
 /// and leaves `memory.peak` alone (a huge refused request in an unlimited
 /// group left it at its size). (Not under Miri, which stops the program

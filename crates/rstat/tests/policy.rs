@@ -441,7 +441,7 @@ fn pin_here() -> Option<usize> {
     pinned.then_some(cpu)
 }
 
-/// Issue 25 (2): the `Threshold` bound holds for every delta size, also
+/// The `Threshold` bound holds for every delta size, also
 /// when an add carries a per-CPU slot across the `i64` wrap (slots are
 /// modular) and when an item swings up and down by huge amounts (each
 /// swing crosses ~2^55 boundaries). One slot takes the adds (CPU 0

@@ -263,7 +263,7 @@ fn set_max_racing_with_charges_is_never_exceeded() {
     }
 }
 
-/// Uncharges of more than was charged racing with charges (issue 25): an
+/// Uncharges of more than was charged racing with charges: an
 /// uncharge must never lower `usage` below what is charged, not even for
 /// a moment, or a racing charge compares a too-low usage with `max`.
 ///

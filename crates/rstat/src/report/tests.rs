@@ -244,7 +244,7 @@ fn snapshot_round_trips_through_json() {
 
 /// Every group's hierarchical value of every rstat-flushed item is its
 /// local value plus its children's hierarchical values, in a snapshot
-/// taken while threads update groups at every level (issue 25: groups
+/// taken while threads update groups at every level (groups
 /// read one by one, a child re-flushed after its parent was read, showed
 /// more than the parent). Checked on every snapshot while the writers
 /// run, under the default policy and under `Always` (which flushes at
