@@ -752,22 +752,16 @@ impl Group {
             // Tell the extensions (`GroupExt::root_offline`): e.g. the
             // memory controller stops stocking the root's charges, so the
             // accounting allocator passes through from here on.
-            let exts = sync::lock(&self.inner().engine.topo).exts.clone();
-            for (id, e) in exts.iter().enumerate() {
-                let s = self.inner().tables().ext[id].load(Ordering::Acquire);
-                if !s.is_null() {
-                    // SAFETY: states live as long as their groups; we hold
-                    // the root.
-                    unsafe { e.root_offline_erased(s) };
-                }
-            }
+            self.inner().offline_exts();
         }
         drop(order); // our handles; groups nobody else holds are freed here
     }
 }
 
 impl GroupInner {
-    /// Run every extension's `offline` hook (after removal).
+    /// Run every extension's `offline` hook (after removal), or, for the
+    /// root (never removed; offline when its engine is dropped), its
+    /// `root_offline` hook.
     fn offline_exts(&self) {
         let exts = sync::lock(&self.engine.topo).exts.clone();
         for (id, e) in exts.iter().enumerate() {
@@ -775,12 +769,16 @@ impl GroupInner {
             if s.is_null() {
                 continue;
             }
-            let parent = self.parent.as_ref().map_or(core::ptr::null_mut(), |p| {
-                p.inner().tables().ext[id].load(Ordering::Acquire)
-            });
-            // SAFETY: states live as long as their groups; the parent is
-            // alive (we hold it).
-            unsafe { e.offline_erased(s, parent) };
+            match &self.parent {
+                Some(p) => {
+                    let parent = p.inner().tables().ext[id].load(Ordering::Acquire);
+                    // SAFETY: states live as long as their groups; the
+                    // parent is alive (we hold it).
+                    unsafe { e.offline_erased(s, parent) };
+                }
+                // SAFETY: as above (the root's state, its group held).
+                None => unsafe { e.root_offline_erased(s) },
+            }
         }
     }
 
