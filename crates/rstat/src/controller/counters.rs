@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::{Controller, Css, CtlEntry, ItemPath, PathCopy, Totals};
-use crate::engine::policy::FlushPolicy;
+use crate::engine::policy::{self, FlushPolicy};
 use crate::engine::tree::lock_domain;
 use crate::engine::EngineInner;
 use crate::error::{Error, Result};
@@ -309,48 +309,7 @@ impl ControllerHandle {
         // SAFETY: kept alive by `group`; a controller's domain lives as long
         // as its engine.
         let (css, domain) = unsafe { (&*css, &*self.ctl.domain) };
-        let nr_cpus = self.engine.nr_cpus;
-        let totals = match self.flush_policy() {
-            FlushPolicy::Always => Self::read_flushed(domain, css),
-            FlushPolicy::Threshold => {
-                if css.needs_flush() {
-                    Self::read_flushed(domain, css)
-                } else {
-                    css.totals_published()
-                }
-            }
-            FlushPolicy::UnifiedRoot => {
-                // Read before exchanging, so readers that will skip do not
-                // bounce the line while a flush runs.
-                if !domain.root_flush_ongoing.load(Ordering::Relaxed)
-                    && !domain.root_flush_ongoing.swap(true, Ordering::Acquire)
-                {
-                    domain.flush_root();
-                    domain.root_flush_ongoing.store(false, Ordering::Release);
-                }
-                css.totals_published()
-            }
-            FlushPolicy::Coalesced => {
-                let subtree = if group.inner().parent.is_some() {
-                    crate::sync::try_lock(&domain.lock)
-                } else {
-                    None
-                };
-                match subtree {
-                    Some(mut scratch) => {
-                        // SAFETY: we hold the domain's lock; the node is live.
-                        unsafe {
-                            domain.flush_locked(&mut scratch, &*css.node);
-                            css.totals_locked()
-                        }
-                    }
-                    None => {
-                        domain.coalescer.coalesce(nr_cpus, || domain.flush_root());
-                        css.totals_published()
-                    }
-                }
-            }
-        };
+        let totals = self.flush_policy().read(domain, css);
         Ok(GroupStats {
             ctl: Arc::clone(&self.ctl),
             totals,
@@ -368,7 +327,7 @@ impl ControllerHandle {
         let (css, domain) = unsafe { (&*css, &*self.ctl.domain) };
         Ok(GroupStats {
             ctl: Arc::clone(&self.ctl),
-            totals: Self::read_flushed(domain, css),
+            totals: policy::read_flushed(domain, css),
         })
     }
 
@@ -422,16 +381,6 @@ impl ControllerHandle {
         }
         drop(scratch);
         Ok(batch)
-    }
-
-    fn read_flushed(domain: &crate::engine::tree::Domain, css: &Css) -> Totals {
-        let mut scratch = lock_domain(domain);
-        // SAFETY: we hold the domain's lock; `css.node` is live and in
-        // `domain`.
-        unsafe {
-            domain.flush_locked(&mut scratch, &*css.node);
-            css.totals_locked()
-        }
     }
 
     /// The `Threshold` policy's pending-update count of `group` (the sum of

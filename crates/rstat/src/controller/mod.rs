@@ -1094,6 +1094,35 @@ impl Css {
         unsafe { backlog::mark_updated(self.links.elem(cpu, 0), || self.backlog.raw(cpu)) };
     }
 
+    /// At the group's final release, after its last flush: hand any
+    /// pending-update units still counted on this css to the parent's
+    /// `CONSUMED` counters of the same CPU.
+    ///
+    /// That last flush consumed every counted unit of this group (a unit
+    /// is consumed by the flush that folds its change, or its node is back
+    /// on a backlog that flush drained; see `fold_updates`), so nothing
+    /// should be left. Should that ever be wrong, the units still belong
+    /// to the parent, whose pending now holds every change of this group.
+    pub(crate) fn release_units(&self) {
+        let n = self.ctl.nr_stats;
+        // SAFETY: a controller's domain lives as long as its engine.
+        let nr_cpus = unsafe { &*self.ctl.domain }.nr_cpus;
+        for cpu in 0..nr_cpus {
+            // SAFETY: the css is live (`&self`); `cpu` is in range.
+            let left = unsafe { self.stats.elem(cpu, n + UPDATES) }
+                .cur
+                .swap(0, Ordering::Acquire);
+            debug_assert_eq!(left, 0, "pending-update units left at release");
+            // SAFETY: a parent outlives its children's release.
+            if let (Some(p), true) = (unsafe { self.parent.as_ref() }, left != 0) {
+                // SAFETY: as above; a parent has the same items.
+                unsafe { p.stats.elem(cpu, n + CONSUMED) }
+                    .cur
+                    .fetch_add(left, Ordering::Release);
+            }
+        }
+    }
+
     /// Copy the totals (caller holds the domain lock).
     ///
     /// # Safety

@@ -100,10 +100,6 @@ pub(crate) struct EngineInner {
     /// the root, depth 0, is never removed): removals deeper than this
     /// skip the watcher lock.
     pub(crate) removal_watch_depth: AtomicUsize,
-    /// The memory controller registered on this engine, if any (set once
-    /// by [`Memory::register`](crate::memory::Memory::register); weak, as
-    /// the controller holds the engine).
-    pub(crate) memory: std::sync::OnceLock<std::sync::Weak<crate::memory::MemoryInner>>,
     /// The built-in `cpu` controller's id, if the engine has it (it is
     /// registered first, so always 0): where the attach module's feed
     /// charges thread CPU time.
@@ -374,7 +370,6 @@ impl Builder {
             next_group_id: AtomicU64::new(ROOT_GROUP_ID),
             removal_watchers: Mutex::new(Vec::new()),
             removal_watch_depth: AtomicUsize::new(0),
-            memory: std::sync::OnceLock::new(),
             cpu_ctl_id: self.cpu_controller.then_some(CPU_CTL_ID),
             deferred: AtomicPtr::new(core::ptr::null_mut()),
             arena: Mutex::new(Arena::new(nr_cpus)),

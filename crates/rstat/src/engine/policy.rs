@@ -116,8 +116,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::controller::UPDATE_BATCH;
+use crate::controller::{Css, Totals, UPDATE_BATCH};
+use crate::engine::tree::{lock_domain, Domain};
 use crate::error::Error;
+use crate::sync::Ordering;
 use crate::sync::{self, Condvar, Mutex};
 
 /// Who flushes, when, and how much. See the [module docs](self).
@@ -228,6 +230,72 @@ pub(crate) fn check_period(p: Duration) -> Result<(), Error> {
         return Err(Error::InvalidPeriod { period: p });
     }
     Ok(())
+}
+
+impl FlushPolicy {
+    /// A read of `css`'s totals as this policy makes them fresh: the
+    /// policy's whole read side, so a controller handle only resolves the
+    /// css and calls this (see the module's table for each policy's cost
+    /// and bound).
+    pub(crate) fn read(self, domain: &Domain, css: &Css) -> Totals {
+        match self {
+            FlushPolicy::Always => read_flushed(domain, css),
+            FlushPolicy::Threshold => {
+                if css.needs_flush() {
+                    read_flushed(domain, css)
+                } else {
+                    css.totals_published()
+                }
+            }
+            FlushPolicy::UnifiedRoot => {
+                // Read before exchanging, so readers that will skip do not
+                // bounce the line while a flush runs.
+                if !domain.root_flush_ongoing.load(Ordering::Relaxed)
+                    && !domain.root_flush_ongoing.swap(true, Ordering::Acquire)
+                {
+                    domain.flush_root();
+                    domain.root_flush_ongoing.store(false, Ordering::Release);
+                }
+                css.totals_published()
+            }
+            FlushPolicy::Coalesced => {
+                // A root's read is the root flush: go straight to it.
+                let subtree = if css.parent.is_null() {
+                    None
+                } else {
+                    sync::try_lock(&domain.lock)
+                };
+                match subtree {
+                    Some(mut scratch) => {
+                        // SAFETY: we hold the domain's lock; the css's node
+                        // is live (the caller holds the css's group).
+                        unsafe {
+                            domain.flush_locked(&mut scratch, &*css.node);
+                            css.totals_locked()
+                        }
+                    }
+                    None => {
+                        domain
+                            .coalescer
+                            .coalesce(domain.nr_cpus, || domain.flush_root());
+                        css.totals_published()
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An exact read of `css`'s totals: flush its subtree under the domain's
+/// lock and copy them (every policy's `read_exact`).
+pub(crate) fn read_flushed(domain: &Domain, css: &Css) -> Totals {
+    let mut scratch = lock_domain(domain);
+    // SAFETY: we hold the domain's lock; `css.node` is live (the caller
+    // holds the css's group) and in `domain`.
+    unsafe {
+        domain.flush_locked(&mut scratch, &*css.node);
+        css.totals_locked()
+    }
 }
 
 /// The `Coalesced` policy's meeting point: one root flusher at a time,

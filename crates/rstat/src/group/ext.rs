@@ -11,6 +11,7 @@
 //!
 //! [`Controller`]: crate::Controller
 
+use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -59,6 +60,9 @@ pub trait GroupExt: Send + Sync + 'static {
 /// The type-erased form the engine stores.
 pub(crate) trait ErasedExt: Send + Sync {
     fn ext_name(&self) -> &str;
+    /// The extension itself, for a layer above to find its own by type
+    /// ([`EngineInner::find_ext`]).
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
     /// # Safety
     /// `parent` is null or a live state of this extension.
     unsafe fn create_erased(&self, parent: *const (), group: &Group) -> *mut ();
@@ -79,6 +83,9 @@ pub(crate) trait ErasedExt: Send + Sync {
 impl<E: GroupExt> ErasedExt for E {
     fn ext_name(&self) -> &str {
         self.name()
+    }
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
     }
     unsafe fn create_erased(&self, parent: *const (), group: &Group) -> *mut () {
         // SAFETY: caller's guarantee.
@@ -158,5 +165,18 @@ impl<E: GroupExt> Ext<E> {
                 None => unreachable!("the root has every registered extension's state"),
             }
         }
+    }
+}
+
+impl EngineInner {
+    /// The registered extension of type `E`, if any: how a layer above
+    /// the engine (the memory controller, say) finds its own state from an
+    /// engine alone, without the engine naming it. Cost: the topology lock
+    /// and a scan of the extensions (at most [`MAX_EXTS`]).
+    pub(crate) fn find_ext<E: GroupExt>(&self) -> Option<Arc<E>> {
+        crate::sync::lock(&self.topo)
+            .exts
+            .iter()
+            .find_map(|e| Arc::clone(e).into_any().downcast::<E>().ok())
     }
 }

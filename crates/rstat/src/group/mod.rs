@@ -23,7 +23,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::controller::{Css, CONSUMED, UPDATES};
+use crate::controller::Css;
 use crate::engine::tree::{lock_domain, TreeNode};
 use crate::engine::{EngineInner, MAX_CONTROLLERS};
 use crate::error::{Error, Result};
@@ -212,28 +212,7 @@ impl GroupInner {
             if !css.is_null() {
                 // SAFETY: created by Box::into_raw at attach; unreachable now.
                 let css = unsafe { Box::from_raw(css) };
-                // The flush above consumed every counted unit of this group
-                // (a unit is consumed by the flush that folds its change, or
-                // its node is back on a backlog that flush drained; see
-                // `Css::fold_updates`), so nothing is left to hand up. Should
-                // that ever be wrong, the units still belong to the parent,
-                // whose pending now holds every change of this group.
-                let n = css.ctl.nr_stats;
-                for cpu in 0..self.engine.nr_cpus {
-                    // SAFETY: the css is live until dropped below; `cpu` is
-                    // in range; a parent has the same items.
-                    let left = unsafe { css.stats.elem(cpu, n + UPDATES) }
-                        .cur
-                        .swap(0, Ordering::Acquire);
-                    debug_assert_eq!(left, 0, "pending-update units left at release");
-                    // SAFETY: the parent outlives its children's release.
-                    if let (Some(p), true) = (unsafe { css.parent.as_ref() }, left != 0) {
-                        // SAFETY: as above.
-                        unsafe { p.stats.elem(cpu, n + CONSUMED) }
-                            .cur
-                            .fetch_add(left, Ordering::Release);
-                    }
-                }
+                css.release_units();
                 // SAFETY: allocated from this arena; no reference remains.
                 unsafe { arena.free(css.stats) };
             }

@@ -594,6 +594,9 @@ impl Shared {
 /// offline and release hooks.
 struct MemExt {
     shared: Arc<Shared>,
+    /// The controller this extension belongs to, found from an engine
+    /// alone by [`Memory::of`] (weak: the controller holds the engine).
+    inner: std::sync::OnceLock<std::sync::Weak<MemoryInner>>,
 }
 
 impl GroupExt for MemExt {
@@ -716,6 +719,7 @@ impl Memory {
         ));
         let ext = rs.register_ext(MemExt {
             shared: Arc::clone(&shared),
+            inner: std::sync::OnceLock::new(),
         })?;
         let root = Arc::clone(ext.get(rs.root())?);
         let inner = Arc::new(MemoryInner {
@@ -726,9 +730,8 @@ impl Memory {
             nr_cpus: rs.nr_cpus(),
             cfg,
         });
-        // Registering the `memory` counters above succeeded, so this is the
-        // engine's first memory controller and the cell is empty.
-        let _ = rs.engine().memory.set(Arc::downgrade(&inner));
+        // The extension was registered just above: its cell is empty.
+        let _ = inner.ext.ext().inner.set(Arc::downgrade(&inner));
         Ok(Memory { inner })
     }
 
@@ -741,7 +744,7 @@ impl Memory {
     }
 
     pub(crate) fn of_engine(engine: &crate::engine::EngineInner) -> Option<Memory> {
-        let inner = engine.memory.get()?.upgrade()?;
+        let inner = engine.find_ext::<MemExt>()?.inner.get()?.upgrade()?;
         Some(Memory { inner })
     }
 
