@@ -19,7 +19,7 @@
 //!   store-buffering pair, closed on the rseq path by an asymmetric fence:
 //!   `membarrier` on the reading side only; proven with loom on both
 //!   paths).
-//! - **[`engine::policy`]**: who flushes and when (seed 004): `Threshold`
+//! - **[`policy`]**: who flushes and when (seed 004): `Threshold`
 //!   (v6.8, default), `Always`, `UnifiedRoot`, `Coalesced`, plus a periodic
 //!   root flusher; each with a documented staleness bound.
 //! - **[`percpu`]**: CPU identity from glibc's rseq area, restartable
@@ -128,18 +128,18 @@ pub mod page_counter;
 pub mod percpu;
 pub mod percpu_ref;
 pub mod report;
+mod stat;
 
 pub use attach::{current_group, EnterGuard};
 pub use controller::counters::{
     ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle, StatItem,
 };
 pub use controller::{Controller, FlushCtx, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};
-pub use engine::policy::FlushPolicy;
-pub use engine::{
-    Builder, Rstat, UpdatePath, CPU_STAT_NAMES, DEFAULT_PERIOD, MAX_CONTROLLERS, ROOT_GROUP_ID,
-};
+pub use engine::{Builder, Rstat, UpdatePath, CPU_STAT_NAMES, DEFAULT_PERIOD, ROOT_GROUP_ID};
 pub use error::{Error, Result};
 pub use group::ext::{Ext, GroupExt};
 pub use group::Group;
 pub use memory::alloc;
 pub use percpu::cpu::CpuIdSource;
+pub use stat::ops::MAX_CONTROLLERS;
+pub use stat::policy::{self, FlushPolicy};

@@ -2,13 +2,16 @@
 
 use std::sync::Arc;
 
-use super::{Controller, Css, CtlEntry, ItemPath, PathCopy, Totals};
-use crate::engine::policy::{self, FlushPolicy};
-use crate::engine::tree::lock_domain;
+use super::{Controller, Totals};
 use crate::engine::EngineInner;
 use crate::error::{Error, Result};
 use crate::group::{Group, GroupInner};
 use crate::percpu::cpu;
+use crate::stat::css::Css;
+use crate::stat::ops::CtlEntry;
+use crate::stat::policy::{self, FlushPolicy};
+use crate::stat::tree::lock_domain;
+use crate::stat::update::{ItemPath, PathCopy};
 use crate::sync::Ordering;
 
 /// A controller made only of named counters with the standard fold: what
@@ -88,7 +91,7 @@ impl ControllerHandle {
     pub(crate) fn new(engine: Arc<EngineInner>, ctl: Arc<CtlEntry>) -> Self {
         let (id, nr_stats) = (ctl.id, ctl.nr_stats);
         assert!(
-            id < crate::engine::MAX_CONTROLLERS,
+            id < crate::stat::ops::MAX_CONTROLLERS,
             "controller id {id} past the group's table: registration must refuse it"
         );
         // SAFETY: a controller's domain lives as long as its engine, which
@@ -126,7 +129,7 @@ impl ControllerHandle {
         self.ctl
             .unit_shifts
             .iter()
-            .map(|&s| 1u64 << (u32::from(s) - super::UPDATE_BATCH_SHIFT))
+            .map(|&s| 1u64 << (u32::from(s) - crate::stat::css::UPDATE_BATCH_SHIFT))
             .collect()
     }
 
@@ -296,7 +299,7 @@ impl ControllerHandle {
     }
 
     /// Local and hierarchical totals of `group`, as fresh as this
-    /// controller's [flush policy](crate::engine::policy) makes them.
+    /// controller's [flush policy](crate::stat::policy) makes them.
     ///
     /// Cost by policy: `Always` and `Threshold` (when over its threshold)
     /// take this controller's flush lock (not any other controller's, unless

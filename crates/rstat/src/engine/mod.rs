@@ -24,33 +24,25 @@
 use std::sync::Arc;
 
 use crate::controller::counters::{ControllerHandle, CounterSetController};
-use crate::controller::{
-    Controller, Css, CtlEntry, StatSlot, EXTRA_SLOTS, FITTING_STAT_ITEMS, MAX_STAT_UNIT,
-    UPDATE_BATCH, UPDATE_BATCH_SHIFT,
-};
-use crate::engine::backlog::{BacklogHead, PcpuLinks};
-use crate::engine::policy::{check_period, Coalescer, FlushPolicy};
-use crate::engine::tree::{Domain, FlushScratch, TreeNode};
 use crate::error::{Error, Result};
 use crate::group::ext::{ErasedExt, Ext, GroupExt, MAX_EXTS};
 use crate::group::{validate_name, Group, GroupInner};
 use crate::percpu::arena::{Arena, ArenaStats};
 use crate::percpu::cpu::{self, CpuIdSource};
+use crate::stat::backlog::{BacklogHead, PcpuLinks};
+use crate::stat::css::{Css, StatSlot, EXTRA_SLOTS, UPDATE_BATCH, UPDATE_BATCH_SHIFT};
+use crate::stat::ops::{Controller, CtlEntry, FITTING_STAT_ITEMS, MAX_CONTROLLERS, MAX_STAT_UNIT};
+use crate::stat::policy::{check_period, Coalescer, FlushPolicy};
+use crate::stat::tree::{Domain, FlushScratch, TreeNode};
 use crate::sync::{
     self, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
 };
 
-pub(crate) mod backlog;
 #[cfg(not(rstat_loom))]
 mod periodic;
-pub mod policy;
-pub(crate) mod tree;
 
 /// The root group's [id](Group::id) (the kernel's root cgroup id too).
 pub const ROOT_GROUP_ID: u64 = 1;
-
-/// Most controllers one engine can hold.
-pub const MAX_CONTROLLERS: usize = if cfg!(rstat_loom) { 4 } else { 16 };
 
 /// Names of the built-in `cpu` controller's items (microseconds).
 ///
@@ -196,7 +188,8 @@ impl EngineInner {
             unsafe {
                 (*raw).write(TreeNode {
                     parent,
-                    owner: g,
+                    css: &g.css,
+                    owner: g as &dyn crate::stat::ops::NodeOwner,
                     releasing: UnsafeCell::new(false),
                     domain: &**domain,
                     links,

@@ -23,12 +23,13 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::controller::Css;
-use crate::engine::tree::{lock_domain, TreeNode};
-use crate::engine::{EngineInner, MAX_CONTROLLERS};
+use crate::engine::EngineInner;
 use crate::error::{Error, Result};
 use crate::percpu::arena::PcpuPtr;
 use crate::percpu_ref::{InitFlags, PercpuRef, PercpuRefSlot};
+use crate::stat::css::CssTable;
+use crate::stat::ops::{NodeOwner, MAX_CONTROLLERS};
+use crate::stat::tree::{lock_domain, TreeNode};
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
 use ext::MAX_EXTS;
 
@@ -106,7 +107,7 @@ pub(crate) struct GroupInner {
     /// one load from the group. Flushes reach them through their tree
     /// nodes' `owner`, which outlives the nodes. Freed by `release`, after
     /// its last flush cut the nodes from every tree.
-    pub(crate) css: [AtomicPtr<Css>; MAX_CONTROLLERS],
+    pub(crate) css: CssTable,
     /// The group's tree nodes and extension states, in their own
     /// allocation. Owned; freed by `release`.
     tables: NonNull<GroupTables>,
@@ -166,6 +167,15 @@ impl GroupTables {
             // SAFETY: lock held; `node` is live and in `domain`.
             unsafe { domain.flush_locked_fenced(&mut scratch, node, !final_release) };
         }
+    }
+}
+
+impl NodeOwner for GroupInner {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn path(&self) -> String {
+        GroupInner::path(self)
     }
 }
 

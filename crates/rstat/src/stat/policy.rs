@@ -116,9 +116,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::controller::{Css, Totals, UPDATE_BATCH};
-use crate::engine::tree::{lock_domain, Domain};
 use crate::error::Error;
+use crate::stat::css::{Css, UPDATE_BATCH};
+use crate::stat::ops::Totals;
+use crate::stat::tree::{lock_domain, Domain};
 use crate::sync::Ordering;
 use crate::sync::{self, Condvar, Mutex};
 

@@ -101,7 +101,7 @@
 
 use core::ptr;
 
-use crate::engine::tree::TreeNode;
+use crate::stat::tree::TreeNode;
 use crate::sync::{self, AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 
 /// The value of `lnext` for a node on no backlog. Never dereferenced.

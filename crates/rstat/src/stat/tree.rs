@@ -17,23 +17,27 @@
 
 use core::ptr;
 
-use crate::controller::fold_node;
-use crate::engine::backlog::{self, BacklogHead, PcpuLinks};
-use crate::engine::policy::Coalescer;
-use crate::group::GroupInner;
 use crate::percpu::arena::PcpuPtr;
+use crate::stat::backlog::{self, BacklogHead, PcpuLinks};
+use crate::stat::css::CssTable;
+use crate::stat::fold::fold_node;
+use crate::stat::ops::NodeOwner;
+use crate::stat::policy::Coalescer;
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering, UnsafeCell};
 
 /// A group's membership in one domain.
 pub(crate) struct TreeNode {
     /// The parent group's node in the same domain; null for the root.
     pub(crate) parent: *const TreeNode,
-    /// The group this node belongs to (its states, and its id and name
-    /// for [`FlushCtx`]). A group
-    /// outlives its nodes: they are freed by its release, before it.
+    /// The stat state of the group this node belongs to: its css of every
+    /// controller (a flush folds those of this node's domain).
+    pub(crate) css: *const CssTable,
+    /// The group itself, as the flush sees it (its id and path, for
+    /// [`FlushCtx`]). A group outlives its nodes and its css table: they
+    /// are freed by its release, before it.
     ///
     /// [`FlushCtx`]: crate::FlushCtx
-    pub(crate) owner: *const GroupInner,
+    pub(crate) owner: *const dyn NodeOwner,
     /// The domain.
     pub(crate) domain: *const Domain,
     /// Per-CPU links.

@@ -1,0 +1,438 @@
+//! A group's stat state for one controller (the kernel's "css"): its
+//! per-CPU stat slots, the totals a flush folds them into, and the
+//! `Threshold` policy's pending-update counting.
+//!
+//! # Synchronization
+//!
+//! Every access that is not `Relaxed`, and what it pairs with:
+//!
+//! - a stat slot's add (`SeqCst` RMW on the locked path; a plain store in
+//!   a restartable section, ordered by the asymmetric fence) pairs with
+//!   the flusher's `SeqCst` slot loads in `fold_node` and the backlog's
+//!   `OFF_LIST` store (`backlog.rs`'s `# Synchronization`);
+//! - `COUNTED`'s `SeqCst` add in `fold_updates`, made before the node is
+//!   marked updated, pairs with the flusher's `SeqCst` load of it made
+//!   before it loads the stat slots: units it reads there belong to changes
+//!   its slot loads include;
+//! - `UPDATES`' `Release` subtraction in `fold_node`, made after the
+//!   totals are published, pairs with `pending_units`' `Acquire` loads: a
+//!   count that a flush lowered comes with that flush's totals;
+//! - `CONSUMED`'s `Release` add (a child's fold, or `release_units`) pairs
+//!   with the parent fold's `Acquire` swap: units handed up come with the
+//!   pending deltas they stand for;
+//! - `published`: hierarchical stored `Relaxed`, then local `Release`;
+//!   readers load local `Acquire`, then hierarchical, so a lock-free reader
+//!   never sees `local > hierarchical` where counts only grow.
+//!
+//! Everything else in a css (`prev`, `totals`) is behind its domain's
+//! flush lock.
+
+use std::sync::Arc;
+
+use crate::percpu::arena::PcpuPtr;
+use crate::stat::backlog::{BacklogHead, PcpuLinks};
+use crate::stat::ops::{CtlEntry, Totals};
+use crate::stat::tree::TreeNode;
+use crate::sync::{AtomicI64, AtomicU64, Ordering, UnsafeCell};
+
+/// The pending units an update from `old` to `new` adds: 64 per boundary
+/// of the item's unit (`1 << shift`) it crossed, 0 if none (see
+/// `Css::count_update`).
+///
+/// Slots are modular: the update moved the slot by `new - old` in wrapping
+/// arithmetic (its delta, an `i64`), and the boundaries are counted on the
+/// unwrapped line from `old` to `old + delta`, which may leave the `i64`
+/// range (an add that carries the slot across `i64::MAX` crosses as many
+/// boundaries as its delta spans, not the ~2^58 between the two ends). At
+/// most 2^58 boundaries, so the product saturates rather than wraps; the
+/// fold caps it further (`Css::fold_updates`).
+#[inline(always)]
+pub(super) fn units_to_fold(old: i64, new: i64, shift: u8) -> u64 {
+    let shift = u32::from(shift);
+    let from = i128::from(old);
+    let to = from + i128::from(new.wrapping_sub(old));
+    let crossed = (to >> shift) - (from >> shift);
+    u64::try_from(crossed.unsigned_abs())
+        .unwrap_or(u64::MAX)
+        .saturating_mul(UPDATE_BATCH)
+}
+
+/// A group's css of every controller, by controller id (null where the
+/// controller has none for it). Owned by the group; its tree nodes point
+/// at it, so a flush finds the css of a node's domain without naming the
+/// group.
+pub(crate) type CssTable = [crate::sync::AtomicPtr<Css>; crate::stat::ops::MAX_CONTROLLERS];
+
+/// One per-CPU stat counter and the value it had at the last flush.
+///
+/// A css has `nr_stats + 3` of them per CPU; of the last three only `cur`
+/// is used (see [`COUNTED`], [`UPDATES`], [`CONSUMED`] and
+/// `Css::count_update`).
+#[repr(C)] // `cur` first: restartable sections address it as the slot
+pub(crate) struct StatSlot {
+    pub(crate) cur: AtomicI64,
+    /// Domain lock.
+    pub(crate) prev: UnsafeCell<i64>,
+}
+
+// SAFETY: `prev` is only touched by the domain lock holder.
+unsafe impl Sync for StatSlot {}
+// SAFETY: as above.
+unsafe impl Send for StatSlot {}
+
+impl Default for StatSlot {
+    fn default() -> Self {
+        StatSlot {
+            cur: AtomicI64::new(0),
+            prev: UnsafeCell::new(0),
+        }
+    }
+}
+
+/// The state of one controller in one group ("css" in the kernel).
+///
+/// Laid out by use (`repr(C)`, on its own cache lines): the first line
+/// holds only what every update reads and nobody writes after
+/// construction; what flushes write sits two lines further, so a flush
+/// does not take the line every update reads (the pending-update counters
+/// that crossings write are per CPU, in the arena: see [`UPDATES`]).
+#[repr(C, align(64))]
+pub(crate) struct Css {
+    // Line 0: read by every update, written by nobody.
+    pub(crate) stats: PcpuPtr<StatSlot>,
+    /// Copies of the node's links and the domain's backlog heads, so the
+    /// hot path reaches both without dereferencing the node.
+    pub(crate) links: PcpuPtr<PcpuLinks>,
+    pub(crate) backlog: PcpuPtr<BacklogHead>,
+    /// The first [`INLINE_SHIFTS`] items' shifts from `ctl.unit_shifts`,
+    /// one byte each (item `i` in bits `8i..8i + 8`), so the update path
+    /// reaches them with one load from this line; later items' are read
+    /// through `ctl`.
+    pub(crate) unit_shifts: u64,
+    /// Copies of the engine's update path (see `EngineInner`): updates use
+    /// restartable sections on slots `0..section_limit` when it is not 0.
+    /// (Narrow, so the two take one word.)
+    pub(crate) section_limit: u32,
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    pub(crate) rseq_off: i32,
+    // Line 1: read-only after construction (the locked path reads `node`),
+    // then the totals, whose boxes a flush does not replace.
+    /// This group's node in the controller's domain.
+    pub(crate) node: *const TreeNode,
+    pub(crate) ctl: Arc<CtlEntry>,
+    /// The parent group's css of the same controller; null at the root.
+    pub(crate) parent: *const Css,
+    /// The last folded totals, for reads that do not take the lock:
+    /// `local` in `[..n]`, `hierarchical` in `[n..]`. Written under the
+    /// domain lock (hierarchical first, then local with `Release`); read
+    /// local (`Acquire`) first, then hierarchical, so a lock-free reader
+    /// never sees `local > hierarchical` where counts only grow.
+    pub(crate) published: Box<[AtomicI64]>,
+    /// Domain lock.
+    pub(crate) totals: UnsafeCell<Totals>,
+    // Line 2: written by flushes.
+    /// The last folded `Totals::overflows`, published with `published`
+    /// (stored before `local`, loaded after it).
+    pub(crate) published_overflows: AtomicU64,
+}
+
+// SAFETY: pointers are immutable after construction and kept alive by the
+// hierarchy; `totals` is behind the domain lock; stats are atomics.
+unsafe impl Send for Css {}
+// SAFETY: as above.
+unsafe impl Sync for Css {}
+
+impl Css {
+    pub(crate) fn new(
+        ctl: Arc<CtlEntry>,
+        parent: *const Css,
+        stats: PcpuPtr<StatSlot>,
+        node: &TreeNode,
+    ) -> Self {
+        let n = ctl.nr_stats;
+        // SAFETY: a node's domain outlives it.
+        let domain = unsafe { &*node.domain };
+        let backlog = domain.backlog;
+        let unit_shifts = ctl
+            .unit_shifts
+            .iter()
+            .take(INLINE_SHIFTS)
+            .enumerate()
+            .fold(0u64, |acc, (i, &s)| acc | u64::from(s) << (8 * i));
+        Css {
+            ctl,
+            parent,
+            stats,
+            node,
+            links: node.links,
+            backlog,
+            totals: UnsafeCell::new(Totals::zeroed(n)),
+            published: (0..2 * n).map(|_| AtomicI64::new(0)).collect(),
+            published_overflows: AtomicU64::new(0),
+            unit_shifts,
+            // The engine checked both fit (`choose_update_path`).
+            section_limit: domain.section_limit as u32,
+            rseq_off: domain.rseq_off as i32,
+        }
+    }
+
+    /// Item `item`'s shift (`ctl.unit_shifts`): one load from the css's
+    /// first line for the first [`INLINE_SHIFTS`] items, through `ctl`
+    /// for later ones.
+    ///
+    /// # Safety
+    /// `item < nr_stats`.
+    #[inline(always)]
+    pub(super) unsafe fn item_shift(&self, item: usize) -> u8 {
+        if item < INLINE_SHIFTS {
+            (self.unit_shifts >> (8 * item)) as u8
+        } else {
+            // SAFETY: `item < nr_stats`, the table's length.
+            unsafe { *self.ctl.unit_shifts.get_unchecked(item) }
+        }
+    }
+
+    /// The `Threshold` policy's pending-update counting (kernel v6.8's
+    /// per-CPU `stats_updates`, in our own design): the per-CPU counter is
+    /// the stat slot itself. Each time an update moves item `item`'s slot
+    /// across a multiple of [`UPDATE_BATCH`] × its declared unit
+    /// ([`Controller::stat_units`]), 64 units per boundary crossed are
+    /// added to this CPU's [`UPDATES`] counter of the group and of every
+    /// ancestor (lines no other CPU's updates write): the
+    /// count measures significance in the item's unit, not raw magnitude,
+    /// as the kernel counts memcg byte stats in pages. One update folds at
+    /// most once, whatever its delta, so a CPU walks the ancestors at most
+    /// once per 64 × unit of change of an item on it (plus once), at any
+    /// depth: a byte counter declared in pages and charged a page at a time
+    /// walks once per 64 updates, not on each.
+    ///
+    /// Cost: the boundary test uses the value the stat RMW (or section)
+    /// already returned. An update that crosses no multiple of 64 (of any
+    /// unit: every boundary is one) makes no memory access at all; one that
+    /// does loads the item's shift (one load, from the css line the update
+    /// already reads, for the first eight items; three, through the
+    /// controller, for later ones), and only a crossing of the item's own
+    /// boundary takes the cold walk.
+    /// Unlike a separate racy counter, nothing is lost when a thread
+    /// migrates mid-update. What it gave up: a unit is coarse by design; a
+    /// read may miss up to 64 × unit − 1 of an item per (group, CPU) slot.
+    ///
+    /// Why it bounds staleness: since a slot was last folded (`prev`), its
+    /// value moved by less than 64 × unit × (boundaries crossed + 1), and
+    /// the crossings are in the pending counters (the policy module states
+    /// the bound, per item in its unit, and its proof).
+    ///
+    /// # Safety
+    /// As [`update`](Self::update); `old` is what the stat RMW on `cpu`
+    /// returned for item `item`.
+    #[inline(always)]
+    pub(crate) unsafe fn count_update(&self, cpu: usize, item: usize, old: i64, delta: i64) {
+        let new = old.wrapping_add(delta);
+        // Every item's boundary is a multiple of 64: crossing none of
+        // those crosses none of the item's (`old >> 6 == new >> 6`).
+        if (old ^ new) >> UPDATE_BATCH_SHIFT == 0 {
+            return;
+        }
+        // SAFETY: caller's guarantees.
+        unsafe { self.count_crossing(cpu, old, new, self.item_shift(item)) }
+    }
+
+    /// [`count_update`](Self::count_update) past the cheap test, with
+    /// the item's shift in hand: fold the crossings of the item's own
+    /// boundaries, if any.
+    ///
+    /// # Safety
+    /// As [`count_update`](Self::count_update); `shift` is the item's.
+    #[inline(always)]
+    unsafe fn count_crossing(&self, cpu: usize, old: i64, new: i64, shift: u8) {
+        let v = units_to_fold(old, new, shift);
+        if v != 0 {
+            // SAFETY: caller's guarantees.
+            unsafe { self.fold_updates(cpu, v) };
+        }
+    }
+
+    /// Fold `v` units into this group's and every ancestor's shared
+    /// counter, then record them in this (css, CPU)'s `counted` slot, which
+    /// the flusher reads *before* the stat slots: units it reads there are
+    /// units whose stat change its slot reads include (the `Release` here
+    /// and its `Acquire`), so it can subtract exactly those. Every ancestor
+    /// is counted, even one already due for a flush (kernel v6.8 skips
+    /// those; then a flush could not know what to subtract).
+    ///
+    /// The caller marks the node updated *after* this: the `counted` add
+    /// and the flusher's `OFF_LIST` store then form a store-buffering pair
+    /// with the on-list check and the flusher's `counted` load (all
+    /// `SeqCst`), so either this flush consumes the units or the node goes
+    /// back on a backlog and the next flush does. No unit outlives the
+    /// flushes that include its change.
+    ///
+    /// # Safety
+    /// As [`update`](Self::update).
+    #[cold]
+    #[inline(never)]
+    pub(super) unsafe fn fold_updates(&self, cpu: usize, v: u64) {
+        let n = self.ctl.nr_stats;
+        // One fold is capped at `MAX_FOLD`, far above any threshold: a fold
+        // past the threshold makes every read of this group and its
+        // ancestors flush until a flush consumes it, so counting more adds
+        // nothing but the risk of wrapping the per-CPU counters (an item
+        // swinging by ±2^61 would wrap them in four updates). A counter
+        // past 2^63 reads as "must flush" (`pending_units`).
+        let v = v.min(MAX_FOLD);
+        let mut css: *const Css = self;
+        // SAFETY: a css keeps its ancestors' alive (through the groups).
+        while let Some(c) = unsafe { css.as_ref() } {
+            // This CPU's counter of `c`: a line other CPUs' updates never
+            // write (an RMW, not a store: threads sharing the slot, and
+            // a thread that moved since its stat RMW, may add at once).
+            // SAFETY: caller's guarantees; ancestors have the same items.
+            unsafe { c.stats.elem(cpu, n + UPDATES) }
+                .cur
+                .fetch_add(v as i64, Ordering::Relaxed);
+            css = c.parent;
+        }
+        // SAFETY: caller's guarantees.
+        let counted = unsafe { self.stats.elem(cpu, n + COUNTED) };
+        counted.cur.fetch_add(v as i64, Ordering::SeqCst);
+    }
+
+    /// This group's pending-update units: the sum of its per-CPU
+    /// [`UPDATES`] counters, each loaded `Acquire` (a count that a flush
+    /// lowered comes with the totals that flush published). nr_cpus loads;
+    /// stops early once the sum exceeds `stop_above`.
+    pub(crate) fn pending_units(&self, stop_above: u64) -> u64 {
+        let n = self.ctl.nr_stats;
+        // SAFETY: a controller's domain lives as long as its engine, which
+        // a live css's group holds.
+        let nr_cpus = unsafe { &*self.ctl.domain }.nr_cpus;
+        let mut sum = 0u64;
+        for cpu in 0..nr_cpus {
+            // SAFETY: `cpu < nr_cpus`; the css is live (caller's `&self`).
+            let v = unsafe { self.stats.elem(cpu, n + UPDATES) }
+                .cur
+                .load(Ordering::Acquire);
+            // Never below zero: units are subtracted from the counter of
+            // the CPU that counted them, after their add (see `fold_node`).
+            // A negative value can only be a counter that grew past 2^63
+            // (`fold_updates`): far more than any threshold, so it asks for
+            // a flush rather than count as nothing.
+            let Ok(v) = u64::try_from(v) else {
+                return u64::MAX;
+            };
+            sum = sum.saturating_add(v);
+            if sum > stop_above {
+                break;
+            }
+        }
+        sum
+    }
+
+    /// Whether the `Threshold` policy wants a flush before reading: more
+    /// than 64 × nr_cpus units pending (see
+    /// [`pending_units`](Self::pending_units)).
+    pub(crate) fn needs_flush(&self) -> bool {
+        self.pending_units(self.ctl.flush_threshold) > self.ctl.flush_threshold
+    }
+
+    /// Copy the published totals, without the lock.
+    pub(crate) fn totals_published(&self) -> Totals {
+        let n = self.ctl.nr_stats;
+        let local: Box<[i64]> = self.published[..n]
+            .iter()
+            .map(|a| a.load(Ordering::Acquire))
+            .collect();
+        let hierarchical: Box<[i64]> = self.published[n..]
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .collect();
+        Totals {
+            local,
+            hierarchical,
+            pending: vec![0; n].into(),
+            overflows: self.published_overflows.load(Ordering::Relaxed),
+        }
+    }
+
+    /// At the group's final release, after its last flush: hand any
+    /// pending-update units still counted on this css to the parent's
+    /// `CONSUMED` counters of the same CPU.
+    ///
+    /// That last flush consumed every counted unit of this group (a unit
+    /// is consumed by the flush that folds its change, or its node is back
+    /// on a backlog that flush drained; see `fold_updates`), so nothing
+    /// should be left. Should that ever be wrong, the units still belong
+    /// to the parent, whose pending now holds every change of this group.
+    pub(crate) fn release_units(&self) {
+        let n = self.ctl.nr_stats;
+        // SAFETY: a controller's domain lives as long as its engine.
+        let nr_cpus = unsafe { &*self.ctl.domain }.nr_cpus;
+        for cpu in 0..nr_cpus {
+            // SAFETY: the css is live (`&self`); `cpu` is in range.
+            let left = unsafe { self.stats.elem(cpu, n + UPDATES) }
+                .cur
+                .swap(0, Ordering::Acquire);
+            debug_assert_eq!(left, 0, "pending-update units left at release");
+            // SAFETY: a parent outlives its children's release.
+            if let (Some(p), true) = (unsafe { self.parent.as_ref() }, left != 0) {
+                // SAFETY: as above; a parent has the same items.
+                unsafe { p.stats.elem(cpu, n + CONSUMED) }
+                    .cur
+                    .fetch_add(left, Ordering::Release);
+            }
+        }
+    }
+
+    /// Copy the totals (caller holds the domain lock).
+    ///
+    /// # Safety
+    /// The domain lock is held.
+    pub(crate) unsafe fn totals_locked(&self) -> Totals {
+        // SAFETY: lock held.
+        self.totals.with(|t| unsafe { (*t).clone() })
+    }
+}
+
+/// Units of |delta| (each in its item's declared unit, see
+/// [`Controller::stat_units`](crate::Controller::stat_units)) a CPU accumulates on an item before folding
+/// them into the pending-update counters (the kernel's
+/// `MEMCG_CHARGE_BATCH`).
+pub const UPDATE_BATCH: u64 = 1 << UPDATE_BATCH_SHIFT;
+pub(crate) const UPDATE_BATCH_SHIFT: u32 = 6;
+
+/// The most units one update folds (`Css::fold_updates`): above the
+/// threshold of any engine of fewer than 2^26 CPU slots, so a capped fold
+/// still makes the next read flush. A per-CPU pending counter then grows
+/// by at most 2^32 per update: it can reach 2^63 (from where it reads as
+/// "must flush") only after 2^31 updates of 2^26 or more boundaries each
+/// with no flush of the group or an ancestor in between, and wrap back to
+/// a value that reads as "no flush needed" only after 2^32 of them (the
+/// periodic flusher, on by default, flushes long before).
+pub(crate) const MAX_FOLD: u64 = 1 << 32;
+
+/// Per (css, CPU), after the `nr_stats` stat slots: the units this
+/// group's own crossings on the CPU folded up and no flush has consumed
+/// (read by the flusher *before* the stat slots).
+pub(crate) const COUNTED: usize = 0;
+/// Per (css, CPU): the `Threshold` policy's pending-update counter, kernel
+/// v6.8's `stats_updates` made per-CPU: units (64 per batch boundary
+/// crossed, in each item's declared unit) counted on this CPU by this
+/// group or a descendant and not yet in this group's hierarchical totals.
+/// A flush of (group, CPU) subtracts exactly the units it folded, never
+/// resets, so a unit counted while it runs stays counted. Per-CPU so that
+/// a crossing writes no line another CPU's updates write (a shared
+/// counter per ancestor made two threads on one group contend on the
+/// group's and the root's counter every 64 units); a `Threshold` read sums
+/// nr_cpus of them.
+pub(crate) const UPDATES: usize = 1;
+/// Per (css, CPU): units that flushes of this group's children on the CPU
+/// consumed (their changes now in this group's `pending`), to subtract
+/// from this group's [`UPDATES`] of the same CPU when its fold takes that
+/// pending in. Changed by flushers (under the domain lock) and by a
+/// child's release.
+pub(crate) const CONSUMED: usize = 2;
+/// Per-(css, CPU) slots after the stat slots.
+pub(crate) const EXTRA_SLOTS: usize = 3;
+
+/// Items whose shift a css keeps inline (`Css::unit_shifts`).
+pub(crate) const INLINE_SHIFTS: usize = 8;

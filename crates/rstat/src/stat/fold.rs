@@ -1,0 +1,260 @@
+//! The fold: a flush's work on one (group, CPU) of the updated tree.
+//!
+//! For each css of the node's group in the flushed domain: compute each
+//! slot's delta since the last fold (the "prev" scheme), hand them to the
+//! controller's [`Controller::flush`](crate::Controller::flush) (with its
+//! panics contained for user controllers: see
+//! [`controller`](crate::controller)'s `# A flush that panics`), publish
+//! the totals for lock-free readers, and subtract exactly the
+//! pending-update units now in them (`css.rs`'s `# Synchronization`).
+
+use crate::stat::css::{Css, CONSUMED, COUNTED, UPDATES};
+use crate::stat::ops::{FlushCtx, NodeOwner, ParentSide};
+use crate::stat::tree::{Domain, TreeNode};
+use crate::sync::Ordering;
+
+/// Fold every css of `node`'s group that belongs to `domain`, for `cpu`.
+///
+/// # Safety
+/// The domain lock is held; `node` is a live node of `domain`; `cpu <
+/// nr_cpus`.
+pub(crate) unsafe fn fold_node(
+    domain: &Domain,
+    node: &TreeNode,
+    cpu: usize,
+    deltas: &mut Vec<i64>,
+) {
+    // SAFETY: a node's group, which holds its css table, is live while the
+    // node is.
+    let (table, owner) = unsafe { (&*node.css, &*node.owner) };
+    for slot in table.iter() {
+        let css = slot.load(Ordering::Acquire);
+        if css.is_null() {
+            continue;
+        }
+        // SAFETY: installed css are live as long as their group.
+        let css = unsafe { &*css };
+        if !core::ptr::eq(css.ctl.domain, domain) {
+            continue;
+        }
+        deltas.clear();
+        // SAFETY: live css, `cpu` in range.
+        let (slots, extra) = unsafe { css.stats.slot(cpu) }.split_at(css.ctl.nr_stats);
+        let counted = &extra[COUNTED].cur;
+        // Before the stat loads: the units read here are units whose change
+        // those loads include (see `Css::fold_updates`).
+        let units = counted.load(Ordering::SeqCst);
+        // Lock held for `prev`.
+        for s in slots {
+            let cur = s.cur.load(Ordering::SeqCst);
+            // SAFETY: `prev` is only touched under the domain lock, held.
+            let prev = s
+                .prev
+                .with_mut(|p| unsafe { core::mem::replace(&mut *p, cur) });
+            deltas.push(cur.wrapping_sub(prev));
+        }
+        // SAFETY: lock held; `css` is live and of this domain; `node` is
+        // its group's node.
+        let retry = unsafe { flush_contained(css, node, owner, cpu, deltas) };
+        // Publish for lock-free readers (before the count drops below).
+        css.totals.with(|t| {
+            // SAFETY: lock held.
+            let t = unsafe { &*t };
+            let n = t.local.len();
+            for (a, v) in css.published[n..].iter().zip(t.hierarchical.iter()) {
+                a.store(*v, Ordering::Relaxed);
+            }
+            css.published_overflows
+                .store(t.overflows, Ordering::Relaxed);
+            for (a, v) in css.published[..n].iter().zip(t.local.iter()) {
+                a.store(*v, Ordering::Release);
+            }
+        });
+        if retry {
+            // The controller's flush panicked and the fold was undone: the
+            // changes behind `units` and `consumed` are not in the totals
+            // (they will be at the next flush), so nothing is subtracted
+            // and a `Threshold` read keeps asking for that flush.
+            continue;
+        }
+        // Subtract exactly the units now in this group's hierarchical
+        // totals: its own crossings read above, and its children's that
+        // this fold took from `pending`. Hand them to the parent, which
+        // subtracts them when it folds its pending in. A unit counted after
+        // our `counted` load stays counted (at worst a later read flushes
+        // early); none is subtracted before its change is in the totals.
+        //
+        // Per CPU: the units read above were counted on `cpu`, and so were
+        // the children's in this (group, CPU)'s `CONSUMED` (a child's fold
+        // of `cpu` put them there). Those children's deltas are in our
+        // totals now: the first fold of this group in any flush takes all
+        // of `pending`, and this group stays on `cpu`'s tree from the
+        // child's fold until this one (a cut leaves the cut subtree's
+        // parent on the tree), so this fold comes after the hand-up.
+        counted.fetch_sub(units, Ordering::Relaxed);
+        let total = units.wrapping_add(extra[CONSUMED].cur.swap(0, Ordering::Acquire));
+        if total != 0 {
+            // Release: pairs with `pending_units`' Acquire (totals above).
+            extra[UPDATES].cur.fetch_sub(total, Ordering::Release);
+            // SAFETY: a child's css keeps its parent's alive; same items.
+            if let Some(p) = unsafe { css.parent.as_ref() } {
+                // SAFETY: the parent is live (above), `cpu` in range.
+                unsafe { p.stats.elem(cpu, p.ctl.nr_stats + CONSUMED) }
+                    .cur
+                    .fetch_add(total, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Call the controller's flush for one (group, CPU) whose deltas are in
+/// `scratch` (all of it): directly for the built-in counter sets, with the
+/// panic containment of the module's `# A flush that panics` for user
+/// controllers. Returns whether the fold was undone, to be retried by the
+/// next flush.
+///
+/// # Safety
+/// The domain lock is held; `css` is live, of the locked domain, and
+/// `node` is its group's node there; `cpu < nr_cpus`.
+#[inline(always)]
+unsafe fn flush_contained(
+    css: &Css,
+    node: &TreeNode,
+    owner: &dyn NodeOwner,
+    cpu: usize,
+    scratch: &mut Vec<i64>,
+) -> bool {
+    if css.ctl.contain_panics {
+        // SAFETY: caller's guarantees.
+        unsafe { flush_user(css, node, owner, cpu, scratch) }
+    } else {
+        // SAFETY: caller's guarantees.
+        unsafe { with_flush_ctx(css, owner, cpu, scratch, |ctx| css.ctl.imp.flush(ctx)) };
+        false
+    }
+}
+
+/// Run `f` on the [`FlushCtx`] of `css` for `cpu` with `deltas`.
+///
+/// # Safety
+/// The domain lock is held; `css` is live and of the locked domain.
+#[inline(always)]
+unsafe fn with_flush_ctx<R>(
+    css: &Css,
+    owner: &dyn NodeOwner,
+    cpu: usize,
+    deltas: &[i64],
+    f: impl FnOnce(&mut FlushCtx<'_>) -> R,
+) -> R {
+    css.totals.with_mut(|t| {
+        // SAFETY: lock held; the parent css (another cell) is live because
+        // a child keeps its parent group alive.
+        let totals = unsafe { &mut *t };
+        // SAFETY: as above: a child's css keeps its parent's alive.
+        match unsafe { css.parent.as_ref() } {
+            None => f(&mut FlushCtx {
+                owner,
+                cpu,
+                deltas,
+                totals,
+                parent: None,
+            }),
+            Some(p) => p.totals.with_mut(|pt| {
+                // SAFETY: lock held; distinct cell from `t`.
+                let pt = unsafe { &mut *pt };
+                f(&mut FlushCtx {
+                    owner,
+                    cpu,
+                    deltas,
+                    totals,
+                    parent: Some(ParentSide {
+                        pending: &mut pt.pending,
+                        overflows: &mut pt.overflows,
+                    }),
+                })
+            }),
+        }
+    })
+}
+
+/// A user controller's flush, with its panics contained. `scratch` is the
+/// flush's reusable buffer: the saved totals go after the deltas during the
+/// call (allocating only while the buffer still grows), and it is cut back
+/// to the deltas before returning.
+///
+/// # Safety
+/// As [`flush_contained`].
+#[inline(never)]
+unsafe fn flush_user(
+    css: &Css,
+    node: &TreeNode,
+    owner: &dyn NodeOwner,
+    cpu: usize,
+    scratch: &mut Vec<i64>,
+) -> bool {
+    let ctl = &*css.ctl;
+    let n = scratch.len();
+    let need = css.totals.with(|t| {
+        // SAFETY: lock held.
+        let t = unsafe { &*t };
+        t.local.len() + t.hierarchical.len() + t.pending.len()
+    });
+    // SAFETY: a child's css keeps its parent's alive.
+    let need = need
+        + unsafe { css.parent.as_ref() }.map_or(0, |p| {
+            // SAFETY: lock held.
+            p.totals.with(|t| unsafe { (&*t).pending.len() })
+        });
+    scratch.resize(n + need, 0);
+    let (deltas, saved) = scratch.split_at_mut(n);
+    // Returns whether the call panicked and must be retried by a later
+    // flush, and the panic's payload, dropped last (see below).
+    let call = |ctx: &mut FlushCtx<'_>| {
+        let s = ctx.save(saved);
+        let call = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctl.imp.flush(ctx);
+        }));
+        let Err(payload) = call else {
+            return (false, None);
+        };
+        ctl.flush_panics.fetch_add(1, Ordering::Relaxed);
+        ctx.restore(saved, &s);
+        // SAFETY: lock held.
+        if node.releasing.with(|r| unsafe { *r }) {
+            // No later flush will visit this group: fold the deltas the
+            // standard way, so they still reach the ancestors.
+            ctx.fold();
+            return (false, Some(payload));
+        }
+        (true, Some(payload))
+    };
+    // SAFETY: caller's guarantees.
+    let (retry, payload) = unsafe { with_flush_ctx(css, owner, cpu, deltas, call) };
+    scratch.truncate(n);
+    if retry {
+        // Move `prev` back by the deltas, so the next flush sees them again
+        // (a modular subtraction undoes the fold's modular one exactly).
+        // SAFETY: live css, `cpu` in range, lock held for `prev`.
+        let slots = unsafe { css.stats.slot(cpu) };
+        for (s, &d) in slots.iter().zip(scratch.iter()) {
+            // SAFETY: `prev` is only touched under the domain lock, held.
+            s.prev.with_mut(|p| unsafe { *p = (*p).wrapping_sub(d) });
+        }
+        // And make sure the next flush visits this (group, CPU): the cut
+        // took it off this CPU's updated tree. A push onto the backlog is
+        // lock-free, so it is allowed under the lock; the next flush drains
+        // it. (Not at a final release: see `releasing` above.)
+        // SAFETY: live css, `cpu` in range.
+        unsafe { css.mark(cpu) };
+    }
+    // A payload's destructor is user code too, and may panic: drop it once
+    // the state is whole again, and contain that as well (leaking the
+    // second payload rather than unwinding through the flush, which would
+    // leave the rest of this CPU's cut tree unfolded).
+    if let Some(p) = payload {
+        if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(p))) {
+            core::mem::forget(again);
+        }
+    }
+    retry
+}

@@ -1,0 +1,374 @@
+//! The op table of the mechanism: what a controller is to the flush.
+//!
+//! A flush calls a controller only through [`Controller`] (the kernel's
+//! `cgroup_subsys` flush op), giving it a [`FlushCtx`]: one (group, CPU)'s
+//! deltas, the group's [`Totals`] and the parent's pending array. The
+//! engine keeps one [`CtlEntry`] per registered controller. A tree node
+//! names its group only through [`NodeOwner`], so this layer knows nothing
+//! of the hierarchy above it. The user-facing documentation of
+//! controllers (overflow, a flush that panics) is
+//! [`controller`](crate::controller)'s.
+
+use crate::stat::css::{StatSlot, EXTRA_SLOTS};
+use crate::stat::tree::Domain;
+use crate::sync::{AtomicU32, AtomicU64};
+
+/// Most controllers one engine can hold (counter sets included).
+pub const MAX_CONTROLLERS: usize = if cfg!(rstat_loom) { 4 } else { 16 };
+
+/// What the flush needs to know of the group a tree node belongs to, for
+/// [`FlushCtx::group_id`] and [`FlushCtx::group_path`]: implemented by
+/// the hierarchy's group, so the mechanism does not name it.
+pub(crate) trait NodeOwner {
+    /// The group's id ([`Group::id`](crate::Group::id)).
+    fn id(&self) -> u64;
+    /// The group's path ([`Group::path`](crate::Group::path)).
+    fn path(&self) -> String;
+}
+
+/// A controller: a named list of stat items and how its deltas are folded.
+///
+/// Implement this to get your own per-group, per-CPU, hierarchically
+/// aggregated stats with their own updated trees and flush lock (the
+/// userspace analog of BPF's `cgroup_hierarchical_stats`). For plain
+/// counters [`Rstat::register_counters`](crate::Rstat::register_counters) is
+/// enough.
+pub trait Controller: Send + Sync + 'static {
+    /// The controller's name, unique in its engine (e.g. `"io"`).
+    fn name(&self) -> &str;
+
+    /// The stat items: one per-CPU signed counter each. Must be non-empty,
+    /// unique, at most [`MAX_STAT_ITEMS`], and not change after
+    /// registration.
+    fn stat_names(&self) -> &[String];
+
+    /// Each item's unit of significance, in item order: what one unit of
+    /// the [`Threshold`](crate::FlushPolicy::Threshold) policy's
+    /// pending-update count stands for. A power of two from 1 to
+    /// [`MAX_STAT_UNIT`]; the default is 1 for every item (plain counts).
+    ///
+    /// Declare the granularity the item's changes come in, as the kernel
+    /// counts memcg byte stats in pages: a byte counter charged in pages
+    /// declares 4096. The update path then folds a change into the shared
+    /// pending counters (a walk over every ancestor) once per 64 × unit of
+    /// change of the item on a CPU, not once per 64 bytes, and a read's
+    /// staleness bound for the item is stated in its unit
+    /// ([`FlushPolicy::staleness_bound`](crate::FlushPolicy::staleness_bound)).
+    /// Read once, at registration; a length other than
+    /// [`stat_names`](Self::stat_names)'s, or a unit that is not a power of
+    /// two in range, is refused with [`Error::InvalidController`](crate::Error::InvalidController).
+    fn stat_units(&self) -> Vec<u64> {
+        vec![1; self.stat_names().len()]
+    }
+
+    /// Fold one (group, CPU)'s deltas. Called under this controller's flush
+    /// lock, children before parents; must not block. It should not panic
+    /// either; if it does, the engine undoes this call's effect on the
+    /// totals, counts the panic and offers the same deltas again at the next
+    /// flush (see the module's `# A flush that panics`). The default is the
+    /// kernel's sum fold, [`FlushCtx::fold`].
+    fn flush(&self, ctx: &mut FlushCtx<'_>) {
+        ctx.fold();
+    }
+}
+
+/// What a [`Controller::flush`] call sees: which group and CPU, that (group,
+/// CPU)'s per-item deltas since the last flush, this group's totals, and the
+/// parent's pending array.
+pub struct FlushCtx<'a> {
+    pub(super) owner: &'a dyn NodeOwner,
+    pub(super) cpu: usize,
+    pub(super) deltas: &'a [i64],
+    pub(super) totals: &'a mut Totals,
+    /// `None` at the root.
+    pub(super) parent: Option<ParentSide<'a>>,
+}
+
+/// What a flush may touch of the parent's totals.
+pub(super) struct ParentSide<'a> {
+    pub(super) pending: &'a mut [i64],
+    pub(super) overflows: &'a mut u64,
+}
+
+/// Where [`FlushCtx::save`] put things, for [`FlushCtx::restore`]: the
+/// array lengths (a controller may replace its totals' arrays), and the
+/// overflow counts.
+pub(super) struct Saved {
+    lens: [usize; 4],
+    overflows: u64,
+    parent_overflows: u64,
+}
+
+/// `a + b`, clamped to `i64`'s range; a clamp adds one to `clamps`.
+#[inline(always)]
+fn add_clamped(a: i64, b: i64, clamps: &mut u64) -> i64 {
+    match a.checked_add(b) {
+        Some(v) => v,
+        None => {
+            *clamps += 1;
+            clamp(a, b)
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn clamp(a: i64, b: i64) -> i64 {
+    a.saturating_add(b)
+}
+
+impl FlushCtx<'_> {
+    /// The id of the group being flushed: [`Group::id`](crate::Group::id),
+    /// unique for the engine's lifetime, so a controller can key per-group
+    /// state by it. Cost: one load.
+    pub fn group_id(&self) -> u64 {
+        self.owner.id()
+    }
+
+    /// The path of the group being flushed, as
+    /// [`Group::path`](crate::Group::path) gives it (`"a/b"`, `""` for the
+    /// root). Computed on each call: walks the ancestors and allocates, so
+    /// prefer [`group_id`](Self::group_id) in a flush that runs often.
+    pub fn group_path(&self) -> String {
+        self.owner.path()
+    }
+
+    /// The CPU whose counters these deltas come from.
+    pub fn cpu(&self) -> usize {
+        self.cpu
+    }
+
+    /// Per-item change of this group's own counters on this CPU since the
+    /// last flush.
+    pub fn deltas(&self) -> &[i64] {
+        self.deltas
+    }
+
+    /// Whether this group has no parent (the root).
+    pub fn is_root(&self) -> bool {
+        self.parent.is_none()
+    }
+
+    /// This group's totals, to fold into by hand.
+    pub fn totals_mut(&mut self) -> &mut Totals {
+        self.totals
+    }
+
+    /// The parent's pending array (what the parent will add to its
+    /// hierarchical totals when it is flushed); `None` at the root.
+    pub fn parent_pending_mut(&mut self) -> Option<&mut [i64]> {
+        self.parent.as_mut().map(|p| &mut *p.pending)
+    }
+
+    /// Record that a total of this group was clamped (or is otherwise
+    /// inexact): one more in its [`GroupStats::overflows`]. For controllers
+    /// that fold by hand; [`fold`](Self::fold) counts its own clamps. Cost:
+    /// one add.
+    ///
+    /// [`GroupStats::overflows`]: crate::GroupStats::overflows
+    pub fn note_overflow(&mut self) {
+        self.totals.overflows = self.totals.overflows.saturating_add(1);
+    }
+
+    /// As [`note_overflow`](Self::note_overflow), for a clamp of the
+    /// parent's pending array (which makes the parent's totals inexact).
+    /// Does nothing at the root.
+    pub fn note_parent_overflow(&mut self) {
+        if let Some(p) = self.parent.as_mut() {
+            *p.overflows = p.overflows.saturating_add(1);
+        }
+    }
+
+    /// Copy what a flush may change (this group's totals, the parent's
+    /// pending array and both overflow counts) to `saved`.
+    /// `saved` is exactly as long as all four arrays together.
+    pub(super) fn save(&self, saved: &mut [i64]) -> Saved {
+        let t = &*self.totals;
+        let pp: &[i64] = self.parent.as_ref().map_or(&[], |p| &*p.pending);
+        let mut at = 0;
+        for src in [&*t.local, &*t.hierarchical, &*t.pending, pp] {
+            saved[at..at + src.len()].copy_from_slice(src);
+            at += src.len();
+        }
+        Saved {
+            lens: [
+                t.local.len(),
+                t.hierarchical.len(),
+                t.pending.len(),
+                pp.len(),
+            ],
+            overflows: t.overflows,
+            parent_overflows: self.parent.as_ref().map_or(0, |p| *p.overflows),
+        }
+    }
+
+    /// Put back what [`save`](Self::save) copied. Cold: runs after a panic.
+    #[cold]
+    pub(super) fn restore(&mut self, saved: &[i64], s: &Saved) {
+        fn put(dst: &mut Box<[i64]>, src: &[i64]) {
+            if dst.len() == src.len() {
+                dst.copy_from_slice(src);
+            } else {
+                *dst = src.into();
+            }
+        }
+        let [a, b, c, d] = s.lens;
+        let (local, rest) = saved.split_at(a);
+        let (hier, rest) = rest.split_at(b);
+        let (pending, pp) = rest.split_at(c);
+        let t = &mut *self.totals;
+        put(&mut t.local, local);
+        put(&mut t.hierarchical, hier);
+        put(&mut t.pending, pending);
+        t.overflows = s.overflows;
+        if let Some(p) = self.parent.as_mut() {
+            // The flush only had a slice of the parent's array: its length
+            // cannot have changed.
+            debug_assert_eq!(p.pending.len(), d);
+            p.pending.copy_from_slice(&pp[..d]);
+            *p.overflows = s.parent_overflows;
+        }
+    }
+
+    /// The standard fold: local += delta; the delta plus what children left
+    /// pending goes into hierarchical and up to the parent's pending. Every
+    /// addition saturates at `i64::MIN`/`i64::MAX` and each clamp is counted
+    /// (see the module's `# Overflow`): in this group's count, or in the
+    /// parent's for its pending array. Cost: four checked adds per item (three
+    /// at the root); a clamp takes a cold path.
+    pub fn fold(&mut self) {
+        let t = &mut *self.totals;
+        // Bounded by every array, so a controller that resized its totals
+        // by hand gets a partial fold, not a panic (and the indexing below
+        // needs no bounds checks).
+        let mut n = self
+            .deltas
+            .len()
+            .min(t.local.len())
+            .min(t.hierarchical.len())
+            .min(t.pending.len());
+        if let Some(p) = self.parent.as_ref() {
+            n = n.min(p.pending.len());
+        }
+        let deltas = &self.deltas[..n];
+        let (local, hier) = (&mut t.local[..n], &mut t.hierarchical[..n]);
+        let pending = &mut t.pending[..n];
+        let mut clamps = 0u64;
+        match self.parent.as_mut() {
+            None => {
+                for i in 0..n {
+                    let d = deltas[i];
+                    local[i] = add_clamped(local[i], d, &mut clamps);
+                    let up = add_clamped(d, core::mem::take(&mut pending[i]), &mut clamps);
+                    hier[i] = add_clamped(hier[i], up, &mut clamps);
+                }
+            }
+            Some(p) => {
+                let pp = &mut p.pending[..n];
+                let mut parent_clamps = 0u64;
+                for i in 0..n {
+                    let d = deltas[i];
+                    local[i] = add_clamped(local[i], d, &mut clamps);
+                    let up = add_clamped(d, core::mem::take(&mut pending[i]), &mut clamps);
+                    hier[i] = add_clamped(hier[i], up, &mut clamps);
+                    pp[i] = add_clamped(pp[i], up, &mut parent_clamps);
+                }
+                if parent_clamps != 0 {
+                    *p.overflows = p.overflows.saturating_add(parent_clamps);
+                }
+            }
+        }
+        if clamps != 0 {
+            t.overflows = t.overflows.saturating_add(clamps);
+        }
+    }
+}
+
+/// Per-group totals of one controller (protected by its flush lock).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// The group's own updates.
+    pub local: Box<[i64]>,
+    /// The group's and all its descendants' (including removed ones).
+    pub hierarchical: Box<[i64]>,
+    /// Deltas handed up by flushed children, not yet in `hierarchical`.
+    pub pending: Box<[i64]>,
+    /// Additions into these totals (or into `pending`) that were clamped at
+    /// `i64::MIN`/`i64::MAX`; see the module's `# Overflow`. Never reset.
+    pub overflows: u64,
+}
+
+impl Totals {
+    pub(crate) fn zeroed(n: usize) -> Self {
+        Totals {
+            local: vec![0; n].into(),
+            hierarchical: vec![0; n].into(),
+            pending: vec![0; n].into(),
+            overflows: 0,
+        }
+    }
+}
+
+/// A registered controller.
+pub(crate) struct CtlEntry {
+    pub(crate) id: usize,
+    /// Index of its domain in the engine (and in each group's `nodes`).
+    pub(crate) domain_idx: usize,
+    pub(crate) name: Box<str>,
+    pub(crate) nr_stats: usize,
+    /// Per item: the `Threshold` counting's boundary shift,
+    /// `UPDATE_BATCH_SHIFT + log2(unit)` (see `Css::count_update`). Each
+    /// css keeps a pointer to it.
+    pub(crate) unit_shifts: Box<[u8]>,
+    /// 64 × nr_cpus: a css's `updates` beyond this makes a `Threshold`
+    /// read flush.
+    pub(crate) flush_threshold: u64,
+    pub(crate) imp: Box<dyn Controller>,
+    /// The domain its state joins (its own, or the unified one).
+    pub(crate) domain: *const Domain,
+    /// The flush policy (`FlushPolicy` as u32).
+    pub(crate) policy: AtomicU32,
+    /// Whether `imp.flush` is user code, run with its panics contained
+    /// (see the module's `# A flush that panics`). False only for the
+    /// built-in counter sets, whose flush is the standard fold: it cannot
+    /// panic, so it is called directly, with no copy.
+    pub(crate) contain_panics: bool,
+    /// How many calls of `imp.flush` panicked.
+    pub(crate) flush_panics: AtomicU64,
+}
+
+// SAFETY: `domain` points into the engine, which outlives every entry's use.
+unsafe impl Send for CtlEntry {}
+// SAFETY: as above; the other fields are immutable.
+unsafe impl Sync for CtlEntry {}
+
+/// The largest unit an item may declare ([`Controller::stat_units`]): 2^32.
+pub const MAX_STAT_UNIT: u64 = 1 << 32;
+
+/// The most stat items one controller (a counter set included) can have:
+/// 4096. More is refused at registration with
+/// [`Error::InvalidController`](crate::Error::InvalidController), which
+/// says to split them over several controllers. A group's per-CPU state of
+/// that many items, with the three pending-update counters that follow
+/// them, fits one unit of the per-CPU arena (checked at compile time), so
+/// a controller of the maximum registers like any other (memory
+/// permitting).
+pub const MAX_STAT_ITEMS: usize = 4096;
+
+/// The most items this build registers: [`MAX_STAT_ITEMS`], or fewer in
+/// the test builds whose arena units are smaller (Miri) or whose slots are
+/// larger (loom), where they are as many as fit a unit.
+pub(crate) const FITTING_STAT_ITEMS: usize = {
+    let fit = crate::percpu::arena::UNIT_SIZE / core::mem::size_of::<StatSlot>() - EXTRA_SLOTS;
+    if fit < MAX_STAT_ITEMS {
+        fit
+    } else {
+        MAX_STAT_ITEMS
+    }
+};
+// The arena unit is a multiple of the granule, so a size fits it exactly
+// when its rounding up to the granule does.
+const _: () =
+    assert!(crate::percpu::arena::UNIT_SIZE.is_multiple_of(crate::percpu::arena::GRANULE));
+#[cfg(not(any(miri, rstat_loom)))]
+const _: () = assert!(FITTING_STAT_ITEMS == MAX_STAT_ITEMS);
