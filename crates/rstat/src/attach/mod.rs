@@ -160,9 +160,9 @@ mod scope;
 use core::marker::PhantomData;
 use core::ptr;
 
+use crate::engine::Rstat;
 use crate::error::{Error, Result};
 use crate::group::{Group, GroupInner};
-use crate::Rstat;
 use current::{release_rec, switch, this_thread_rec, Entry, ThreadRec, CURRENT};
 
 pub use charger::{charge_all_threads, charge_period, set_charge_period, DEFAULT_CHARGE_PERIOD};

@@ -128,7 +128,7 @@ pub trait FutureExt: Future + Sized {
     /// `spawn(fut.in_current_group())` inside a scoped future gives the
     /// task the scope's group.
     fn in_current_group(self) -> Scoped<Self> {
-        match crate::current_group() {
+        match crate::attach::current_group() {
             Some(g) => g.scope(self),
             None => Scoped {
                 group: None,

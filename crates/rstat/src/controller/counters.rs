@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::{Controller, Totals};
-use crate::engine::EngineInner;
 use crate::error::{Error, Result};
+use crate::group::EngineInner;
 use crate::group::{Group, GroupInner};
 use crate::percpu::cpu;
 use crate::stat::css::Css;

@@ -15,8 +15,8 @@ use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::engine::EngineInner;
 use crate::error::{Error, Result};
+use crate::group::EngineInner;
 use crate::group::{Group, GroupInner};
 use crate::sync::Ordering;
 

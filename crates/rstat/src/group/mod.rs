@@ -16,6 +16,7 @@
 pub mod ext;
 #[cfg(all(test, rstat_loom))]
 mod loom_deferred;
+pub(crate) mod state;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -23,7 +24,6 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::engine::EngineInner;
 use crate::error::{Error, Result};
 use crate::percpu::arena::PcpuPtr;
 use crate::percpu_ref::{InitFlags, PercpuRef, PercpuRefSlot};
@@ -32,6 +32,7 @@ use crate::stat::ops::{NodeOwner, MAX_CONTROLLERS};
 use crate::stat::tree::{lock_domain, TreeNode};
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
 use ext::MAX_EXTS;
+pub(crate) use state::EngineInner;
 
 /// Longest group name, in bytes (as a file name in cgroupfs).
 pub const MAX_NAME_LEN: usize = 255;

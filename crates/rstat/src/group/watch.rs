@@ -29,7 +29,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 
-use crate::engine::EngineInner;
+use crate::group::EngineInner;
 use crate::group::Group;
 use crate::sync::{self, AtomicU64, Mutex, Ordering};
 

@@ -243,7 +243,8 @@ use std::ptr::NonNull;
 use super::objcg::ObjCg;
 use super::stock::Stocks;
 use super::{Memory, MemoryConfig};
-use crate::engine::{EngineInner, Rstat};
+use crate::engine::Rstat;
+use crate::group::EngineInner;
 use crate::group::{Group, GroupInner};
 // std's atomics, not `crate::sync`'s: the allocator must be constructible
 // in a `static` (const), and loom's atomics allocate, which a global

@@ -743,13 +743,13 @@ impl Memory {
         Self::of_engine(rs.engine())
     }
 
-    pub(crate) fn of_engine(engine: &crate::engine::EngineInner) -> Option<Memory> {
+    pub(crate) fn of_engine(engine: &crate::group::EngineInner) -> Option<Memory> {
         let inner = engine.find_ext::<MemExt>()?.inner.get()?.upgrade()?;
         Some(Memory { inner })
     }
 
     /// The engine this controller belongs to (an identity to compare).
-    pub(crate) fn engine_ptr(&self) -> *const crate::engine::EngineInner {
+    pub(crate) fn engine_ptr(&self) -> *const crate::group::EngineInner {
         Arc::as_ptr(&self.inner.ext.engine)
     }
 

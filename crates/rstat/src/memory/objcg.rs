@@ -116,7 +116,7 @@ impl ObjCg {
     /// engine `engine` (an identity) whose memory state charges through
     /// `stocks`. Its memory is not charged by the accounting allocator.
     pub(crate) fn new(engine: usize, stocks: *const Stocks) -> NonNull<ObjCg> {
-        let b = crate::alloc::untracked(|| {
+        let b = crate::memory::alloc::untracked(|| {
             Box::new(ObjCg {
                 state: AtomicPtr::new(core::ptr::null_mut()),
                 refs: AtomicUsize::new(1),

@@ -109,8 +109,9 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::controller::counters::ControllerHandle;
-use crate::engine::{EngineInner, Rstat};
+use crate::engine::Rstat;
 use crate::error::{Error, Result};
+use crate::group::EngineInner;
 use crate::group::Group;
 use crate::memory::{Limit, Memory, MemoryError, MemoryEvents};
 use crate::page_counter::PAGE_COUNTER_MAX;

@@ -390,3 +390,33 @@ impl Css {
         unsafe { backlog::mark_updated(self.links.elem(cpu, 0), || self.backlog.raw(cpu)) };
     }
 }
+
+/// How stat updates reach their per-CPU slot (see
+/// [`Rstat::update_path`](crate::Rstat::update_path)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UpdatePath {
+    /// A restartable sequence (rseq) on the slot of the CPU the thread runs
+    /// on: an unlocked load, add and store that the kernel restarts if the
+    /// thread is preempted or migrated in between, as the kernel's own
+    /// `this_cpu_add`. Exact reads pay one `membarrier` system call per
+    /// flush for it (see `engine::backlog`).
+    Rseq,
+    /// A locked atomic add on the slot of the CPU id read just before.
+    Locked,
+}
+
+impl UpdatePath {
+    /// `"rseq"` or `"locked"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpdatePath::Rseq => "rseq",
+            UpdatePath::Locked => "locked",
+        }
+    }
+}
+
+impl core::fmt::Display for UpdatePath {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,191 @@
+//! The engine's shared state, held by every group and handle: the
+//! mechanism's (the per-CPU arena, the domains, the registered
+//! controllers) and the hierarchy's (group ids, zombies, removal
+//! watchers, releases deferred from the allocator), with the attach step
+//! that gives a group its tree nodes, css and extension states. The
+//! facade ([`Rstat`](crate::Rstat)) owns one and builds it.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::group::ext::ErasedExt;
+use crate::group::watch::RemovalQueue;
+use crate::group::{Group, GroupInner};
+use crate::percpu::arena::Arena;
+use crate::stat::backlog::{BacklogHead, PcpuLinks};
+use crate::stat::css::{Css, StatSlot, EXTRA_SLOTS};
+use crate::stat::ops::{CtlEntry, NodeOwner};
+use crate::stat::policy::{Coalescer, FlushPolicy};
+use crate::stat::tree::{Domain, FlushScratch, TreeNode};
+use crate::stat::update::UpdatePath;
+use crate::sync::{
+    self, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
+};
+
+pub(crate) struct Topology {
+    pub(crate) controllers: Vec<Arc<CtlEntry>>,
+    pub(crate) exts: Vec<Arc<dyn ErasedExt>>,
+    /// Boxed so their addresses stay put while the vector grows (css and
+    /// nodes point at them); never removed before the engine.
+    #[allow(clippy::vec_box)]
+    pub(crate) domains: Vec<Box<Domain>>,
+}
+
+pub(crate) struct EngineInner {
+    pub(crate) nr_cpus: usize,
+    /// How updates reach their slot, and for [`UpdatePath::Rseq`] the
+    /// section's CPU limit (slots `0..limit` are written only by
+    /// restartable sections; `limit..nr_cpus` take the locked adds of
+    /// threads the kernel gives no CPU id) and the rseq `cpu_id` offset.
+    pub(crate) update_path: UpdatePath,
+    pub(crate) section_limit: usize,
+    pub(crate) rseq_off: isize,
+    pub(crate) unified: bool,
+    pub(crate) default_policy: FlushPolicy,
+    pub(crate) arena: Mutex<Arena>,
+    pub(crate) topo: Mutex<Topology>,
+    /// Removed groups whose last reference has not been dropped yet.
+    pub(crate) zombies: AtomicUsize,
+    /// The next group id ([`Group::id`]); ids are never reused.
+    pub(crate) next_group_id: AtomicU64,
+    /// Queues told of every group removal ([`Rstat::watch_removals`]).
+    pub(crate) removal_watchers: Mutex<Vec<std::sync::Weak<RemovalQueue>>>,
+    /// The largest `max_depth` of any removal watch ever created (0: none;
+    /// the root, depth 0, is never removed): removals deeper than this
+    /// skip the watcher lock.
+    pub(crate) removal_watch_depth: AtomicUsize,
+    /// The built-in `cpu` controller's id, if the engine has it (it is
+    /// registered first, so always 0): where the attach module's feed
+    /// charges thread CPU time.
+    pub(crate) cpu_ctl_id: Option<usize>,
+    /// Groups whose last reference was dropped where releasing them was
+    /// not safe (by the accounting allocator, inside `dealloc`): a
+    /// push-only stack through `GroupInner::deferred_next`, emptied whole
+    /// by [`Group::release_deferred`].
+    pub(crate) deferred: AtomicPtr<GroupInner>,
+}
+
+impl EngineInner {
+    /// Flush every domain's root (the periodic flusher's work).
+    #[cfg_attr(rstat_loom, allow(dead_code))]
+    pub(crate) fn flush_all_roots(&self) {
+        let domains: Vec<*const Domain> = sync::lock(&self.topo)
+            .domains
+            .iter()
+            .map(|d| &**d as *const Domain)
+            .collect();
+        for d in domains {
+            // SAFETY: domains live as long as the engine, which `self` is.
+            unsafe { (*d).flush_root() };
+        }
+    }
+
+    pub(crate) fn new_domain(&self) -> Result<Box<Domain>> {
+        let backlog = sync::lock(&self.arena).alloc::<BacklogHead>(1, |_, _| BacklogHead::new())?;
+        Ok(Box::new(Domain {
+            nr_cpus: self.nr_cpus,
+            section_limit: self.section_limit,
+            rseq_off: self.rseq_off,
+            #[cfg(any(rstat_loom, miri))]
+            sim: (0..self.nr_cpus).map(|_| Mutex::new(())).collect(),
+            lock: Mutex::new(FlushScratch::default()),
+            backlog,
+            root: AtomicPtr::new(core::ptr::null_mut()),
+            root_flush_ongoing: AtomicBool::new(false),
+            coalescer: Coalescer::default(),
+        }))
+    }
+
+    /// Create `g`'s state of extension `id` (parent's first; caller holds
+    /// the topology lock).
+    pub(crate) fn attach_ext(&self, g: &GroupInner, id: usize, e: &dyn ErasedExt) {
+        if !g.tables().ext[id].load(Ordering::Relaxed).is_null() {
+            return;
+        }
+        let parent = g.parent.as_ref().map_or(core::ptr::null_mut(), |p| {
+            p.inner().tables().ext[id].load(Ordering::Acquire)
+        });
+        // SAFETY: the group is live (the caller is attaching it), and the
+        // handle is never dropped (it holds no reference of its own).
+        let handle = unsafe { Group::borrow_ptr(core::ptr::NonNull::from(g)) };
+        // SAFETY: the parent's state is null (root) or live.
+        let s = unsafe { e.create_erased(parent, &handle) };
+        g.tables().ext[id].store(s, Ordering::Release);
+    }
+
+    /// Give `g` a node in every domain and a css for every controller (or
+    /// only for `only`, when registering one). Caller holds the topology
+    /// lock; `g`'s parent is already attached.
+    pub(crate) fn attach(
+        &self,
+        topo: &Topology,
+        g: &GroupInner,
+        only: Option<&Arc<CtlEntry>>,
+    ) -> Result<()> {
+        let mut arena = sync::lock(&self.arena);
+        for (i, domain) in topo.domains.iter().enumerate() {
+            if !g.tables().nodes[i].load(Ordering::Relaxed).is_null() {
+                continue;
+            }
+            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| {
+                p.inner().tables().nodes[i]
+                    .load(Ordering::Relaxed)
+                    .cast_const()
+            });
+            // The per-CPU links point back at their node, so the node's
+            // address is fixed (a raw allocation) before either is built.
+            let raw: *mut core::mem::MaybeUninit<TreeNode> =
+                Box::into_raw(Box::<TreeNode>::new_uninit());
+            let me = raw.cast::<TreeNode>();
+            let links = match arena.alloc::<PcpuLinks>(1, |_, _| PcpuLinks::new(me)) {
+                Ok(l) => l,
+                Err(e) => {
+                    // SAFETY: `raw` came from Box::into_raw just above and is
+                    // uninitialised, so freeing it drops nothing.
+                    drop(unsafe { Box::from_raw(raw) });
+                    return Err(e.into());
+                }
+            };
+            // SAFETY: `raw` is a live, exclusively owned allocation.
+            unsafe {
+                (*raw).write(TreeNode {
+                    parent,
+                    css: &g.css,
+                    owner: g as &dyn NodeOwner,
+                    releasing: UnsafeCell::new(false),
+                    domain: &**domain,
+                    links,
+                })
+            };
+            // Ownership passes to the group; freed in its Drop.
+            g.tables().nodes[i].store(me, Ordering::Release);
+            if g.parent.is_none() {
+                domain.root.store(me, Ordering::Release);
+            }
+        }
+        let ctls: &[Arc<CtlEntry>] = match only {
+            Some(c) => core::slice::from_ref(c),
+            None => &topo.controllers,
+        };
+        for ctl in ctls {
+            let node = g.tables().nodes[ctl.domain_idx].load(Ordering::Relaxed);
+            let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| {
+                p.inner().css[ctl.id].load(Ordering::Relaxed).cast_const()
+            });
+            // One slot per item, plus the pending-update counters
+            // (`COUNTED`, `UPDATES`, `CONSUMED`).
+            let stats =
+                arena.alloc::<StatSlot>(ctl.nr_stats + EXTRA_SLOTS, |_, _| StatSlot::default())?;
+            // SAFETY: the node was installed above and lives with `g`.
+            let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
+            g.css[ctl.id].store(Box::into_raw(css), Ordering::Release);
+        }
+        drop(arena);
+        if only.is_none() {
+            for (id, e) in topo.exts.iter().enumerate() {
+                self.attach_ext(g, id, &**e);
+            }
+        }
+        Ok(())
+    }
+}
