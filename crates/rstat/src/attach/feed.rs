@@ -43,7 +43,6 @@ use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::clock::{self, split, SplitSample, ThreadIds};
-use crate::controller::counters::add_many_css;
 use crate::engine::CPU_STAT_NAMES;
 use crate::group::GroupInner;
 use crate::sync::Ordering;
@@ -190,16 +189,14 @@ fn charge(group: &GroupInner, usec: u64, user_frac: u32) {
         }
     };
     // SAFETY: the css lives as long as its group, which the caller keeps
-    // referenced; the cpu controller has `CPU_STAT_NAMES.len()` items.
-    let applied = unsafe {
-        add_many_css(
-            &*css,
-            CPU_STAT_NAMES.len(),
-            group.engine.nr_cpus,
-            &[(0, usec), (1, user), (2, system)],
-        )
-    };
-    debug_assert_eq!(applied, 3);
+    // referenced.
+    let css = unsafe { &*css };
+    let applied = css.add_many(
+        css.path(),
+        group.engine.nr_cpus,
+        &[(0, usec), (1, user), (2, system)],
+    );
+    debug_assert_eq!(applied, CPU_STAT_NAMES.len());
 }
 
 /// Charge a thread's feed from another thread: read the thread's clock,

@@ -6,8 +6,7 @@ use super::{Controller, Totals};
 use crate::error::{Error, Result};
 use crate::group::EngineInner;
 use crate::group::{Group, GroupInner};
-use crate::percpu::cpu;
-use crate::stat::css::Css;
+use crate::stat::css::{Css, Item, Slot};
 use crate::stat::ops::CtlEntry;
 use crate::stat::policy::{self, FlushPolicy};
 use crate::stat::tree::lock_domain;
@@ -98,10 +97,7 @@ impl ControllerHandle {
         // `engine` holds.
         let domain = unsafe { &*ctl.domain };
         // Every css of the domain copies the same (`Css::new`).
-        let path = PathCopy {
-            section_limit: domain.section_limit as u32,
-            rseq_off: domain.rseq_off as i32,
-        };
+        let path = PathCopy::of(domain);
         ControllerHandle {
             nr_cpus: engine.nr_cpus,
             engine,
@@ -158,16 +154,12 @@ impl ControllerHandle {
         }
     }
 
-    fn check_item(&self, item: usize) -> Result<()> {
-        if item < self.ctl.nr_stats {
-            Ok(())
-        } else {
-            Err(Error::UnknownStat {
-                controller: self.ctl.name.to_string(),
-                index: item,
-                len: self.ctl.nr_stats,
-            })
-        }
+    fn check_item(&self, item: usize) -> Result<Item> {
+        Item::new(item, self.ctl.nr_stats).ok_or_else(|| Error::UnknownStat {
+            controller: self.ctl.name.to_string(),
+            index: item,
+            len: self.ctl.nr_stats,
+        })
     }
 
     /// Add `delta` to stat `item` of `group`, on this thread's CPU.
@@ -194,7 +186,10 @@ impl ControllerHandle {
         let g = group.inner();
         // Each failed check calls the cold path itself, so the common path
         // falls straight through (a shared exit made it a taken branch).
-        if item >= self.nr_stats || !Arc::ptr_eq(&g.engine, &self.engine) {
+        let Some(it) = Item::new(item, self.nr_stats) else {
+            return self.add_slow(g, item, delta);
+        };
+        if !Arc::ptr_eq(&g.engine, &self.engine) {
             return self.add_slow(g, item, delta);
         }
         let css = self.css_for_add(g);
@@ -202,8 +197,10 @@ impl ControllerHandle {
             return self.add_slow(g, item, delta);
         }
         // SAFETY: `css` is this controller's state of `group`, kept alive by
-        // `group`; item checked against this controller's items.
-        unsafe { (*css).update_here_via(self.path, self.nr_cpus, item, delta) };
+        // `group`.
+        let css = unsafe { &*css };
+        let nr_cpus = self.nr_cpus;
+        css.add(self.path, || Slot::this_cpu(nr_cpus), it, delta);
         Ok(())
     }
 
@@ -229,10 +226,12 @@ impl ControllerHandle {
     #[cold]
     #[inline(never)]
     fn add_slow(&self, group: &GroupInner, item: usize, delta: i64) -> Result<()> {
-        self.check_item(item)?;
+        let item = self.check_item(item)?;
         let css = self.css_of(group)?;
-        // SAFETY: `css` is kept alive by `group`; item checked.
-        unsafe { (*css).update_here(self.engine.nr_cpus, item, delta) };
+        // SAFETY: `css` is kept alive by `group`.
+        let css = unsafe { &*css };
+        let nr_cpus = self.nr_cpus;
+        css.add(self.path, || Slot::this_cpu(nr_cpus), item, delta);
         Ok(())
     }
 
@@ -245,11 +244,10 @@ impl ControllerHandle {
     /// `(Locked)` for such mixes.
     #[doc(hidden)]
     pub fn add_on_cpu(&self, group: &Group, cpu: usize, item: usize, delta: i64) -> Result<()> {
-        self.check_item(item)?;
+        let item = self.check_item(item)?;
         let css = self.css_of(group.inner())?;
-        let cpu = cpu::fold(cpu, self.engine.nr_cpus);
         // SAFETY: as in `add`.
-        unsafe { (*css).update_on(cpu, item, delta) };
+        unsafe { &*css }.add_on(Slot::fold(cpu, self.nr_cpus), item, delta);
         Ok(())
     }
 
@@ -448,12 +446,13 @@ impl StatHandle {
     #[must_use = "an out-of-range item is not counted; check the result, or use a StatItem (StatHandle::item), whose add cannot fail"]
     #[inline(always)]
     pub fn add(&self, item: usize, delta: i64) -> bool {
-        if item >= self.nr_stats {
+        let Some(item) = Item::new(item, self.nr_stats) else {
             return false;
-        }
-        // SAFETY: `self.group` keeps the css alive; item checked; `path`
-        // is its engine's.
-        unsafe { (*self.css).update_here_via(self.path, self.nr_cpus, item, delta) };
+        };
+        // SAFETY: `self.group` keeps the css alive.
+        let css = unsafe { &*self.css };
+        let nr_cpus = self.nr_cpus;
+        css.add(self.path, || Slot::this_cpu(nr_cpus), item, delta);
         true
     }
 
@@ -463,7 +462,7 @@ impl StatHandle {
     #[inline]
     pub fn add_many(&self, items: &[(usize, i64)]) -> usize {
         // SAFETY: `self.group` keeps the css alive.
-        unsafe { add_many_css(&*self.css, self.nr_stats, self.nr_cpus, items) }
+        unsafe { &*self.css }.add_many(self.path, self.nr_cpus, items)
     }
 
     /// Item `index` of this handle's controller, checked once: the returned
@@ -472,18 +471,17 @@ impl StatHandle {
     ///
     /// Errors: [`Error::UnknownStat`] if the controller has no item `index`.
     pub fn item(&self, index: usize) -> Result<StatItem> {
-        if index >= self.nr_stats {
+        let Some(item) = Item::new(index, self.nr_stats) else {
             return Err(Error::UnknownStat {
                 controller: self.ctl().name.to_string(),
                 index,
                 len: self.nr_stats,
             });
-        }
+        };
         Ok(StatItem {
             handle: self.clone(),
-            // SAFETY: `index < nr_stats`, checked above; the handle keeps
-            // the css alive.
-            path: unsafe { (*self.css).item_path(index) },
+            // SAFETY: the handle keeps the css alive.
+            path: unsafe { &*self.css }.item_path(item),
         })
     }
 
@@ -565,10 +563,9 @@ impl StatItem {
     /// but this handle; no lock, no allocation.
     #[inline(always)]
     pub fn add(&self, delta: i64) {
-        // SAFETY: `self.handle` keeps the css alive; `item` was checked
-        // against `nr_stats` when this StatItem was made, and a
-        // controller's item list never changes.
-        unsafe { self.path.update(self.handle.nr_cpus, delta) };
+        // SAFETY: `self.handle` keeps the css alive, and its engine's
+        // `nr_cpus` is the handle's.
+        unsafe { self.path.add(self.handle.nr_cpus, delta) };
     }
 
     /// The item's index in its controller's list.
@@ -683,51 +680,4 @@ impl TotalsBatch {
     pub(crate) fn overflows(&self, i: usize) -> u64 {
         self.overflows[i]
     }
-}
-
-/// [`StatHandle::add_many`] on a css reached without a handle (the
-/// attach module's CPU-time feed). Items `>= nr_stats` are skipped;
-/// returns how many were applied.
-///
-/// # Safety
-/// `css` is live for the call (its group is referenced by someone) and has
-/// `nr_stats` items; `nr_cpus` is its engine's.
-#[inline]
-pub(crate) unsafe fn add_many_css(
-    css: &Css,
-    nr_stats: usize,
-    nr_cpus: usize,
-    items: &[(usize, i64)],
-) -> usize {
-    let mut applied = 0;
-    if css.section_limit != 0 {
-        // One section per item (the thread may change CPU between two);
-        // the on-list check after each is a load of a line the first
-        // one brought in.
-        for &(item, delta) in items {
-            if item < nr_stats {
-                // SAFETY: item checked.
-                unsafe { css.update_here(nr_cpus, item, delta) };
-                applied += 1;
-            }
-        }
-        return applied;
-    }
-    let cpu = cpu::fold(cpu::current(), nr_cpus);
-    for &(item, delta) in items {
-        if item < nr_stats {
-            // SAFETY: cpu folded; item checked.
-            let old = unsafe { css.stats.elem(cpu, item) }
-                .cur
-                .fetch_add(delta, crate::sync::Ordering::SeqCst);
-            // SAFETY: as above.
-            unsafe { css.count_update(cpu, item, old, delta) };
-            applied += 1;
-        }
-    }
-    if applied > 0 {
-        // SAFETY: as above.
-        unsafe { css.mark(cpu) };
-    }
-    applied
 }

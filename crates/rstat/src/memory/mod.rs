@@ -172,6 +172,7 @@ use crate::engine::Rstat;
 use crate::group::ext::{Ext, GroupExt};
 use crate::group::Group;
 use crate::page_counter::PageCounter;
+use crate::stat::css::{Item, Slot};
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
 
 pub use charge::{Charge, Charged, OnOom, OwnedCharge};
@@ -425,12 +426,15 @@ impl MemCg {
         if css.is_null() {
             return;
         }
+        // SAFETY: a non-null css lives as long as its group (live).
+        let (css, nr_cpus) = unsafe { (&*css, (&*g).engine.nr_cpus) };
+        // A stock index is below the engine's CPU count: the fold keeps it.
+        let at = Slot::fold(cpu, nr_cpus);
         for (k, v) in d.into_iter().enumerate() {
-            if v != 0 {
-                // SAFETY: a non-null css lives as long as its group (live);
-                // `cpu` is a stock index, below the engine's CPU count;
-                // the items are the heap ones of MEMORY_STAT_NAMES.
-                unsafe { (*css).update(cpu, STAT_HEAP + k, v) };
+            // The heap items of MEMORY_STAT_NAMES: always in range.
+            if let (true, Some(item)) = (v != 0, Item::new(STAT_HEAP + k, MEMORY_STAT_NAMES.len()))
+            {
+                css.add(css.path(), || at, item, v);
             }
         }
     }
@@ -839,10 +843,15 @@ impl Memory {
             return;
         }
         // SAFETY: a non-null css of `group` lives as long as the group,
-        // which `group` keeps alive; `cpu` was folded below the engine's
-        // CPU count (the stock has as many slots); `item` is one of our
-        // MEMORY_STAT_NAMES indices.
-        unsafe { (*css).update(cpu, item, delta) };
+        // which `group` keeps alive.
+        let css = unsafe { &*css };
+        // `cpu` was folded below the engine's CPU count (the stock has as
+        // many slots), and `item` is one of MEMORY_STAT_NAMES: neither
+        // check below fails.
+        let at = Slot::fold(cpu, self.inner.nr_cpus);
+        if let Some(item) = Item::new(item, MEMORY_STAT_NAMES.len()) {
+            css.add(css.path(), || at, item, delta);
+        }
     }
 
     /// This CPU's stock index.

@@ -57,6 +57,64 @@ pub(super) fn units_to_fold(old: i64, new: i64, shift: u8) -> u64 {
         .saturating_mul(UPDATE_BATCH)
 }
 
+/// A CPU slot of an engine's per-CPU state: an index below its `nr_cpus`,
+/// which every css of the engine has in each of its per-CPU arrays. Built
+/// only by a range check ([`new`](Self::new)) or a fold into range
+/// ([`fold`](Self::fold), [`this_cpu`](Self::this_cpu)), so the update
+/// path indexes with it without a caller's promise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slot(usize);
+
+impl Slot {
+    /// `cpu`, if it is a slot of an engine of `nr_cpus` slots.
+    #[inline(always)]
+    pub(crate) fn new(cpu: usize, nr_cpus: usize) -> Option<Slot> {
+        (cpu < nr_cpus).then_some(Slot(cpu))
+    }
+
+    /// `cpu` folded into an engine of `nr_cpus` (at least 1) slots: CPU
+    /// ids beyond the slots share them (see
+    /// [`Builder::nr_cpus`](crate::Builder::nr_cpus)).
+    #[inline(always)]
+    pub(crate) fn fold(cpu: usize, nr_cpus: usize) -> Slot {
+        let s = crate::percpu::cpu::fold(cpu, nr_cpus);
+        assert!(s < nr_cpus, "a fold lands in range");
+        Slot(s)
+    }
+
+    /// The slot of the CPU this thread runs on (its id read now).
+    #[inline(always)]
+    pub(crate) fn this_cpu(nr_cpus: usize) -> Slot {
+        Slot::fold(crate::percpu::cpu::current(), nr_cpus)
+    }
+
+    /// The index.
+    #[inline(always)]
+    pub(crate) fn get(self) -> usize {
+        self.0
+    }
+}
+
+/// A stat item of a controller: an index below its `nr_stats`, which
+/// every css of the controller has. Built only by a range check
+/// ([`new`](Self::new)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Item(usize);
+
+impl Item {
+    /// `item`, if it is one of a controller of `nr_stats` items.
+    #[inline(always)]
+    pub(crate) fn new(item: usize, nr_stats: usize) -> Option<Item> {
+        (item < nr_stats).then_some(Item(item))
+    }
+
+    /// The index.
+    #[inline(always)]
+    pub(crate) fn get(self) -> usize {
+        self.0
+    }
+}
+
 /// A group's css of every controller, by controller id (null where the
 /// controller has none for it). Owned by the group; its tree nodes point
 /// at it, so a flush finds the css of a node's domain without naming the
@@ -179,16 +237,16 @@ impl Css {
     /// Item `item`'s shift (`ctl.unit_shifts`): one load from the css's
     /// first line for the first [`INLINE_SHIFTS`] items, through `ctl`
     /// for later ones.
-    ///
-    /// # Safety
-    /// `item < nr_stats`.
     #[inline(always)]
-    pub(super) unsafe fn item_shift(&self, item: usize) -> u8 {
-        if item < INLINE_SHIFTS {
-            (self.unit_shifts >> (8 * item)) as u8
+    pub(super) fn item_shift(&self, item: Item) -> u8 {
+        let i = item.get();
+        if i < INLINE_SHIFTS {
+            (self.unit_shifts >> (8 * i)) as u8
         } else {
-            // SAFETY: `item < nr_stats`, the table's length.
-            unsafe { *self.ctl.unit_shifts.get_unchecked(item) }
+            debug_assert!(i < self.ctl.unit_shifts.len());
+            // SAFETY: an `Item` of this css's controller is below its
+            // `nr_stats`, the table's length.
+            unsafe { *self.ctl.unit_shifts.get_unchecked(i) }
         }
     }
 
@@ -222,33 +280,29 @@ impl Css {
     /// the crossings are in the pending counters (the policy module states
     /// the bound, per item in its unit, and its proof).
     ///
-    /// # Safety
-    /// As [`update`](Self::update); `old` is what the stat RMW on `cpu`
-    /// returned for item `item`.
+    /// `old` is what the stat RMW (or section) on slot `at` returned for
+    /// `item`.
     #[inline(always)]
-    pub(crate) unsafe fn count_update(&self, cpu: usize, item: usize, old: i64, delta: i64) {
+    pub(crate) fn count_update(&self, at: Slot, item: Item, old: i64, delta: i64) {
         let new = old.wrapping_add(delta);
         // Every item's boundary is a multiple of 64: crossing none of
         // those crosses none of the item's (`old >> 6 == new >> 6`).
         if (old ^ new) >> UPDATE_BATCH_SHIFT == 0 {
             return;
         }
-        // SAFETY: caller's guarantees.
-        unsafe { self.count_crossing(cpu, old, new, self.item_shift(item)) }
+        self.count_crossing(at, old, new, self.item_shift(item))
     }
 
     /// [`count_update`](Self::count_update) past the cheap test, with
     /// the item's shift in hand: fold the crossings of the item's own
     /// boundaries, if any.
     ///
-    /// # Safety
-    /// As [`count_update`](Self::count_update); `shift` is the item's.
+    /// `shift` is the item's.
     #[inline(always)]
-    unsafe fn count_crossing(&self, cpu: usize, old: i64, new: i64, shift: u8) {
+    fn count_crossing(&self, at: Slot, old: i64, new: i64, shift: u8) {
         let v = units_to_fold(old, new, shift);
         if v != 0 {
-            // SAFETY: caller's guarantees.
-            unsafe { self.fold_updates(cpu, v) };
+            self.fold_updates(at, v);
         }
     }
 
@@ -267,12 +321,10 @@ impl Css {
     /// back on a backlog and the next flush does. No unit outlives the
     /// flushes that include its change.
     ///
-    /// # Safety
-    /// As [`update`](Self::update).
     #[cold]
     #[inline(never)]
-    pub(super) unsafe fn fold_updates(&self, cpu: usize, v: u64) {
-        let n = self.ctl.nr_stats;
+    pub(super) fn fold_updates(&self, at: Slot, v: u64) {
+        let (cpu, n) = (at.get(), self.ctl.nr_stats);
         // One fold is capped at `MAX_FOLD`, far above any threshold: a fold
         // past the threshold makes every read of this group and its
         // ancestors flush until a flush consumes it, so counting more adds
@@ -286,13 +338,14 @@ impl Css {
             // This CPU's counter of `c`: a line other CPUs' updates never
             // write (an RMW, not a store: threads sharing the slot, and
             // a thread that moved since its stat RMW, may add at once).
-            // SAFETY: caller's guarantees; ancestors have the same items.
+            // SAFETY: `at` is a slot of the engine, whose css all have
+            // `nr_cpus` units; ancestors have the same items.
             unsafe { c.stats.elem(cpu, n + UPDATES) }
                 .cur
                 .fetch_add(v as i64, Ordering::Relaxed);
             css = c.parent;
         }
-        // SAFETY: caller's guarantees.
+        // SAFETY: as above.
         let counted = unsafe { self.stats.elem(cpu, n + COUNTED) };
         counted.cur.fetch_add(v as i64, Ordering::SeqCst);
     }

@@ -8,7 +8,7 @@
 //! the totals for lock-free readers, and subtract exactly the
 //! pending-update units now in them (`css.rs`'s `# Synchronization`).
 
-use crate::stat::css::{Css, CONSUMED, COUNTED, UPDATES};
+use crate::stat::css::{Css, Slot, CONSUMED, COUNTED, UPDATES};
 use crate::stat::ops::{FlushCtx, NodeOwner, ParentSide};
 use crate::stat::tree::{Domain, TreeNode};
 use crate::sync::Ordering;
@@ -244,8 +244,11 @@ unsafe fn flush_user(
         // took it off this CPU's updated tree. A push onto the backlog is
         // lock-free, so it is allowed under the lock; the next flush drains
         // it. (Not at a final release: see `releasing` above.)
-        // SAFETY: live css, `cpu` in range.
-        unsafe { css.mark(cpu) };
+        // SAFETY: a controller's domain lives as long as its engine.
+        let nr_cpus = unsafe { &*css.ctl.domain }.nr_cpus;
+        if let Some(at) = Slot::new(cpu, nr_cpus) {
+            css.mark(at);
+        }
     }
     // A payload's destructor is user code too, and may panic: drop it once
     // the state is whole again, and contain that as well (leaking the

@@ -14,19 +14,19 @@
 use crate::stat::backlog;
 #[cfg(not(any(rstat_loom, miri)))]
 use crate::stat::backlog::PcpuLinks;
-use crate::stat::css::Css;
 #[cfg(not(any(rstat_loom, miri)))]
 use crate::stat::css::{units_to_fold, UPDATE_BATCH_SHIFT};
+use crate::stat::css::{Css, Item, Slot};
 use crate::sync::Ordering;
 
 /// A copy of an engine's update path (`Css::section_limit`,
 /// `Css::rseq_off`: the same in every css of the engine), for handles to
 /// keep on their own line.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PathCopy {
-    pub(crate) section_limit: u32,
+    section_limit: u32,
     #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
-    pub(crate) rseq_off: i32,
+    rseq_off: i32,
 }
 
 /// One item's update path, resolved from its css once and kept by a
@@ -48,33 +48,45 @@ pub(crate) struct ItemPath {
     links: *const u8,
     #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
     path: PathCopy,
-    item: usize,
+    item: Item,
     #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
     shift: u8,
+}
+
+impl PathCopy {
+    /// The update path of `domain`'s engine (every css of it copies the
+    /// same: `Css::new`).
+    pub(crate) fn of(domain: &crate::stat::tree::Domain) -> PathCopy {
+        PathCopy {
+            section_limit: domain.section_limit as u32,
+            rseq_off: domain.rseq_off as i32,
+        }
+    }
 }
 
 impl ItemPath {
     /// The item's index.
     pub(crate) fn item(&self) -> usize {
-        self.item
+        self.item.get()
     }
 
-    /// [`Css::update_here`] through the resolved addresses: on the rseq
-    /// path one restartable section on the item's slot of this CPU, the
-    /// boundary test in registers, and one load of this CPU's on-list flag.
+    /// [`Css::add`] through the resolved addresses: on the rseq path one
+    /// restartable section on the item's slot of this CPU, the boundary
+    /// test in registers, and one load of this CPU's on-list flag.
     ///
     /// # Safety
     /// The css is live (its group is held) and `nr_cpus` is its engine's.
     #[inline(always)]
-    pub(crate) unsafe fn update(&self, nr_cpus: usize, delta: i64) {
+    pub(crate) unsafe fn add(&self, nr_cpus: usize, delta: i64) {
         #[cfg(not(any(rstat_loom, miri)))]
         if self.path.section_limit != 0 {
-            // SAFETY: caller's guarantees; `slot` and `links` are the css's
+            // SAFETY: the css is live (caller); `slot` and `links` are its
             // addresses for `item` on CPU 0, `shift` the item's.
             return unsafe { section_update(self.path, self.slot, self.links, self, delta) };
         }
-        // SAFETY: caller's guarantees; `item < nr_stats` (resolved).
-        unsafe { (*self.css).update_here(nr_cpus, self.item, delta) }
+        // SAFETY: the css is live (caller).
+        let css = unsafe { &*self.css };
+        css.add(self.path, || Slot::this_cpu(nr_cpus), self.item, delta)
     }
 }
 
@@ -82,7 +94,7 @@ impl ItemPath {
 /// crossing or to queue the node, and the item's unit shift), reached only
 /// when one is taken: the common path then loads nothing but the slot,
 /// links and path words. A [`StatItem`](crate::StatItem)'s resolved path
-/// gives them from the handle; [`Css::update_here`] from the css and the
+/// gives them from the handle; [`Css::add`] from the css and the
 /// item index.
 #[cfg(not(any(rstat_loom, miri)))]
 trait Rare: Copy {
@@ -106,17 +118,16 @@ impl Rare for &ItemPath {
 }
 
 #[cfg(not(any(rstat_loom, miri)))]
-impl Rare for (&Css, usize) {
+impl Rare for (&Css, Item) {
     fn css(self) -> *const Css {
         self.0
     }
     unsafe fn shift(self) -> u8 {
-        // SAFETY: the pair is a css and one of its items.
-        unsafe { self.0.item_shift(self.1) }
+        self.0.item_shift(self.1)
     }
 }
 
-/// The rseq update itself, for [`Css::update_here`] and
+/// The rseq update itself, for [`Css::add`] and
 /// [`ItemPath::update`]: one restartable section on this CPU's copy of
 /// `slot` (CPU 0's address of the item's slot), then, if it crossed a
 /// batch boundary, the crossing count, and the on-list check on this CPU's
@@ -187,114 +198,89 @@ unsafe fn section_update(
 #[cold]
 #[inline(never)]
 unsafe fn section_fold(rare: impl Rare, at: usize, v: u64) {
-    let cpu = at >> crate::percpu::arena::UNIT_SHIFT;
-    // SAFETY: caller's guarantees; `cpu < nr_cpus`.
-    unsafe { (*rare.css()).fold_updates(cpu, v) };
+    // SAFETY: the css is live (caller), and so is its controller's domain.
+    let css = unsafe { &*rare.css() };
+    // SAFETY: as above.
+    let nr_cpus = unsafe { &*css.ctl.domain }.nr_cpus;
+    // The section ran on a slot of the engine: the check never fails.
+    if let Some(at) = Slot::new(at >> crate::percpu::arena::UNIT_SHIFT, nr_cpus) {
+        css.fold_updates(at, v);
+    }
 }
 
 impl Css {
-    /// The hot path: add `delta` to item `item` on this CPU's slot, and make
-    /// sure a flush will visit this group.
-    ///
-    /// On the [`Rseq`](crate::UpdatePath::Rseq) path, one restartable
-    /// section on the slot of the CPU the thread runs on (an unlocked load,
-    /// add and store; `cpu` is not used), a compiler fence, and one load of
-    /// that CPU's on-list flag. Otherwise (locked path, or a thread without
-    /// a CPU id) one uncontended locked RMW on slot `cpu` and the same load.
-    ///
-    /// # Safety
-    /// The css is live, `cpu < nr_cpus`, `item < nr_stats`.
-    #[inline(always)]
-    pub(crate) unsafe fn update(&self, cpu: usize, item: usize, delta: i64) {
-        if self.section_limit != 0 {
-            // SAFETY: caller's guarantees.
-            return unsafe { self.update_in_section(self.path_copy(), cpu, item, delta) };
-        }
-        // SAFETY: caller's guarantees.
-        unsafe { self.update_locked(cpu, item, delta) }
-    }
-
-    /// [`update`](Self::update) on this thread's CPU: the CPU id is read
-    /// only on the locked path (a section reads its own; the simulated one
-    /// under loom and Miri is given it). `nr_cpus` is the engine's, which
-    /// every caller's handle already holds (no trip through the node).
-    ///
-    /// # Safety
-    /// The css is live, `item < nr_stats`, `nr_cpus` is its engine's.
-    #[inline(always)]
-    pub(crate) unsafe fn update_here(&self, nr_cpus: usize, item: usize, delta: i64) {
-        // SAFETY: caller's guarantees; the css's own copies.
-        unsafe { self.update_here_via(self.path_copy(), nr_cpus, item, delta) }
-    }
-
     /// This css's copy of its engine's update path.
     #[inline(always)]
-    pub(crate) fn path_copy(&self) -> PathCopy {
+    pub(crate) fn path(&self) -> PathCopy {
         PathCopy {
             section_limit: self.section_limit,
             rseq_off: self.rseq_off,
         }
     }
 
-    /// [`update_here`](Self::update_here) with the engine's update path
-    /// given by the caller (a handle's copy, equal to this css's: every
-    /// css of an engine has the same), so the path test and the section's
-    /// limit and offset come from the caller's line rather than the css's.
+    /// The update: add `delta` to `item` on this CPU's slot, and make sure
+    /// a flush will visit this group. Every update of a css comes through
+    /// here, [`add_many`](Self::add_many) or a resolved [`ItemPath`].
     ///
-    /// # Safety
-    /// As [`update_here`](Self::update_here); `path` is the engine's.
+    /// On the [`Rseq`](crate::UpdatePath::Rseq) path, one restartable
+    /// section on the slot of the CPU the thread runs on (an unlocked load,
+    /// add and store; `at` is not called), a compiler fence, and one load
+    /// of that CPU's on-list flag. Otherwise one uncontended locked RMW on
+    /// slot `at()` and the same load ([`add_locked`](Self::add_locked)).
+    ///
+    /// `path` is the engine's update path, from a handle's copy (equal to
+    /// this css's: every css of an engine has the same), so the path test
+    /// comes from the caller's line; `at` gives the slot of the CPU the
+    /// caller runs on (or stands for).
     #[inline(always)]
-    pub(crate) unsafe fn update_here_via(
-        &self,
-        path: PathCopy,
-        nr_cpus: usize,
-        item: usize,
-        delta: i64,
-    ) {
-        let this_cpu = || crate::percpu::cpu::fold(crate::percpu::cpu::current(), nr_cpus);
+    pub(crate) fn add(&self, path: PathCopy, at: impl FnOnce() -> Slot, item: Item, delta: i64) {
+        debug_assert!(path == self.path(), "a path copy of another engine");
         if path.section_limit != 0 {
-            let cpu = if cfg!(any(rstat_loom, miri)) {
-                this_cpu()
-            } else {
-                0
-            };
-            // SAFETY: caller's guarantees; `cpu` folded where it is used.
-            return unsafe { self.update_in_section(path, cpu, item, delta) };
+            return self.add_section(path, at, item, delta);
         }
-        // SAFETY: caller's guarantees; `cpu` folded.
-        unsafe { self.update_locked(this_cpu(), item, delta) }
+        self.add_locked(at(), item, delta)
+    }
+
+    /// The locked add on slot `at`: one locked RMW, then the crossing
+    /// count and the on-list check. On the rseq path only for slots no
+    /// section writes (at or past the section limit), or where the caller
+    /// accepts racing sections there (`add_on_cpu` documents it).
+    #[inline(always)]
+    pub(crate) fn add_locked(&self, at: Slot, item: Item, delta: i64) {
+        // SAFETY: `at` is a slot of the engine and `item` one of this
+        // css's controller: in range of the css's per-CPU stat slots.
+        let slot = unsafe { self.stats.elem(at.get(), item.get()) };
+        let old = slot.cur.fetch_add(delta, Ordering::SeqCst);
+        self.after_add(at, item, old, delta);
     }
 
     /// A restartable section on this CPU's slot (see `percpu::rseq`).
-    ///
-    /// # Safety
-    /// As [`update`](Self::update); `path` is the engine's, with
-    /// `section_limit != 0`.
     #[cfg(not(any(rstat_loom, miri)))]
     #[inline(always)]
-    unsafe fn update_in_section(&self, path: PathCopy, _cpu: usize, item: usize, delta: i64) {
-        // SAFETY: `item < nr_stats`: the slot lies inside the allocation
-        // in every unit; `cur` is its first field (repr(C)).
-        let slot = unsafe { self.stats.raw(0).add(item) }.cast::<u8>();
-        // SAFETY: caller's guarantees; the item's shift is looked up only
-        // if an update crosses a batch boundary.
+    fn add_section(&self, path: PathCopy, _at: impl FnOnce() -> Slot, item: Item, delta: i64) {
+        // `cur` is a slot's first field (repr(C)): the section addresses it.
+        let slot = self.stats.raw(0).wrapping_add(item.get()).cast::<u8>();
+        // SAFETY: `path` is this css's engine's, whose section limit and
+        // offset every css of it copies; `slot` is CPU 0's address of
+        // `item`'s slot, in range of every unit; the item's shift is
+        // looked up only if an update crosses a batch boundary.
         unsafe { section_update(path, slot, self.links.raw(0).cast(), (self, item), delta) }
     }
 
-    /// Under loom and Miri, a section is simulated: the slot's lock stands
-    /// for "nothing else runs a section on this CPU", a plain load and a
-    /// plain store for the unlocked add (as `percpu_ref` simulates its
-    /// own). The fence pair is modelled by `SeqCst` fences (`crate::sync`).
-    ///
-    /// # Safety
-    /// As [`update`](Self::update).
+    /// Under loom and Miri, a section is simulated on slot `at()`: the
+    /// slot's lock stands for "nothing else runs a section on this CPU", a
+    /// plain load and a plain store for the unlocked add (as `percpu_ref`
+    /// simulates its own). The fence pair is modelled by `SeqCst` fences
+    /// (`crate::sync`).
     #[cfg(any(rstat_loom, miri))]
     #[inline(always)]
-    unsafe fn update_in_section(&self, _path: PathCopy, cpu: usize, item: usize, delta: i64) {
-        // SAFETY: a css's node and domain outlive it; caller bounds `cpu`
-        // and `item`.
-        let (domain, slot) = unsafe { (&*(*self.node).domain, self.stats.elem(cpu, item)) };
-        let on_cpu = crate::sync::lock(&domain.sim[cpu]);
+    fn add_section(&self, _path: PathCopy, at: impl FnOnce() -> Slot, item: Item, delta: i64) {
+        let at = at();
+        // SAFETY: a css's node and domain outlive it; `at` and `item` are
+        // in range (their types).
+        let (domain, slot) =
+            unsafe { (&*(*self.node).domain, self.stats.elem(at.get(), item.get())) };
+        let on_cpu = crate::sync::lock(&domain.sim[at.get()]);
         let old = slot.cur.load(Ordering::Relaxed);
         // Release: an x86 store.
         slot.cur.store(old.wrapping_add(delta), Ordering::Release);
@@ -304,90 +290,89 @@ impl Css {
         // memory emulation, like a real store buffer, lets the on-list load
         // below pass the plain store above without it.
         crate::sync::fence(Ordering::SeqCst);
-        // SAFETY: as above.
-        unsafe { self.after_add(cpu, item, old, delta) };
+        self.after_add(at, item, old, delta);
     }
 
-    /// Add on slot `cpu` as if this thread ran there (`add_on_cpu`, for
+    /// Several items at once (`(index, delta)` pairs; indexes out of range
+    /// are skipped): one CPU id read and one on-list check for all of them
+    /// on the locked path, one section per item on the rseq path (the
+    /// thread may change CPU between two; each on-list check after the
+    /// first loads a line the first brought in). Returns how many were
+    /// applied.
+    #[inline]
+    pub(crate) fn add_many(&self, path: PathCopy, nr_cpus: usize, items: &[(usize, i64)]) -> usize {
+        let nr_stats = self.ctl.nr_stats;
+        let mut applied = 0;
+        if path.section_limit != 0 {
+            for &(item, delta) in items {
+                if let Some(item) = Item::new(item, nr_stats) {
+                    self.add_section(path, || Slot::this_cpu(nr_cpus), item, delta);
+                    applied += 1;
+                }
+            }
+            return applied;
+        }
+        let at = Slot::this_cpu(nr_cpus);
+        for &(item, delta) in items {
+            if let Some(item) = Item::new(item, nr_stats) {
+                // SAFETY: `at` and `item` are in range (their types).
+                let old = unsafe { self.stats.elem(at.get(), item.get()) }
+                    .cur
+                    .fetch_add(delta, Ordering::SeqCst);
+                self.count_update(at, item, old, delta);
+                applied += 1;
+            }
+        }
+        if applied > 0 {
+            self.mark(at);
+        }
+        applied
+    }
+
+    /// Add on slot `at` as if this thread ran there (`add_on_cpu`, for
     /// tests and simulations): the locked add, or under loom and Miri a
     /// simulated section on that slot. On the rseq path this races with
-    /// sections of threads really running on CPU `cpu`: a section's add is
+    /// sections of threads really running on CPU `at`: a section's add is
     /// not atomic against another CPU's RMW.
-    ///
-    /// # Safety
-    /// As [`update`](Self::update).
-    pub(crate) unsafe fn update_on(&self, cpu: usize, item: usize, delta: i64) {
-        #[cfg(any(rstat_loom, miri))]
-        // SAFETY: caller's guarantees.
-        unsafe {
-            self.update(cpu, item, delta)
-        }
-        #[cfg(not(any(rstat_loom, miri)))]
-        // SAFETY: caller's guarantees.
-        unsafe {
-            self.update_locked(cpu, item, delta)
-        }
-    }
-
-    /// The locked add on slot `cpu`.
-    ///
-    /// # Safety
-    /// As [`update`](Self::update); on the rseq path, `cpu` is at or above
-    /// the section limit (or the caller accepts racing sections there, as
-    /// `add_on_cpu` documents).
-    #[inline(always)]
-    pub(crate) unsafe fn update_locked(&self, cpu: usize, item: usize, delta: i64) {
-        // SAFETY: caller's guarantees; a css's node links and its domain's
-        // backlog outlive the css.
-        unsafe {
-            let slot = self.stats.elem(cpu, item);
-            let old = slot.cur.fetch_add(delta, Ordering::SeqCst);
-            self.after_add(cpu, item, old, delta);
+    pub(crate) fn add_on(&self, at: Slot, item: Item, delta: i64) {
+        if cfg!(any(rstat_loom, miri)) {
+            self.add(self.path(), || at, item, delta)
+        } else {
+            self.add_locked(at, item, delta)
         }
     }
 
     /// After the add: count crossings, then the on-list check (in this
-    /// order: see `fold_updates`).
-    ///
-    /// # Safety
-    /// As [`update`](Self::update); `old` is the value of item `item`'s
-    /// slot before the add of `delta` on `cpu`.
+    /// order: see `fold_updates`). `old` is the value of `item`'s slot
+    /// `at` before the add of `delta`.
     #[inline(always)]
-    unsafe fn after_add(&self, cpu: usize, item: usize, old: i64, delta: i64) {
-        // SAFETY: caller's guarantees; links and backlog outlive the css.
-        unsafe {
-            self.count_update(cpu, item, old, delta);
-            backlog::mark_updated(self.links.elem(cpu, 0), || self.backlog.raw(cpu));
-        }
+    fn after_add(&self, at: Slot, item: Item, old: i64, delta: i64) {
+        self.count_update(at, item, old, delta);
+        self.mark(at);
     }
 
-    /// Resolve item `item`'s update path once, for a handle to keep (see
+    /// Resolve `item`'s update path once, for a handle to keep (see
     /// [`ItemPath`]).
-    ///
-    /// # Safety
-    /// `item < nr_stats`.
-    pub(crate) unsafe fn item_path(&self, item: usize) -> ItemPath {
+    pub(crate) fn item_path(&self, item: Item) -> ItemPath {
         ItemPath {
             css: self,
-            // SAFETY: `item < nr_stats`: in bounds of every unit.
-            slot: unsafe { self.stats.raw(0).add(item) }.cast(),
+            slot: self.stats.raw(0).wrapping_add(item.get()).cast(),
             links: self.links.raw(0).cast(),
-            path: self.path_copy(),
+            path: self.path(),
             item,
-            // SAFETY: `item < nr_stats`.
-            shift: unsafe { self.item_shift(item) },
+            shift: self.item_shift(item),
         }
     }
 
-    /// Steps 2-4 of the update protocol (see `engine::backlog`).
-    ///
-    /// # Safety
-    /// As [`update`](Self::update).
+    /// Steps 2-4 of the update protocol (see `stat::backlog`): queue this
+    /// group's node on slot `at`'s backlog unless it is on it.
     #[inline(always)]
-    pub(crate) unsafe fn mark(&self, cpu: usize) {
+    pub(crate) fn mark(&self, at: Slot) {
         // SAFETY: a css's node links and its domain's backlog outlive the
-        // css.
-        unsafe { backlog::mark_updated(self.links.elem(cpu, 0), || self.backlog.raw(cpu)) };
+        // css, with one element per slot of the engine (`at`'s type).
+        unsafe {
+            backlog::mark_updated(self.links.elem(at.get(), 0), || self.backlog.raw(at.get()))
+        };
     }
 }
 
