@@ -131,10 +131,10 @@ pub mod report;
 mod stat;
 
 pub use attach::{current_group, EnterGuard};
-pub use controller::counters::{
+pub use controller::{Controller, FlushCtx, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};
+pub use controller::{
     ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle, StatItem,
 };
-pub use controller::{Controller, FlushCtx, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};
 pub use engine::{Builder, Rstat, UpdatePath, CPU_STAT_NAMES, DEFAULT_PERIOD, ROOT_GROUP_ID};
 pub use error::{Error, Result};
 pub use group::ext::{Ext, GroupExt};

@@ -85,7 +85,12 @@
 //! to the panic hook (stderr by default), and a build with `panic = "abort"`
 //! aborts as usual.
 
-pub mod counters;
+mod handle;
+mod stat_handle;
+mod stats;
 
 pub use crate::stat::css::UPDATE_BATCH;
 pub use crate::stat::ops::{Controller, FlushCtx, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};
+pub use handle::{ControllerHandle, CounterSet, CounterSetController};
+pub use stat_handle::{StatHandle, StatItem};
+pub use stats::GroupStats;

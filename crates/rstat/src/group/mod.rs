@@ -16,6 +16,8 @@
 pub mod ext;
 #[cfg(all(test, rstat_loom))]
 mod loom_deferred;
+mod name;
+mod release;
 pub(crate) mod state;
 pub mod watch;
 
@@ -32,63 +34,12 @@ use crate::stat::ops::{NodeOwner, MAX_CONTROLLERS};
 use crate::stat::tree::{lock_domain, TreeNode};
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
 use ext::MAX_EXTS;
+pub(crate) use name::display_path;
+use name::{name_problem, shown, shown_path};
+pub use name::{validate_name, MAX_NAME_LEN};
+use release::release;
+pub(crate) use release::release_deferred;
 pub(crate) use state::EngineInner;
-
-/// Longest group name, in bytes (as a file name in cgroupfs).
-pub const MAX_NAME_LEN: usize = 255;
-
-/// Check a group name: 1..=255 bytes, no `/`, no NUL, not `.` or `..`.
-pub fn validate_name(name: &str) -> Result<()> {
-    let reason = if name.contains('/') {
-        "it contains '/' (use create on the parent group to nest)"
-    } else {
-        match name_problem(name) {
-            Some(r) => r,
-            None => return Ok(()),
-        }
-    };
-    Err(Error::InvalidName {
-        name: shown(name),
-        reason,
-    })
-}
-
-/// What is wrong with `name` as a group name, `/` aside (a path component
-/// cannot contain one).
-fn name_problem(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
-        Some("it is empty")
-    } else if name.len() > MAX_NAME_LEN {
-        Some("it is longer than 255 bytes")
-    } else if name.contains('\0') {
-        Some("it contains a NUL byte")
-    } else if name == "." || name == ".." {
-        Some("'.' and '..' are reserved")
-    } else {
-        None
-    }
-}
-
-/// A user-given path, cut to 4096 bytes (the kernel's PATH_MAX) for an
-/// error message.
-fn shown_path(path: &str) -> String {
-    let mut end = path.len().min(4096);
-    while !path.is_char_boundary(end) {
-        end -= 1;
-    }
-    path[..end].to_owned()
-}
-
-/// A user-given name, cut to 64 characters for an error message.
-fn shown(name: &str) -> String {
-    name.chars().take(64).collect()
-}
-
-/// How errors print a path: absolute, so the root is `/` (what
-/// [`Rstat::lookup`](crate::Rstat::lookup) accepts back).
-pub(crate) fn display_path(relative: &str) -> String {
-    format!("/{relative}")
-}
 
 pub(crate) struct GroupInner {
     pub(crate) engine: Arc<EngineInner>,
@@ -202,95 +153,6 @@ impl GroupInner {
     /// The path as errors print it: `/a/b`, and `/` for the root.
     pub(crate) fn display_path(&self) -> String {
         display_path(&self.path())
-    }
-
-    /// Final release, part one: nothing references this group any more (no
-    /// handle, no child, not in its parent's map), so no updater can touch
-    /// it. Release the extensions, fold what is left into the parent and
-    /// return the per-CPU state of every controller.
-    fn release_state(&self) {
-        // SAFETY: the tables are live until freed at the end of this
-        // function; flushes below reach them through the same raw pointer.
-        let tables: &GroupTables = unsafe { &*self.tables.as_ptr() };
-        self.release_exts(tables);
-        // The flush drains every backlog first, so after it no list holds
-        // these nodes, and it cuts them from every CPU's tree (they have no
-        // children: those would hold this group).
-        tables.flush_nodes(true);
-        let mut arena = sync::lock(&self.engine.arena);
-        for slot in self.css.iter() {
-            let css = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
-            if !css.is_null() {
-                // SAFETY: created by Box::into_raw at attach; unreachable now.
-                let css = unsafe { Box::from_raw(css) };
-                css.release_units();
-                // SAFETY: allocated from this arena; no reference remains.
-                unsafe { arena.free(css.stats) };
-            }
-        }
-        for slot in tables.nodes.iter() {
-            let node = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
-            if !node.is_null() {
-                // SAFETY: as above.
-                let node = unsafe { Box::from_raw(node) };
-                // SAFETY: as above; drained and cut from every tree.
-                unsafe { arena.free(node.links) };
-            }
-        }
-        drop(arena);
-        // SAFETY: allocated by Box with the group; nothing references it now.
-        drop(unsafe { Box::from_raw(self.tables.as_ptr()) });
-    }
-}
-
-/// Release the group at `ptr` and give back its reference on its parent
-/// (which the caller then drops, possibly releasing the parent in turn).
-///
-/// # Safety
-/// The group's count reached zero on this thread (`put_and_test` returned
-/// true): no other reference to it exists.
-unsafe fn release(ptr: NonNull<GroupInner>) -> Option<Group> {
-    // SAFETY: caller's guarantee: we are the only user.
-    let inner = unsafe { ptr.as_ref() };
-    inner.release_state();
-    if inner.parent.is_some() && !inner.online.load(Ordering::Acquire) {
-        inner.engine.zombies.fetch_sub(1, Ordering::Relaxed);
-    }
-    // SAFETY: allocated by Box in `Group::new_group`; unreferenced.
-    let GroupInner {
-        engine,
-        parent,
-        refcnt,
-        ref_slots,
-        ..
-    } = *unsafe { Box::from_raw(ptr.as_ptr()) };
-    drop(refcnt);
-    // SAFETY: the ref that used these slots is gone.
-    unsafe { sync::lock(&engine.arena).free(ref_slots) };
-    parent
-}
-
-/// Release the groups whose last reference [`Group::drop_deferred`]
-/// dropped. Call where no engine lock is held (it takes the topology and
-/// arena locks, as any final release does). Cost: one swap when the stack
-/// is empty.
-pub(crate) fn release_deferred(engine: &EngineInner) {
-    // Acquire: pairs with the pushers' Release, so each pushed group's
-    // `deferred_next` (and everything it did before its last put) is
-    // visible. Taking the whole stack at once means no pop races a push
-    // (no ABA).
-    let mut head = engine
-        .deferred
-        .swap(core::ptr::null_mut(), Ordering::Acquire);
-    while let Some(ptr) = NonNull::new(head) {
-        // SAFETY: a pushed group's count reached zero; it is only on this
-        // stack, which we now own, so we are its only user.
-        head = unsafe { ptr.as_ref() }
-            .deferred_next
-            .load(Ordering::Relaxed);
-        // SAFETY: as above (the count reached zero on the pusher's thread,
-        // which handed the group over through the stack).
-        drop(unsafe { release(ptr) }); // the parent's reference: may release it too
     }
 }
 
@@ -745,50 +607,5 @@ impl Group {
             self.inner().offline_exts();
         }
         drop(order); // our handles; groups nobody else holds are freed here
-    }
-}
-
-impl GroupInner {
-    /// Run every extension's `offline` hook (after removal), or, for the
-    /// root (never removed; offline when its engine is dropped), its
-    /// `root_offline` hook.
-    fn offline_exts(&self) {
-        let exts = sync::lock(&self.engine.topo).exts.clone();
-        for (id, e) in exts.iter().enumerate() {
-            let s = self.tables().ext[id].load(Ordering::Acquire);
-            if s.is_null() {
-                continue;
-            }
-            match &self.parent {
-                Some(p) => {
-                    let parent = p.inner().tables().ext[id].load(Ordering::Acquire);
-                    // SAFETY: states live as long as their groups; the
-                    // parent is alive (we hold it).
-                    unsafe { e.offline_erased(s, parent) };
-                }
-                // SAFETY: as above (the root's state, its group held).
-                None => unsafe { e.root_offline_erased(s) },
-            }
-        }
-    }
-
-    /// Final release of every extension's state: `release` hook, then drop.
-    fn release_exts(&self, tables: &GroupTables) {
-        let exts = sync::lock(&self.engine.topo).exts.clone();
-        for (id, e) in exts.iter().enumerate() {
-            let s = tables.ext[id].swap(core::ptr::null_mut(), Ordering::AcqRel);
-            if s.is_null() {
-                continue;
-            }
-            let parent = self.parent.as_ref().map_or(core::ptr::null_mut(), |p| {
-                p.inner().tables().ext[id].load(Ordering::Acquire)
-            });
-            // SAFETY: `s` is this group's state, unreachable by anyone else
-            // now (no references remain); the parent is alive (we hold it).
-            unsafe {
-                e.release_erased(s, parent);
-                e.destroy_erased(s);
-            }
-        }
     }
 }

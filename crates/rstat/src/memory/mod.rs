@@ -167,7 +167,7 @@ mod tests_reclaim;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::controller::counters::{ControllerHandle, GroupStats};
+use crate::controller::{ControllerHandle, GroupStats};
 use crate::engine::Rstat;
 use crate::group::ext::{Ext, GroupExt};
 use crate::group::Group;

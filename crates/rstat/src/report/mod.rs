@@ -108,7 +108,7 @@ mod tests;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::controller::counters::ControllerHandle;
+use crate::controller::ControllerHandle;
 use crate::engine::Rstat;
 use crate::error::{Error, Result};
 use crate::group::EngineInner;

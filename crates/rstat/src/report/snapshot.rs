@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use super::{mem_err, Reporter};
-use crate::controller::counters::ControllerHandle;
+use crate::controller::ControllerHandle;
 use crate::error::Result;
 use crate::group::Group;
 use crate::memory::{Limit, Memory, MemoryError, MemoryEvents};

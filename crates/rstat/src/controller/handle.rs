@@ -1,8 +1,9 @@
-//! The counter-set controller (user-named counters) and controller handles.
+//! The counter-set controller (user-named counters) and the controller
+//! handle: updates, reads and flushes of one controller in any group.
 
 use std::sync::Arc;
 
-use super::{Controller, Totals};
+use super::Controller;
 use crate::error::{Error, Result};
 use crate::group::EngineInner;
 use crate::group::{Group, GroupInner};
@@ -10,8 +11,11 @@ use crate::stat::css::{Css, Item, Slot};
 use crate::stat::ops::CtlEntry;
 use crate::stat::policy::{self, FlushPolicy};
 use crate::stat::tree::lock_domain;
-use crate::stat::update::{ItemPath, PathCopy};
+use crate::stat::update::PathCopy;
 use crate::sync::Ordering;
+
+use super::stat_handle::StatHandle;
+use super::stats::{GroupStats, TotalsBatch};
 
 /// A controller made only of named counters with the standard fold: what
 /// [`Rstat::register_counters`](crate::Rstat::register_counters) registers
@@ -165,7 +169,7 @@ impl ControllerHandle {
     /// Add `delta` to stat `item` of `group`, on this thread's CPU.
     ///
     /// Cost: no lock, no allocation; the update of
-    /// [`StatItem::add`] (one uncontended add on this CPU's slot and one
+    /// [`StatItem::add`](crate::StatItem::add) (one uncontended add on this CPU's slot and one
     /// load of this CPU's on-list flag; the first update of a group after a
     /// flush also pushes it on a lock-free per-CPU list) plus the lookup of
     /// the group's state: a range check, the group's engine compared with
@@ -406,278 +410,5 @@ impl ControllerHandle {
         self.ctl
             .policy
             .store(u32::from(policy.to_u8()), Ordering::Relaxed);
-    }
-}
-
-/// A (group, controller) pair resolved once, for the hottest update paths.
-/// Holds a reference on the group.
-#[derive(Clone)]
-pub struct StatHandle {
-    group: Group,
-    css: *const Css,
-    nr_stats: usize,
-    nr_cpus: usize,
-    /// The engine's update path, so `add` tests it on this handle's line.
-    path: PathCopy,
-}
-
-// SAFETY: the css is owned by `group`, which this handle keeps alive; the
-// update path is thread-safe.
-unsafe impl Send for StatHandle {}
-// SAFETY: as above.
-unsafe impl Sync for StatHandle {}
-
-impl StatHandle {
-    /// Add `delta` to stat `item` on this thread's CPU. Same cost and
-    /// guarantees as [`ControllerHandle::add`], minus the lookups.
-    /// Returns `false` (and changes nothing) if `item` is out of range.
-    ///
-    /// Prefer [`item`](Self::item) / [`item_named`](Self::item_named): they
-    /// check the index once and return a [`StatItem`] whose `add` cannot
-    /// fail, so there is no result to forget. Dropping the result is a
-    /// warning:
-    ///
-    /// ```compile_fail
-    /// #![deny(unused_must_use)]
-    /// fn charge(h: &rstat::StatHandle) {
-    ///     h.add(7, 1); // error: an out-of-range item would be lost silently
-    /// }
-    /// ```
-    #[must_use = "an out-of-range item is not counted; check the result, or use a StatItem (StatHandle::item), whose add cannot fail"]
-    #[inline(always)]
-    pub fn add(&self, item: usize, delta: i64) -> bool {
-        let Some(item) = Item::new(item, self.nr_stats) else {
-            return false;
-        };
-        // SAFETY: `self.group` keeps the css alive.
-        let css = unsafe { &*self.css };
-        let nr_cpus = self.nr_cpus;
-        css.add(self.path, || Slot::this_cpu(nr_cpus), item, delta);
-        true
-    }
-
-    /// Add several `(item, delta)` pairs with one on-list check. Items out
-    /// of range are skipped; returns how many were applied.
-    #[must_use = "items out of range are skipped; compare the count with the number of pairs"]
-    #[inline]
-    pub fn add_many(&self, items: &[(usize, i64)]) -> usize {
-        // SAFETY: `self.group` keeps the css alive.
-        unsafe { &*self.css }.add_many(self.path, self.nr_cpus, items)
-    }
-
-    /// Item `index` of this handle's controller, checked once: the returned
-    /// [`StatItem`]'s `add` cannot fail. Cost: a range check and one group
-    /// reference (the item holds its own copy of this handle).
-    ///
-    /// Errors: [`Error::UnknownStat`] if the controller has no item `index`.
-    pub fn item(&self, index: usize) -> Result<StatItem> {
-        let Some(item) = Item::new(index, self.nr_stats) else {
-            return Err(Error::UnknownStat {
-                controller: self.ctl().name.to_string(),
-                index,
-                len: self.nr_stats,
-            });
-        };
-        Ok(StatItem {
-            handle: self.clone(),
-            // SAFETY: the handle keeps the css alive.
-            path: unsafe { &*self.css }.item_path(item),
-        })
-    }
-
-    /// The item called `name`, checked once (see [`item`](Self::item)).
-    /// Cost: a linear scan of the item names and one group reference;
-    /// resolve once, then update through the [`StatItem`].
-    ///
-    /// Errors: [`Error::UnknownStatName`] (listing the controller's items)
-    /// if there is no such item.
-    pub fn item_named(&self, name: &str) -> Result<StatItem> {
-        let names = self.ctl().imp.stat_names();
-        match names.iter().position(|n| n == name) {
-            Some(index) => self.item(index),
-            None => Err(Error::UnknownStatName {
-                controller: self.ctl().name.to_string(),
-                name: name.to_owned(),
-                items: names.to_vec(),
-            }),
-        }
-    }
-
-    /// The group this handle charges.
-    pub fn group(&self) -> &Group {
-        &self.group
-    }
-
-    fn ctl(&self) -> &CtlEntry {
-        // SAFETY: `self.group` keeps the css alive.
-        unsafe { &(*self.css).ctl }
-    }
-}
-
-/// One stat item of one (group, controller) pair, range-checked when it
-/// was made ([`StatHandle::item`], [`StatHandle::item_named`]), so its
-/// [`add`](Self::add) cannot fail and returns nothing to check.
-///
-/// Holds a reference on the group, like [`StatHandle`]; cheap to clone (one
-/// per-CPU reference get).
-///
-/// ```
-/// let rs = rstat::Rstat::new();
-/// let g = rs.root().create_child("g")?;
-/// let io = rs.register_counters("io", &["rbytes", "wbytes"])?;
-/// let rbytes = io.stat_handle(&g)?.item_named("rbytes")?; // checked once
-/// rbytes.add(4096); // cannot fail
-/// assert_eq!(io.read_exact(&g)?.get("rbytes"), Some(4096));
-/// assert!(io.stat_handle(&g)?.item_named("rbyte").is_err()); // a typo is an error
-/// # Ok::<(), rstat::Error>(())
-/// ```
-#[derive(Clone)]
-pub struct StatItem {
-    handle: StatHandle,
-    /// The item's slot and links, resolved once (see `ItemPath`).
-    path: ItemPath,
-}
-
-// SAFETY: `path` points into the css that `handle` keeps alive; the update
-// path is thread-safe.
-unsafe impl Send for StatItem {}
-// SAFETY: as above.
-unsafe impl Sync for StatItem {}
-
-impl std::fmt::Debug for StatItem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StatItem")
-            .field("controller", &self.handle.ctl().name)
-            .field("item", &self.name())
-            .field("group", &self.handle.group)
-            .finish()
-    }
-}
-
-impl StatItem {
-    /// Add `delta` on this thread's CPU. Cost: as [`StatHandle::add`]
-    /// without the range check or the lookups: the item's slot and links
-    /// addresses were resolved when this `StatItem` was made, so the
-    /// update is one section (or uncontended atomic add) on this CPU's
-    /// slot and one load of this CPU's on-list flag, reading nothing else
-    /// but this handle; no lock, no allocation.
-    #[inline(always)]
-    pub fn add(&self, delta: i64) {
-        // SAFETY: `self.handle` keeps the css alive, and its engine's
-        // `nr_cpus` is the handle's.
-        unsafe { self.path.add(self.handle.nr_cpus, delta) };
-    }
-
-    /// The item's index in its controller's list.
-    pub fn index(&self) -> usize {
-        self.path.item()
-    }
-
-    /// The item's name.
-    pub fn name(&self) -> &str {
-        // A controller's names must not change after registration; if one
-        // does anyway, show nothing rather than panic.
-        self.handle
-            .ctl()
-            .imp
-            .stat_names()
-            .get(self.path.item())
-            .map_or("", String::as_str)
-    }
-
-    /// The (group, controller) handle this item belongs to.
-    pub fn handle(&self) -> &StatHandle {
-        &self.handle
-    }
-}
-
-/// One group's totals for one controller, as of a read.
-#[derive(Clone)]
-pub struct GroupStats {
-    ctl: Arc<CtlEntry>,
-    totals: Totals,
-}
-
-impl std::fmt::Debug for GroupStats {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GroupStats")
-            .field("controller", &self.ctl.name)
-            .field("local", &self.totals.local)
-            .field("hierarchical", &self.totals.hierarchical)
-            .field("overflows", &self.totals.overflows)
-            .finish()
-    }
-}
-
-impl GroupStats {
-    /// Item names, in index order.
-    pub fn names(&self) -> &[String] {
-        self.ctl.imp.stat_names()
-    }
-    /// Totals of the group and all its descendants (removed ones included).
-    pub fn hierarchical(&self) -> &[i64] {
-        &self.totals.hierarchical
-    }
-    /// Totals of the group's own updates.
-    pub fn local(&self) -> &[i64] {
-        &self.totals.local
-    }
-    /// Hierarchical total of the item called `name`.
-    pub fn get(&self, name: &str) -> Option<i64> {
-        self.names()
-            .iter()
-            .position(|n| n == name)
-            .and_then(|i| self.totals.hierarchical.get(i).copied())
-    }
-    /// Local total of the item called `name`.
-    pub fn get_local(&self, name: &str) -> Option<i64> {
-        self.names()
-            .iter()
-            .position(|n| n == name)
-            .and_then(|i| self.totals.local.get(i).copied())
-    }
-    /// How many additions into this group's totals (local, hierarchical,
-    /// or the pending deltas its children handed up) were clamped at
-    /// `i64::MIN`/`i64::MAX` instead of wrapping, as of this read. Totals
-    /// saturate rather than wrap (see [`controller`](crate::controller)'s
-    /// `# Overflow`); once this is non-zero, some total of this group is
-    /// stuck at or was moved from a bound and is not exact. Never reset.
-    /// Only this group's clamps: an ancestor's hierarchical totals can stay
-    /// exact when a descendant's local ones clamp.
-    pub fn overflows(&self) -> u64 {
-        self.totals.overflows
-    }
-    /// Whether any total of this group was ever clamped
-    /// ([`overflows`](Self::overflows) `> 0`): if so, its totals are not
-    /// exact.
-    pub fn overflowed(&self) -> bool {
-        self.totals.overflows > 0
-    }
-}
-
-/// The totals of several groups of one controller, copied under one hold
-/// of its flush lock ([`ControllerHandle::read_consistent`]), in the order
-/// the groups were given.
-pub(crate) struct TotalsBatch {
-    nr_stats: usize,
-    /// Per group: its local totals, then its hierarchical ones.
-    values: Vec<i64>,
-    overflows: Vec<u64>,
-}
-
-impl TotalsBatch {
-    /// Group `i`'s local totals. Panics if `i` is out of range.
-    pub(crate) fn local(&self, i: usize) -> &[i64] {
-        let at = 2 * i * self.nr_stats;
-        &self.values[at..at + self.nr_stats]
-    }
-    /// Group `i`'s hierarchical totals. Panics if `i` is out of range.
-    pub(crate) fn hierarchical(&self, i: usize) -> &[i64] {
-        let at = (2 * i + 1) * self.nr_stats;
-        &self.values[at..at + self.nr_stats]
-    }
-    /// Group `i`'s clamped additions ([`GroupStats::overflows`]).
-    pub(crate) fn overflows(&self, i: usize) -> u64 {
-        self.overflows[i]
     }
 }

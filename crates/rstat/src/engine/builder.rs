@@ -1,0 +1,201 @@
+//! [`Builder`]: an engine's settings, checked once at
+//! [`build`](Builder::build), and the choice of update path (restartable
+//! sections where the kernel offers them and asked for, the locked add
+//! otherwise).
+
+use std::sync::Arc;
+
+use super::{Rstat, CPU_CTL_ID, CPU_STAT_NAMES, DEFAULT_PERIOD, ROOT_GROUP_ID};
+use crate::controller::CounterSetController;
+use crate::error::Result;
+use crate::group::state::Topology;
+use crate::group::{EngineInner, Group};
+use crate::percpu::arena::Arena;
+use crate::percpu::cpu;
+use crate::stat::policy::{check_period, FlushPolicy};
+use crate::stat::update::UpdatePath;
+use crate::sync::{self, AtomicPtr, AtomicU64, AtomicUsize, Mutex};
+
+/// Configures an [`Rstat`].
+#[derive(Clone, Debug)]
+pub struct Builder {
+    nr_cpus: Option<usize>,
+    update_path: UpdatePath,
+    unified: bool,
+    cpu_controller: bool,
+    policy: FlushPolicy,
+    periodic: Option<std::time::Duration>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            nr_cpus: None,
+            update_path: UpdatePath::Locked,
+            unified: false,
+            cpu_controller: true,
+            policy: FlushPolicy::default(),
+            periodic: if cfg!(rstat_loom) {
+                None
+            } else {
+                Some(DEFAULT_PERIOD)
+            },
+        }
+    }
+}
+
+impl Builder {
+    /// Number of per-CPU slots (default: possible CPUs, plus one for
+    /// threads without a CPU id when updates use rseq). CPU ids beyond it
+    /// are folded in. Values below 1 are raised to 1. Fewer slots than
+    /// possible CPUs share slots between CPUs, which needs the locked
+    /// update path.
+    pub fn nr_cpus(mut self, n: usize) -> Self {
+        self.nr_cpus = Some(n.max(1));
+        self
+    }
+
+    /// The update path to use (default [`UpdatePath::Locked`]).
+    /// [`UpdatePath::Rseq`] falls back to the locked path where restartable
+    /// sequences are not available or slots are shared between CPUs
+    /// ([`Rstat::update_path`] tells which one the engine got).
+    ///
+    /// Which to choose, measured on 2-CPU VMs: the rseq path makes an
+    /// update cheaper by what a locked add costs on the core (on an AMD
+    /// EPYC about 40%: 1.35 vs 2.33 ns at one thread, 1479 vs 855 Mops/s at
+    /// two; on an Intel Xeon, whose locked adds are slower, about 68%: 2.33
+    /// vs 7.18 ns, 846 vs 275 Mops/s, the run in BENCHMARKS.md), and costs
+    /// every flush that reads slots one `membarrier` (0.4-0.6 µs alone,
+    /// several µs when it interrupts CPUs running our threads): exact
+    /// reads, `Threshold` reads that flush, the periodic flusher, and each
+    /// group removal. With a group per request (`rstat demo`, two workers,
+    /// on the AMD VM) that cut throughput from 126,000 to 28,000
+    /// requests/s, so the default is the locked path; choose rseq
+    /// for update-heavy work with few groups created and few exact reads.
+    pub fn update_path(mut self, p: UpdatePath) -> Self {
+        self.update_path = p;
+        self
+    }
+
+    /// One updated tree and one flush lock shared by every controller, as
+    /// before kernel v6.16. Only for measuring what separate trees buy.
+    pub fn unified(mut self, on: bool) -> Self {
+        self.unified = on;
+        self
+    }
+
+    /// The flush policy controllers start with (default
+    /// [`FlushPolicy::Threshold`]); each can be changed at run time.
+    pub fn flush_policy(mut self, p: FlushPolicy) -> Self {
+        self.policy = p;
+        self
+    }
+
+    /// The periodic root flusher's period (default 2 s); `None` turns it
+    /// off. Checked by [`build`](Self::build): 1 ms to 24 h.
+    pub fn periodic_flush(mut self, period: Option<std::time::Duration>) -> Self {
+        self.periodic = period;
+        self
+    }
+
+    /// Leave out the built-in `cpu` controller (for minimal models).
+    #[doc(hidden)]
+    pub fn cpu_controller(mut self, on: bool) -> Self {
+        self.cpu_controller = on;
+        self
+    }
+
+    /// Build the engine with its root group.
+    pub fn build(self) -> Result<Rstat> {
+        if let Some(p) = self.periodic {
+            check_period(p)?;
+        }
+        let (nr_cpus, update_path, section_limit, rseq_off) = self.choose_update_path();
+        let inner = Arc::new(EngineInner {
+            nr_cpus,
+            update_path,
+            section_limit,
+            rseq_off,
+            unified: self.unified,
+            default_policy: self.policy,
+            zombies: AtomicUsize::new(0),
+            next_group_id: AtomicU64::new(ROOT_GROUP_ID),
+            removal_watchers: Mutex::new(Vec::new()),
+            removal_watch_depth: AtomicUsize::new(0),
+            cpu_ctl_id: self.cpu_controller.then_some(CPU_CTL_ID),
+            deferred: AtomicPtr::new(core::ptr::null_mut()),
+            arena: Mutex::new(Arena::new(nr_cpus)),
+            topo: Mutex::new(Topology {
+                controllers: Vec::new(),
+                exts: Vec::new(),
+                domains: Vec::new(),
+            }),
+        });
+        if self.unified {
+            let d = inner.new_domain()?;
+            sync::lock(&inner.topo).domains.push(d);
+        }
+        let root = Group::new_group(&inner, None, "")?;
+        let mut rs = Rstat {
+            inner,
+            root,
+            cpu: None,
+            #[cfg(not(rstat_loom))]
+            periodic: std::sync::Mutex::new(None),
+        };
+        if self.cpu_controller {
+            let cpu = rs.register(CounterSetController::new("cpu", &CPU_STAT_NAMES))?;
+            debug_assert_eq!(
+                cpu.ctl.id, CPU_CTL_ID,
+                "the cpu controller is registered first"
+            );
+            rs.cpu = Some(cpu);
+        }
+        if let Some(p) = self.periodic {
+            rs.set_periodic_flush(Some(p))?;
+        }
+        Ok(rs)
+    }
+}
+
+impl Builder {
+    /// `(nr_cpus, path, section limit, rseq offset)`. Restartable sections
+    /// need a slot of their own for every CPU id (`0..possible`), and, for a
+    /// thread the kernel gives no CPU id (one whose rseq registration
+    /// failed), at least one more slot that no section writes: a section's
+    /// add is not atomic against another CPU's. Under loom and Miri the
+    /// sections are simulated (a per-slot lock around a plain load and
+    /// store) on every slot.
+    fn choose_update_path(&self) -> (usize, UpdatePath, usize, isize) {
+        #[cfg(any(rstat_loom, miri))]
+        {
+            let nr = self.nr_cpus.unwrap_or_else(cpu::possible_cpus);
+            match self.update_path {
+                UpdatePath::Rseq if u32::try_from(nr).is_ok() => (nr, UpdatePath::Rseq, nr, 0),
+                _ => (nr, UpdatePath::Locked, 0, 0),
+            }
+        }
+        #[cfg(not(any(rstat_loom, miri)))]
+        {
+            let possible = cpu::possible_cpus();
+            let off = match self.update_path {
+                UpdatePath::Rseq => crate::percpu::rseq::available(),
+                UpdatePath::Locked => None,
+            };
+            let nr = self
+                .nr_cpus
+                .unwrap_or(possible + usize::from(off.is_some()));
+            match off {
+                // Css keeps both in 32 bits.
+                Some(off)
+                    if nr > possible
+                        && u32::try_from(possible).is_ok()
+                        && i32::try_from(off).is_ok() =>
+                {
+                    (nr, UpdatePath::Rseq, possible, off)
+                }
+                _ => (nr, UpdatePath::Locked, 0, 0),
+            }
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! A group's end: the extensions' `offline` hooks at removal, and the
+//! final release once the last reference is gone (extensions released,
+//! per-CPU state drained, flushed into the parent and returned to the
+//! arena), immediately or deferred from where releasing is not safe.
+
+use std::ptr::NonNull;
+
+use super::{Group, GroupInner, GroupTables};
+use crate::group::EngineInner;
+use crate::sync::{self, Ordering};
+
+impl GroupInner {
+    /// Final release, part one: nothing references this group any more (no
+    /// handle, no child, not in its parent's map), so no updater can touch
+    /// it. Release the extensions, fold what is left into the parent and
+    /// return the per-CPU state of every controller.
+    pub(super) fn release_state(&self) {
+        // SAFETY: the tables are live until freed at the end of this
+        // function; flushes below reach them through the same raw pointer.
+        let tables: &GroupTables = unsafe { &*self.tables.as_ptr() };
+        self.release_exts(tables);
+        // The flush drains every backlog first, so after it no list holds
+        // these nodes, and it cuts them from every CPU's tree (they have no
+        // children: those would hold this group).
+        tables.flush_nodes(true);
+        let mut arena = sync::lock(&self.engine.arena);
+        for slot in self.css.iter() {
+            let css = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
+            if !css.is_null() {
+                // SAFETY: created by Box::into_raw at attach; unreachable now.
+                let css = unsafe { Box::from_raw(css) };
+                css.release_units();
+                // SAFETY: allocated from this arena; no reference remains.
+                unsafe { arena.free(css.stats) };
+            }
+        }
+        for slot in tables.nodes.iter() {
+            let node = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
+            if !node.is_null() {
+                // SAFETY: as above.
+                let node = unsafe { Box::from_raw(node) };
+                // SAFETY: as above; drained and cut from every tree.
+                unsafe { arena.free(node.links) };
+            }
+        }
+        drop(arena);
+        // SAFETY: allocated by Box with the group; nothing references it now.
+        drop(unsafe { Box::from_raw(self.tables.as_ptr()) });
+    }
+
+    /// Run every extension's `offline` hook (after removal), or, for the
+    /// root (never removed; offline when its engine is dropped), its
+    /// `root_offline` hook.
+    pub(super) fn offline_exts(&self) {
+        let exts = sync::lock(&self.engine.topo).exts.clone();
+        for (id, e) in exts.iter().enumerate() {
+            let s = self.tables().ext[id].load(Ordering::Acquire);
+            if s.is_null() {
+                continue;
+            }
+            match &self.parent {
+                Some(p) => {
+                    let parent = p.inner().tables().ext[id].load(Ordering::Acquire);
+                    // SAFETY: states live as long as their groups; the
+                    // parent is alive (we hold it).
+                    unsafe { e.offline_erased(s, parent) };
+                }
+                // SAFETY: as above (the root's state, its group held).
+                None => unsafe { e.root_offline_erased(s) },
+            }
+        }
+    }
+
+    /// Final release of every extension's state: `release` hook, then drop.
+    pub(super) fn release_exts(&self, tables: &GroupTables) {
+        let exts = sync::lock(&self.engine.topo).exts.clone();
+        for (id, e) in exts.iter().enumerate() {
+            let s = tables.ext[id].swap(core::ptr::null_mut(), Ordering::AcqRel);
+            if s.is_null() {
+                continue;
+            }
+            let parent = self.parent.as_ref().map_or(core::ptr::null_mut(), |p| {
+                p.inner().tables().ext[id].load(Ordering::Acquire)
+            });
+            // SAFETY: `s` is this group's state, unreachable by anyone else
+            // now (no references remain); the parent is alive (we hold it).
+            unsafe {
+                e.release_erased(s, parent);
+                e.destroy_erased(s);
+            }
+        }
+    }
+}
+
+/// Release the group at `ptr` and give back its reference on its parent
+/// (which the caller then drops, possibly releasing the parent in turn).
+///
+/// # Safety
+/// The group's count reached zero on this thread (`put_and_test` returned
+/// true): no other reference to it exists.
+pub(super) unsafe fn release(ptr: NonNull<GroupInner>) -> Option<Group> {
+    // SAFETY: caller's guarantee: we are the only user.
+    let inner = unsafe { ptr.as_ref() };
+    inner.release_state();
+    if inner.parent.is_some() && !inner.online.load(Ordering::Acquire) {
+        inner.engine.zombies.fetch_sub(1, Ordering::Relaxed);
+    }
+    // SAFETY: allocated by Box in `Group::new_group`; unreferenced.
+    let GroupInner {
+        engine,
+        parent,
+        refcnt,
+        ref_slots,
+        ..
+    } = *unsafe { Box::from_raw(ptr.as_ptr()) };
+    drop(refcnt);
+    // SAFETY: the ref that used these slots is gone.
+    unsafe { sync::lock(&engine.arena).free(ref_slots) };
+    parent
+}
+
+/// Release the groups whose last reference [`Group::drop_deferred`]
+/// dropped. Call where no engine lock is held (it takes the topology and
+/// arena locks, as any final release does). Cost: one swap when the stack
+/// is empty.
+pub(crate) fn release_deferred(engine: &EngineInner) {
+    // Acquire: pairs with the pushers' Release, so each pushed group's
+    // `deferred_next` (and everything it did before its last put) is
+    // visible. Taking the whole stack at once means no pop races a push
+    // (no ABA).
+    let mut head = engine
+        .deferred
+        .swap(core::ptr::null_mut(), Ordering::Acquire);
+    while let Some(ptr) = NonNull::new(head) {
+        // SAFETY: a pushed group's count reached zero; it is only on this
+        // stack, which we now own, so we are its only user.
+        head = unsafe { ptr.as_ref() }
+            .deferred_next
+            .load(Ordering::Relaxed);
+        // SAFETY: as above (the count reached zero on the pusher's thread,
+        // which handed the group over through the stack).
+        drop(unsafe { release(ptr) }); // the parent's reference: may release it too
+    }
+}
