@@ -19,7 +19,7 @@
 //!   store-buffering pair, closed on the rseq path by an asymmetric fence:
 //!   `membarrier` on the reading side only; proven with loom on both
 //!   paths).
-//! - **[`policy`]**: who flushes and when (seed 004): `Threshold`
+//! - **[`policy`]**: who flushes and when: `Threshold`
 //!   (v6.8, default), `Always`, `UnifiedRoot`, `Coalesced`, plus a periodic
 //!   root flusher; each with a documented staleness bound.
 //! - **[`percpu`]**: CPU identity from glibc's rseq area, restartable
@@ -28,10 +28,10 @@
 //!   all), and a per-CPU arena like the kernel's percpu allocator (one
 //!   offset valid in every CPU's unit: dense, no false sharing, no
 //!   per-group padding).
-//! - **[`percpu_ref`]**: the kernel's percpu_ref (seed 001), on restartable
+//! - **[`percpu_ref`]**: the kernel's percpu_ref, on restartable
 //!   sections where available, or on locked per-CPU adds.
-//! - **[`group`]**: the hierarchy. Group lifetime is a [`percpu_ref`]
-//!   (seed 001): handles are per-CPU references; removal kills the ref; the
+//! - **[`group`]**: the hierarchy. Group lifetime is a [`percpu_ref`]:
+//!   handles are per-CPU references; removal kills the ref; the
 //!   last put flushes the group into its parent and frees it, so a removed
 //!   subtree loses no history. [`GroupExt`] attaches subsystem state.
 //! - **[`report`]**: each group as cgroupfs-style files (`cpu.stat`,
@@ -44,7 +44,8 @@
 //!   thread spends inside a group is charged to its `cpu` stats from the
 //!   thread's own CPU clock, on every change of group and periodically.
 //! - **[`page_counter`]**: hierarchical charging with max/high/low/min and
-//!   the kernel's effective protection (seed 002's padded layout).
+//!   the kernel's effective protection, with the counters that different
+//!   writers change on separate cache lines.
 //! - **[`memory`]**: the memory controller (per-CPU charge stock, limits,
 //!   events, protection, reclaim) and **[`alloc`]**, the accounting
 //!   allocator: a `#[global_allocator]` wrapper that charges every heap
@@ -57,7 +58,7 @@
 //! |---|---|
 //! | [`StatItem::add`], [`StatHandle::add`] | [`UpdatePath::Rseq`]: one restartable section (an unlocked load, add and store on this CPU's slot) + one load; [`UpdatePath::Locked`]: one uncontended locked add + one load; no lock, no allocation, no fence; once per 64 × the item's [unit](Controller::stat_units) of change on a CPU, one uncontended add per ancestor to that CPU's pending counters (no line another CPU's updates write) |
 //! | [`ControllerHandle::add`] | the same, plus a range check, an engine check and two dependent loads to find the group's state (a [`StatItem`] resolves these once and keeps the item's slot and links addresses: its `add` loads nothing from the group or its state on the common path) |
-//! | [`ControllerHandle::read_exact`] | the controller's lock; per CPU, drain the backlog; on the rseq path one `membarrier` system call (0.4-0.6 µs measured here with no other thread running, more when it must interrupt CPUs running our threads; the locked path's exact read of one group is ~70 ns); then fold the changed groups under the target |
+//! | [`ControllerHandle::read_exact`] | the controller's lock; per CPU, drain the backlog; on the rseq path one `membarrier` system call (more when it must interrupt CPUs running our threads; the locked path has none); then fold the changed groups under the target |
 //! | [`ControllerHandle::read`] | by policy; `Threshold`: nr_cpus loads of the group's per-CPU pending counters, then a lock-free copy (no lock, no system call) unless more than 64 × nr_cpus units (each item in its declared unit) are pending, then as `read_exact` |
 //! | the periodic flusher | one root flush (as `read_exact` of the root) per period |
 //! | [`Group`] clone / drop | one per-CPU reference get / put |

@@ -60,18 +60,17 @@ impl Builder {
     /// sequences are not available or slots are shared between CPUs
     /// ([`Rstat::update_path`] tells which one the engine got).
     ///
-    /// Which to choose, measured on 2-CPU VMs: the rseq path makes an
-    /// update cheaper by what a locked add costs on the core (on an AMD
-    /// EPYC about 40%: 1.35 vs 2.33 ns at one thread, 1479 vs 855 Mops/s at
-    /// two; on an Intel Xeon, whose locked adds are slower, about 68%: 2.33
-    /// vs 7.18 ns, 846 vs 275 Mops/s, the run in BENCHMARKS.md), and costs
-    /// every flush that reads slots one `membarrier` (0.4-0.6 µs alone,
-    /// several µs when it interrupts CPUs running our threads): exact
-    /// reads, `Threshold` reads that flush, the periodic flusher, and each
-    /// group removal. With a group per request (`rstat demo`, two workers,
-    /// on the AMD VM) that cut throughput from 126,000 to 28,000
-    /// requests/s, so the default is the locked path; choose rseq
+    /// Which to choose: the rseq path makes each update cheaper by what a
+    /// locked add costs on the core (more on cores whose locked adds are
+    /// slow), and costs every flush that reads slots one `membarrier`
+    /// system call, which interrupts the CPUs running the process's
+    /// threads: exact reads, `Threshold` reads that flush, the periodic
+    /// flusher, and each group removal. Work that creates and removes a
+    /// group per request pays that call on every removal, more than it
+    /// saves on updates, so the default is the locked path; choose rseq
     /// for update-heavy work with few groups created and few exact reads.
+    /// `rstat bench update` and `rstat demo` measure both on your machine;
+    /// BENCHMARKS.md has the latest figures and the machine they ran on.
     pub fn update_path(mut self, p: UpdatePath) -> Self {
         self.update_path = p;
         self

@@ -1,25 +1,11 @@
-//! The engine: groups' per-CPU stats, lazily aggregated on the read side.
+//! The facade: [`Rstat`], the engine a program builds ([`Builder`]),
+//! with its root group, the registration of controllers
+//! ([`Rstat::register`], [`Rstat::register_counters`]) and extensions
+//! ([`Rstat::register_ext`]), the built-in `cpu` controller and the
+//! periodic flusher. The mechanism underneath (updates, the flush, the
+//! policies) is described in the crate's overview and in [`policy`].
 //!
-//! This is the kernel's rstat, brought to userspace, in the shape upstream
-//! reached by v6.17:
-//!
-//! - **Update** ([`ControllerHandle::add`](crate::ControllerHandle::add)):
-//!   one atomic add on this CPU's slot of (group, controller), then a racy
-//!   on-list check; the first update since the last flush pushes the group's
-//!   node on a lock-free (controller, CPU) backlog (`engine/backlog.rs`). No lock, no
-//!   allocation, no shared line written in the common case.
-//! - **Flush** (on read): under the controller's own lock, for each CPU,
-//!   drain the backlog into that CPU's *updated tree* (insert bottom-up,
-//!   stop at the first linked ancestor), cut out the subtree being read and
-//!   fold each changed group's per-CPU deltas into its totals, children
-//!   before parents (`engine/tree.rs`). Cost ∝ groups that changed, not tree size.
-//! - **Separate trees** (v6.16, seed 000): each controller has its own
-//!   updated trees and lock, so reading `cpu` stats never pays for a busy
-//!   memory controller. [`Builder::unified`] rebuilds the old single tree for
-//!   comparison.
-//! - **Exact reads**, stronger than the kernel: any update that completed
-//!   before a read began is in that read's result; see
-//!   `engine/backlog.rs`'s `# Synchronization`.
+//! [`policy`]: crate::policy
 
 use std::sync::Arc;
 

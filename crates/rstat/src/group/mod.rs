@@ -63,7 +63,7 @@ pub(crate) struct GroupInner {
     /// The group's tree nodes and extension states, in their own
     /// allocation. Owned; freed by `release`.
     tables: NonNull<GroupTables>,
-    /// The group's lifetime (seed 001): every `Group` handle, every child
+    /// The group's lifetime (a [`PercpuRef`]): every `Group` handle, every child
     /// and the hierarchy (the base reference, dropped by `remove`) hold one.
     refcnt: PercpuRef,
     /// `refcnt`'s per-CPU slots, in the engine's arena.

@@ -1,6 +1,8 @@
-//! Flush policies: who flushes, when, and how much (seed 004).
+//! Flush policies: who flushes, when, and how much.
 //!
-//! The seed 004 debate, and what upstream tried around it, as policies
+//! What the kernel's rstat tried for readers racing writers (always
+//! flushing, a threshold of pending updates, one root flush at a time, a
+//! coalesced root flush), as policies
 //! selectable per controller at run time ([`ControllerHandle::set_flush_policy`]),
 //! so the debate can be re-run on one workload. [`FlushPolicy::Threshold`]
 //! (where upstream ended, kernel v6.8) is the default.
