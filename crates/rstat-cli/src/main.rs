@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod demo;
 mod lab;
-mod scrape_bench;
 mod serve;
 mod top;
 
@@ -451,8 +450,8 @@ fn main() -> ExitCode {
                 } else {
                     (&[1_000, 10_000, 100_000], 5)
                 };
-                match scrape_bench::run(sizes, samples) {
-                    Ok(r) => emit(json, &r, scrape_bench::table),
+                match rstat_lab::scrape_bench::run(sizes, samples) {
+                    Ok(r) => emit(json, &r, rstat_lab::scrape_bench::table),
                     Err(e) => {
                         eprintln!("error: {e}");
                         ExitCode::FAILURE

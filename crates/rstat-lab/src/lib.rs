@@ -15,5 +15,6 @@ pub mod page_counter_bench;
 pub mod percpu_ref_bench;
 pub mod read_latency;
 pub mod rseq_aborts;
+pub mod scrape_bench;
 pub mod separate_trees;
 pub mod update_bench;
