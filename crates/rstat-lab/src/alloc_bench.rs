@@ -50,6 +50,8 @@
 //! batch tracker its group counter (unbounded: cross-thread frees move
 //! bytes from one group to the other for good).
 
+pub mod experiment;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::hint::black_box;

@@ -30,6 +30,8 @@
 //! A burst variant holds 32 charges of 1 unit before uncharging them, so
 //! the stock refills, overflows and drains along the way.
 
+pub mod experiment;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;

@@ -26,6 +26,8 @@
 //! selftest `test_cpucg_stats` allows 1% for a 2 s hog. The same hog runs
 //! again in sampled mode with a 10 ms charge period.
 
+pub mod experiment;
+
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;

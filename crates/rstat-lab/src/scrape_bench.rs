@@ -5,6 +5,8 @@
 //! root, each group with CPU time, three counters and a memory charge,
 //! like the demo's tenants.
 
+pub mod experiment;
+
 use std::time::Instant;
 
 use rstat::memory::Memory;

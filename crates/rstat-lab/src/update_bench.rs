@@ -41,6 +41,8 @@
 //! Every engine's totals are checked after the run: an exact read must
 //! equal the sum of every update made (the honesty check).
 
+pub mod experiment;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
