@@ -1,7 +1,11 @@
-//! `rstat bench scrape` as an experiment of the lab: its words and its
-//! configuration (`--quick`: one tree of 1,000 groups, one scrape).
+//! `rstat bench scrape` as an experiment of the lab: its words, its
+//! configuration (`--quick`: one tree of 1,000 groups, one scrape), and how
+//! the report shows its JSON: one row per tree size and format, and the
+//! plot of scrape time and size against the number of groups.
 
 use crate::lab::experiment::{BenchError, Experiment, Output, Params};
+use crate::lab::figures::{md_table, Fig, View};
+use crate::lab::plot::{figure, Line, Panel};
 
 /// The `rstat bench scrape` experiment.
 pub struct Scrape;
@@ -35,4 +39,123 @@ impl Experiment for Scrape {
         let report = super::run(sizes, samples).map_err(|e| BenchError::Failed(e.to_string()))?;
         Output::new(&report, super::table)
     }
+
+    fn view(&self, f: &Fig<'_>) -> View {
+        view(f)
+    }
+
+    fn plot(&self, f: &Fig<'_>, machine: &str) -> Result<String, String> {
+        plot(f, machine)
+    }
+}
+
+/// The number of rows (one per tree size and format).
+fn rows(f: &Fig) -> usize {
+    f.med
+        .get("rows")
+        .and_then(serde_json::Value::as_array)
+        .map_or(0, Vec::len)
+}
+
+fn view(f: &Fig) -> View {
+    let n = rows(f);
+    let table: Vec<Vec<String>> = (0..n)
+        .map(|i| {
+            let p = |k: &str| format!("/rows/{i}/{k}");
+            vec![
+                f.s(&p("groups")),
+                f.s(&p("format")),
+                f.f(&p("series"), 0),
+                f.f(&p("bytes"), 0),
+                f.f(&p("scrape_ms"), 2),
+                f.f(&p("snapshot_ms"), 2),
+            ]
+        })
+        .collect();
+    let ours = n.checked_sub(1).map_or(String::new(), |last| {
+        let p = |k: &str| format!("/rows/{last}/{k}");
+        format!(
+            "{} groups: {} series, {} bytes, {} ms per {} scrape",
+            f.s(&p("groups")),
+            f.f(&p("series"), 0),
+            f.f(&p("bytes"), 0),
+            f.f(&p("scrape_ms"), 1),
+            f.s(&p("format"))
+        )
+    });
+    View {
+        ours,
+        table: md_table(
+            &[
+                "groups",
+                "format",
+                "series",
+                "bytes",
+                "scrape ms",
+                "of which reading the tree, ms",
+            ],
+            &table,
+        ),
+        notes: format!(
+            "Median of {} scrape(s) per row; a scrape reads the whole tree and encodes it.",
+            f.s("/samples")
+        ),
+    }
+}
+
+fn plot(f: &Fig, machine: &str) -> Result<String, String> {
+    let n = rows(f);
+    // One line per format (in the order the rows first name them) of the
+    // figure at `key` against the tree's size.
+    let by_format = |key: &str, scale: f64| -> Vec<Line> {
+        let mut lines: Vec<Line> = Vec::new();
+        for i in 0..n {
+            let format = f.s(&format!("/rows/{i}/format"));
+            let (Some(groups), Some(v)) = (
+                f.v(&format!("/rows/{i}/groups")),
+                f.v(&format!("/rows/{i}/{key}")),
+            ) else {
+                continue;
+            };
+            match lines.iter_mut().find(|l| l.name == format) {
+                Some(l) => l.points.push((groups, v * scale)),
+                None => lines.push(Line {
+                    name: format,
+                    points: vec![(groups, v * scale)],
+                }),
+            }
+        }
+        lines
+    };
+    let mut time = by_format("scrape_ms", 1.0);
+    for l in by_format("snapshot_ms", 1.0) {
+        time.push(Line {
+            name: format!("{}: reading the tree", l.name),
+            points: l.points,
+        });
+    }
+    figure(
+        "rstat bench scrape: one Prometheus scrape by tree size",
+        machine,
+        &[
+            Panel::Lines {
+                title: "time per scrape".into(),
+                x_desc: "groups in the tree".into(),
+                y_desc: "ms (median)".into(),
+                lines: time,
+                log_x: true,
+                log_y: true,
+            },
+            Panel::Lines {
+                title: "size of one scrape".into(),
+                x_desc: "groups in the tree".into(),
+                y_desc: "MB".into(),
+                lines: by_format("bytes", 1e-6),
+                log_x: true,
+                log_y: true,
+            },
+        ],
+        2,
+        600,
+    )
 }
