@@ -41,7 +41,11 @@
 //! Every engine's totals are checked after the run: an exact read must
 //! equal the sum of every update made (the honesty check).
 
+mod engines;
 pub mod experiment;
+mod sweep;
+
+pub use sweep::{ShapeRow, SWEEP_DELTAS, SWEEP_DEPTHS};
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +54,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::machine::{median, per_thread, round, unpin, Machine};
+use engines::{item_loop, Bench};
+use sweep::sweep;
 
 /// Settings.
 #[derive(Clone, Debug)]
@@ -74,24 +80,6 @@ impl Default for Config {
             sweep: true,
         }
     }
-}
-
-/// Depths of the sweep (group depth below the root).
-pub const SWEEP_DEPTHS: [usize; 4] = [1, 2, 4, 8];
-/// Deltas of the sweep (item unit 1).
-pub const SWEEP_DELTAS: [i64; 3] = [1, 64, 4096];
-
-/// One cell of the depth x delta sweep.
-#[derive(Clone, Debug, Serialize)]
-pub struct ShapeRow {
-    /// Depth of the updated group below the root.
-    pub depth: usize,
-    /// Delta of each update (item unit 1).
-    pub delta: i64,
-    /// ns per update, 1 thread.
-    pub ns_1t: f64,
-    /// Million updates per second, `threads` threads on the same group.
-    pub mops_nt: f64,
 }
 
 /// Results (field names are the issue's).
@@ -185,87 +173,6 @@ pub struct Report {
 
 #[repr(align(128))]
 struct Padded(AtomicU64);
-
-/// Panic with the setup step that failed (a benchmark has no caller to
-/// hand an error to).
-fn must<T>(what: &str, r: rstat::Result<T>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!("{what}: {e}"),
-    }
-}
-
-/// The counter-set updates measured on one engine: a delta-1 item of a
-/// group at depth 1, and a 4096-unit item of a group at depth 5.
-struct Bench {
-    rs: rstat::Rstat,
-    ctl: rstat::ControllerHandle,
-    g: rstat::Group,
-    handle: rstat::StatHandle,
-    item: rstat::StatItem,
-    bytes: rstat::ControllerHandle,
-    deep: rstat::Group,
-    deep_item: rstat::StatItem,
-}
-
-impl Bench {
-    fn new(b: rstat::Builder) -> Self {
-        let rs = must("building the engine", b.build());
-        let ctl = must(
-            "registering the bench controller",
-            rs.register_counters("bench", &["ops"]),
-        );
-        let bytes = must(
-            "registering the bytes controller",
-            rs.register_counters_with_units("bytes", &[("bytes", 4096)]),
-        );
-        let g = must("creating the bench group", rs.root().create_child("g"));
-        let handle = must("resolving the handle", ctl.stat_handle(&g));
-        let item = must("resolving the item", handle.item(0));
-        let mut deep = rs.root().clone();
-        for d in 1..=5 {
-            deep = must(
-                "creating the deep groups",
-                deep.create_child(&format!("d{d}")),
-            );
-        }
-        let deep_item = must(
-            "resolving the deep item",
-            bytes.stat_handle(&deep).and_then(|h| h.item(0)),
-        );
-        Bench {
-            rs,
-            ctl,
-            g,
-            handle,
-            item,
-            bytes,
-            deep,
-            deep_item,
-        }
-    }
-
-    /// The honesty check: an exact read equals the sum of every update.
-    fn check(&self, ctl: &rstat::ControllerHandle, g: &rstat::Group, want: i64, what: &str) {
-        let got = must("the honesty check's read", ctl.read_exact(g)).local()[0];
-        assert_eq!(
-            got, want,
-            "rstat lost updates during the benchmark ({what})"
-        );
-    }
-}
-
-/// Mops/s of `threads` threads each adding `delta` `n` times through `item`.
-fn item_loop(threads: usize, n: u64, item: &rstat::StatItem, delta: i64) -> f64 {
-    per_thread(threads, n, |_| {
-        let h = item.clone();
-        move || {
-            for _ in 0..n {
-                h.add(black_box(delta));
-            }
-        }
-    })
-}
 
 /// Run the benchmark.
 pub fn run(cfg: &Config) -> Report {
@@ -485,51 +392,6 @@ pub fn run(cfg: &Config) -> Report {
         shapes,
         machine: Machine::detect(),
     }
-}
-
-/// The depth x delta sweep on `rs`: per cell, the median of `samples`
-/// samples of `n` updates per thread at 1 and at `threads` threads; the
-/// honesty check runs on every group.
-fn sweep(rs: &rstat::Rstat, n: u64, samples: usize, threads: usize) -> Vec<ShapeRow> {
-    let n = n.max(1);
-    let ctl = must(
-        "registering the sweep controller",
-        rs.register_counters("sweep", &["v"]),
-    );
-    let mut rows = Vec::new();
-    for depth in SWEEP_DEPTHS {
-        let mut g = rs.root().clone();
-        for d in 1..=depth {
-            g = must(
-                "creating the sweep groups",
-                g.create_child(&format!("sweep{depth}-{d}")),
-            );
-        }
-        let item = must(
-            "resolving the sweep item",
-            ctl.stat_handle(&g).and_then(|h| h.item(0)),
-        );
-        // Warm the new group's lines and the code up, unmeasured.
-        item_loop(1, n, &item, 1);
-        let mut want = n as i64;
-        for delta in SWEEP_DELTAS {
-            let (mut one, mut many) = (Vec::new(), Vec::new());
-            for _ in 0..samples.max(1) {
-                one.push(1e3 / item_loop(1, n, &item, delta));
-                many.push(item_loop(threads, n, &item, delta));
-                want += (1 + threads as i64) * n as i64 * delta;
-            }
-            rows.push(ShapeRow {
-                depth,
-                delta,
-                ns_1t: round(median(one), 3),
-                mops_nt: round(median(many), 1),
-            });
-        }
-        let got = must("the sweep's honesty read", ctl.read_exact(&g)).local()[0];
-        assert_eq!(got, want, "rstat lost updates in the sweep (depth {depth})");
-    }
-    rows
 }
 
 /// The measured controllers' flush policy (they share the engine default;
