@@ -5,11 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use clap::ValueEnum;
 use rstat_lab::lab::{self, Options, RunError};
 use serde_json::Value;
-
-use crate::BenchName;
 
 /// What the command line asked for.
 pub struct Args {
@@ -24,7 +21,7 @@ pub struct Args {
 /// Run one experiment as a child process; its JSON is its last stdout
 /// line.
 fn run_child(exe: &Path, name: &str, args: &[String]) -> Result<Value, RunError> {
-    if BenchName::from_str(name, false).is_err() || name == "all" {
+    if lab::find(name).is_none() {
         return Err(RunError::NotInBuild);
     }
     let out = Command::new(exe)

@@ -8,6 +8,8 @@
 //! machine); after every batch the root is read both ways and compared with
 //! the truth.
 
+pub mod experiment;
+
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde::Serialize;

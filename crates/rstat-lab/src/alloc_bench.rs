@@ -50,28 +50,30 @@
 //! batch tracker its group counter (unbounded: cross-thread frees move
 //! bytes from one group to the other for good).
 
+pub mod experiment;
+mod trackers;
+
+pub use trackers::THREAD_BATCH;
+
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use mimalloc::MiMalloc;
-use rstat::alloc::{drift_bound, heap_config, overhead, Accounted};
+use rstat::alloc::{drift_bound, heap_config, overhead};
 use rstat::memory::Memory;
-use rstat::page_counter::CachePadded;
 use rstat::{Group, Rstat};
 use serde::Serialize;
 
 use crate::machine::{median, pin_to_cpu, round, unpin, Machine};
+use trackers::{Node, Set, ThreadBatch, NODE};
 
 /// Objects each thread keeps live.
 pub const LIVE: usize = 256;
 /// One object in this many is freed by the other thread.
 pub const HAND_OVER: usize = 8;
-/// The thread batch tracker's per-thread untracked limit.
-pub const THREAD_BATCH: i64 = 4 << 20;
 
 /// Settings.
 #[derive(Clone, Debug)]
@@ -148,143 +150,6 @@ pub struct Report {
     pub what: String,
     /// The machine.
     pub machine: Machine,
-}
-
-/// A group of the trackers: a shared counter, chained to its parent.
-struct Node {
-    amount: CachePadded<AtomicI64>,
-    parent: Option<&'static Node>,
-}
-
-impl Node {
-    fn leak(parent: Option<&'static Node>) -> &'static Node {
-        Box::leak(Box::new(Node {
-            amount: CachePadded::new(AtomicI64::new(0)),
-            parent,
-        }))
-    }
-
-    #[inline]
-    fn add(&self, n: i64) {
-        let mut c = Some(self);
-        while let Some(x) = c {
-            x.amount.fetch_add(n, Ordering::Relaxed);
-            c = x.parent;
-        }
-    }
-}
-
-thread_local! {
-    /// The trackers' "current group" of this thread.
-    static NODE: Cell<Option<&'static Node>> = const { Cell::new(None) };
-    /// The thread batch tracker's untracked amount.
-    static UNTRACKED: Cell<i64> = const { Cell::new(0) };
-}
-
-/// The eager tracker: an owner trailer, every level charged per call.
-struct Eager<I>(I);
-
-fn trailer_layout(l: Layout) -> (Layout, usize) {
-    let body = l.size().next_multiple_of(8);
-    (
-        Layout::from_size_align(body + 8, l.align().max(8)).expect("layout"),
-        body,
-    )
-}
-
-// SAFETY: blocks come from the inner allocator with a layout at least as
-// large and aligned; `dealloc` recomputes the same layout.
-unsafe impl<I: GlobalAlloc> GlobalAlloc for Eager<I> {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let (il, body) = trailer_layout(l);
-        let node = NODE.with(Cell::get);
-        if let Some(n) = node {
-            n.add((l.size() + overhead(l.size())) as i64);
-        }
-        // SAFETY: non-zero size.
-        let p = unsafe { self.0.alloc(il) };
-        if !p.is_null() {
-            let owner = node.map_or(core::ptr::null(), |n| n as *const Node);
-            // SAFETY: the trailer is the block's last 8 bytes, aligned.
-            unsafe { p.add(body).cast::<*const Node>().write(owner) };
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        let (il, body) = trailer_layout(l);
-        // SAFETY: written by `alloc`.
-        let owner = unsafe { p.add(body).cast::<*const Node>().read() };
-        // SAFETY: nodes are leaked (never freed).
-        if let Some(n) = unsafe { owner.as_ref() } {
-            n.add(-((l.size() + overhead(l.size())) as i64));
-        }
-        // SAFETY: from `alloc` with `il`.
-        unsafe { self.0.dealloc(p, il) }
-    }
-}
-
-/// The thread batch tracker: no owner; the calling thread's group pays.
-struct ThreadBatch<I>(I);
-
-impl<I> ThreadBatch<I> {
-    #[inline]
-    fn track(n: i64) {
-        let u = UNTRACKED.with(|c| {
-            let u = c.get() + n;
-            c.set(u);
-            u
-        });
-        if !(-THREAD_BATCH..=THREAD_BATCH).contains(&u) {
-            if let Some(node) = NODE.with(Cell::get) {
-                node.add(u);
-            }
-            UNTRACKED.with(|c| c.set(0));
-        }
-    }
-
-    /// Flush this thread's untracked amount (at the end of a round).
-    fn flush() {
-        let u = UNTRACKED.with(|c| c.replace(0));
-        if let Some(node) = NODE.with(Cell::get) {
-            node.add(u);
-        }
-    }
-}
-
-// SAFETY: forwards to the inner allocator unchanged.
-unsafe impl<I: GlobalAlloc> GlobalAlloc for ThreadBatch<I> {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        Self::track(l.size() as i64);
-        // SAFETY: forwarded.
-        unsafe { self.0.alloc(l) }
-    }
-
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        Self::track(-(l.size() as i64));
-        // SAFETY: forwarded.
-        unsafe { self.0.dealloc(p, l) }
-    }
-}
-
-/// The four variants over one inner allocator.
-struct Set<I: 'static> {
-    inner: I,
-    accounted: Accounted<I>,
-    eager: Eager<I>,
-    thread_batch: ThreadBatch<I>,
-}
-
-impl<I: GlobalAlloc + 'static> Set<I> {
-    /// `make` makes an inner allocator (a unit struct for both used here).
-    fn new(make: impl Fn() -> I) -> Self {
-        Set {
-            inner: make(),
-            accounted: Accounted::new(make()),
-            eager: Eager(make()),
-            thread_batch: ThreadBatch(make()),
-        }
-    }
 }
 
 /// A live object of the workload.

@@ -30,6 +30,8 @@
 //! A burst variant holds 32 charges of 1 unit before uncharging them, so
 //! the stock refills, overflows and drains along the way.
 
+pub mod experiment;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -296,26 +298,33 @@ pub fn run(cfg: &Config) -> Report {
         })
     };
 
-    let mut v: [Vec<f64>; 12] = Default::default();
-    // How parallel each 2-thread sample of the headline figures was.
+    // One vector of samples per series, in Mops/s: `_1t` on one thread,
+    // `_nt` over `nt` threads.
+    let (mut stock_1t, mut stock_nt) = (Vec::new(), Vec::new());
+    let (mut guard_1t, mut guard_nt) = (Vec::new(), Vec::new());
+    let (mut nostock_1t, mut nostock_nt) = (Vec::new(), Vec::new());
+    let (mut page_counter_1t, mut page_counter_nt) = (Vec::new(), Vec::new());
+    let (mut eager_1t, mut eager_nt) = (Vec::new(), Vec::new());
+    let (mut burst_stock_nt, mut burst_eager_nt) = (Vec::new(), Vec::new());
+    // How parallel each multi-thread sample of the headline figures was.
     let mut parallel = Vec::new();
-    let mut two = |i: usize, s: Sample, v: &mut [Vec<f64>; 12]| {
-        v[i].push(s.mops);
+    let mut headline = |s: Sample, series: &mut Vec<f64>| {
+        series.push(s.mops);
         parallel.push(s.parallel);
     };
     for _ in 0..samples {
-        v[0].push(stock(1).mops);
-        two(1, stock(nt), &mut v);
-        v[2].push(guard(1).mops);
-        two(3, guard(nt), &mut v);
-        v[4].push(nostock(1).mops);
-        v[5].push(nostock(nt).mops);
-        v[6].push(page_counter(1).mops);
-        v[7].push(page_counter(nt).mops);
-        v[8].push(eager(1).mops);
-        two(9, eager(nt), &mut v);
-        v[10].push(burst_stock(nt).mops);
-        v[11].push(burst_eager(nt).mops);
+        stock_1t.push(stock(1).mops);
+        headline(stock(nt), &mut stock_nt);
+        guard_1t.push(guard(1).mops);
+        headline(guard(nt), &mut guard_nt);
+        nostock_1t.push(nostock(1).mops);
+        nostock_nt.push(nostock(nt).mops);
+        page_counter_1t.push(page_counter(1).mops);
+        page_counter_nt.push(page_counter(nt).mops);
+        eager_1t.push(eager(1).mops);
+        headline(eager(nt), &mut eager_nt);
+        burst_stock_nt.push(burst_stock(nt).mops);
+        burst_eager_nt.push(burst_eager(nt).mops);
     }
     unpin();
 
@@ -329,26 +338,32 @@ pub fn run(cfg: &Config) -> Report {
     assert_eq!(pc_root.usage(), 0);
     assert_eq!(e_root.amount.load(Ordering::Relaxed), 0);
 
-    let [s1, s2, g1, g2, n1, n2, p1, p2, e1, e2, bs2, be2] = v.map(median);
+    // The medians, each under its series' name.
+    let [stock_1t, stock_nt, guard_1t, guard_nt] =
+        [stock_1t, stock_nt, guard_1t, guard_nt].map(median);
+    let [nostock_1t, nostock_nt, page_counter_1t, page_counter_nt] =
+        [nostock_1t, nostock_nt, page_counter_1t, page_counter_nt].map(median);
+    let [eager_1t, eager_nt, burst_stock_nt, burst_eager_nt] =
+        [eager_1t, eager_nt, burst_stock_nt, burst_eager_nt].map(median);
     let ratio = |a: f64, b: f64| if b > 0.0 { round(a / b, 2) } else { 0.0 };
     Report {
-        stock_mops_1t: round(s1, 2),
-        stock_mops_2t: round(s2, 2),
-        stock_guard_mops_1t: round(g1, 2),
-        stock_guard_mops_2t: round(g2, 2),
-        nostock_mops_1t: round(n1, 2),
-        nostock_mops_2t: round(n2, 2),
-        page_counter_mops_1t: round(p1, 2),
-        page_counter_mops_2t: round(p2, 2),
-        eager_atomic_mops_1t: round(e1, 2),
-        eager_atomic_mops_2t: round(e2, 2),
-        ratio_vs_eager_2t: ratio(s2, e2),
-        ratio_vs_eager_1t: ratio(s1, e1),
-        ratio_stock_vs_nostock_2t: ratio(s2, n2),
-        ratio_guard_vs_stock_2t: ratio(g2, s2),
+        stock_mops_1t: round(stock_1t, 2),
+        stock_mops_2t: round(stock_nt, 2),
+        stock_guard_mops_1t: round(guard_1t, 2),
+        stock_guard_mops_2t: round(guard_nt, 2),
+        nostock_mops_1t: round(nostock_1t, 2),
+        nostock_mops_2t: round(nostock_nt, 2),
+        page_counter_mops_1t: round(page_counter_1t, 2),
+        page_counter_mops_2t: round(page_counter_nt, 2),
+        eager_atomic_mops_1t: round(eager_1t, 2),
+        eager_atomic_mops_2t: round(eager_nt, 2),
+        ratio_vs_eager_2t: ratio(stock_nt, eager_nt),
+        ratio_vs_eager_1t: ratio(stock_1t, eager_1t),
+        ratio_stock_vs_nostock_2t: ratio(stock_nt, nostock_nt),
+        ratio_guard_vs_stock_2t: ratio(guard_nt, stock_nt),
         parallel_2t: round(median(parallel), 2),
-        burst_stock_mops_2t: round(bs2, 2),
-        burst_eager_atomic_mops_2t: round(be2, 2),
+        burst_stock_mops_2t: round(burst_stock_nt, 2),
+        burst_eager_atomic_mops_2t: round(burst_eager_nt, 2),
         iters: n,
         threads: nt,
         samples,

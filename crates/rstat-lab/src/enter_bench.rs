@@ -26,6 +26,8 @@
 //! selftest `test_cpucg_stats` allows 1% for a 2 s hog. The same hog runs
 //! again in sampled mode with a 10 ms charge period.
 
+pub mod experiment;
+
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
@@ -191,25 +193,36 @@ pub fn run(cfg: &Config) -> Report {
     pin_to_cpu(0);
     // Warm up: the thread's record, the charger, the caches.
     enter_exit(&g, 1000);
-    let mut v: [Vec<f64>; 7] = Default::default();
+    // One vector of samples per series, in ns per operation.
+    let (mut clock_pair_ns, mut enter_exit_ns) = (Vec::new(), Vec::new());
+    let (mut nested_ns, mut reenter_ns) = (Vec::new(), Vec::new());
+    let (mut bare_poll_ns, mut scoped_poll_ns) = (Vec::new(), Vec::new());
+    let mut sampled_enter_exit_ns = Vec::new();
     for _ in 0..samples {
-        v[0].push(clock_pair(iters));
-        v[1].push(enter_exit(&g, iters));
-        v[2].push({
+        clock_pair_ns.push(clock_pair(iters));
+        enter_exit_ns.push(enter_exit(&g, iters));
+        nested_ns.push({
             let _outer = outer.enter();
             enter_exit(&g, iters)
         });
-        v[3].push({
+        reenter_ns.push({
             let _already = g.enter();
             enter_exit(&g, iters)
         });
-        v[4].push(polls(Pending(0), iters));
-        v[5].push(polls(g.scope(Pending(0)), iters));
+        bare_poll_ns.push(polls(Pending(0), iters));
+        scoped_poll_ns.push(polls(g.scope(Pending(0)), iters));
         set_cpu_mode(CpuMode::Sampled);
-        v[6].push(enter_exit(&g, iters));
+        sampled_enter_exit_ns.push(enter_exit(&g, iters));
         set_cpu_mode(CpuMode::Exact);
     }
-    let [clock, ee, nested, same, bare, scoped, sampled_ee] = v.map(median);
+    // The medians, each under its series' name.
+    let clock_pair_ns = median(clock_pair_ns);
+    let enter_exit_ns = median(enter_exit_ns);
+    let nested_ns = median(nested_ns);
+    let reenter_ns = median(reenter_ns);
+    let bare_poll_ns = median(bare_poll_ns);
+    let scoped_poll_ns = median(scoped_poll_ns);
+    let sampled_enter_exit_ns = median(sampled_enter_exit_ns);
 
     let cpu = match rs.cpu() {
         Some(c) => c.clone(),
@@ -247,21 +260,21 @@ pub fn run(cfg: &Config) -> Report {
     let _ = set_charge_period(Some(rstat::attach::DEFAULT_CHARGE_PERIOD));
     unpin();
     Report {
-        enter_exit_ns: round(ee, 1),
-        thread_clock_pair_ns: round(clock, 1),
-        enter_exit_vs_clock_pair: round(ee / clock, 3),
-        nested_enter_exit_ns: round(nested, 1),
-        reenter_ns: round(same, 1),
-        bare_poll_ns: round(bare, 1),
-        scoped_poll_ns: round(scoped, 1),
-        poll_overhead_ns: round(scoped - bare, 1),
+        enter_exit_ns: round(enter_exit_ns, 1),
+        thread_clock_pair_ns: round(clock_pair_ns, 1),
+        enter_exit_vs_clock_pair: round(enter_exit_ns / clock_pair_ns, 3),
+        nested_enter_exit_ns: round(nested_ns, 1),
+        reenter_ns: round(reenter_ns, 1),
+        bare_poll_ns: round(bare_poll_ns, 1),
+        scoped_poll_ns: round(scoped_poll_ns, 1),
+        poll_overhead_ns: round(scoped_poll_ns - bare_poll_ns, 1),
         hog_usage_error_pct: round(err, 4),
         hog_clock_usec: clock_us,
         hog_usage_usec: usage,
         hog_user_usec: s.get("user_usec").unwrap_or(0),
         hog_system_usec: s.get("system_usec").unwrap_or(0),
-        sampled_enter_exit_ns: round(sampled_ee, 1),
-        sampled_enter_exit_vs_clock_pair: round(sampled_ee / clock, 3),
+        sampled_enter_exit_ns: round(sampled_enter_exit_ns, 1),
+        sampled_enter_exit_vs_clock_pair: round(sampled_enter_exit_ns / clock_pair_ns, 3),
         sampled_hog_usage_error_pct: round(s_err, 4),
         sampled_hog_clock_usec: s_clock_us,
         sampled_hog_usage_usec: s_usage,

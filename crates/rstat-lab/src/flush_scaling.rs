@@ -10,6 +10,8 @@
 //! (`Config::sweep`), `rounds / 4` flushes each, for a flush-cost-vs-size
 //! curve.
 
+pub mod experiment;
+
 use std::time::Instant;
 
 use serde::Serialize;

@@ -2,7 +2,10 @@
 //!
 //! Every benchmark returns a serialisable report (printed as one JSON line by
 //! `rstat bench NAME --json`) and a human table. None of them is a test:
-//! timing never gates CI.
+//! timing never gates CI. Each bench module carries its experiment (an
+//! [`lab::Experiment`], in its `experiment.rs`), and [`lab::EXPERIMENTS`]
+//! lists them all: `rstat bench` and `rstat bench all` find every
+//! experiment there.
 
 pub mod accuracy;
 pub mod alloc_bench;
@@ -15,5 +18,6 @@ pub mod page_counter_bench;
 pub mod percpu_ref_bench;
 pub mod read_latency;
 pub mod rseq_aborts;
+pub mod scrape_bench;
 pub mod separate_trees;
 pub mod update_bench;

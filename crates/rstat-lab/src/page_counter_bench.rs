@@ -23,6 +23,8 @@
 //!   the per-round ratios (each compares runs a few tens of milliseconds
 //!   apart); the throughputs reported are each layout's median run.
 
+pub mod experiment;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};

@@ -45,6 +45,8 @@
 //! about a fifth). The seed, in the kernel, saw −7 % to −10 % on one thread,
 //! and its large win when several CPUs share the reference.
 
+pub mod experiment;
+
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

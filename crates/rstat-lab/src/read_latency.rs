@@ -5,6 +5,8 @@
 //! staleness bound, and the largest staleness a reader actually saw
 //! (measured against a shadow counter of completed updates).
 
+pub mod experiment;
+
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};

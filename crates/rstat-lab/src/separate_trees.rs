@@ -9,6 +9,8 @@
 //! separate trees (default) and unified mode (one tree and lock for all, as
 //! before kernel v6.16).
 
+pub mod experiment;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;

@@ -41,6 +41,12 @@
 //! Every engine's totals are checked after the run: an exact read must
 //! equal the sum of every update made (the honesty check).
 
+mod engines;
+pub mod experiment;
+mod sweep;
+
+pub use sweep::{ShapeRow, SWEEP_DELTAS, SWEEP_DEPTHS};
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -48,6 +54,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::machine::{median, per_thread, round, unpin, Machine};
+use engines::{item_loop, Bench};
+use sweep::sweep;
 
 /// Settings.
 #[derive(Clone, Debug)]
@@ -72,24 +80,6 @@ impl Default for Config {
             sweep: true,
         }
     }
-}
-
-/// Depths of the sweep (group depth below the root).
-pub const SWEEP_DEPTHS: [usize; 4] = [1, 2, 4, 8];
-/// Deltas of the sweep (item unit 1).
-pub const SWEEP_DELTAS: [i64; 3] = [1, 64, 4096];
-
-/// One cell of the depth x delta sweep.
-#[derive(Clone, Debug, Serialize)]
-pub struct ShapeRow {
-    /// Depth of the updated group below the root.
-    pub depth: usize,
-    /// Delta of each update (item unit 1).
-    pub delta: i64,
-    /// ns per update, 1 thread.
-    pub ns_1t: f64,
-    /// Million updates per second, `threads` threads on the same group.
-    pub mops_nt: f64,
 }
 
 /// Results (field names are the issue's).
@@ -184,87 +174,6 @@ pub struct Report {
 #[repr(align(128))]
 struct Padded(AtomicU64);
 
-/// Panic with the setup step that failed (a benchmark has no caller to
-/// hand an error to).
-fn must<T>(what: &str, r: rstat::Result<T>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!("{what}: {e}"),
-    }
-}
-
-/// The counter-set updates measured on one engine: a delta-1 item of a
-/// group at depth 1, and a 4096-unit item of a group at depth 5.
-struct Bench {
-    rs: rstat::Rstat,
-    ctl: rstat::ControllerHandle,
-    g: rstat::Group,
-    handle: rstat::StatHandle,
-    item: rstat::StatItem,
-    bytes: rstat::ControllerHandle,
-    deep: rstat::Group,
-    deep_item: rstat::StatItem,
-}
-
-impl Bench {
-    fn new(b: rstat::Builder) -> Self {
-        let rs = must("building the engine", b.build());
-        let ctl = must(
-            "registering the bench controller",
-            rs.register_counters("bench", &["ops"]),
-        );
-        let bytes = must(
-            "registering the bytes controller",
-            rs.register_counters_with_units("bytes", &[("bytes", 4096)]),
-        );
-        let g = must("creating the bench group", rs.root().create_child("g"));
-        let handle = must("resolving the handle", ctl.stat_handle(&g));
-        let item = must("resolving the item", handle.item(0));
-        let mut deep = rs.root().clone();
-        for d in 1..=5 {
-            deep = must(
-                "creating the deep groups",
-                deep.create_child(&format!("d{d}")),
-            );
-        }
-        let deep_item = must(
-            "resolving the deep item",
-            bytes.stat_handle(&deep).and_then(|h| h.item(0)),
-        );
-        Bench {
-            rs,
-            ctl,
-            g,
-            handle,
-            item,
-            bytes,
-            deep,
-            deep_item,
-        }
-    }
-
-    /// The honesty check: an exact read equals the sum of every update.
-    fn check(&self, ctl: &rstat::ControllerHandle, g: &rstat::Group, want: i64, what: &str) {
-        let got = must("the honesty check's read", ctl.read_exact(g)).local()[0];
-        assert_eq!(
-            got, want,
-            "rstat lost updates during the benchmark ({what})"
-        );
-    }
-}
-
-/// Mops/s of `threads` threads each adding `delta` `n` times through `item`.
-fn item_loop(threads: usize, n: u64, item: &rstat::StatItem, delta: i64) -> f64 {
-    per_thread(threads, n, |_| {
-        let h = item.clone();
-        move || {
-            for _ in 0..n {
-                h.add(black_box(delta));
-            }
-        }
-    })
-}
-
 /// Run the benchmark.
 pub fn run(cfg: &Config) -> Report {
     // The rseq path where available (the default is the locked path; see
@@ -275,20 +184,22 @@ pub fn run(cfg: &Config) -> Report {
     let t = cfg.threads.max(1);
     let mops_to_ns = |mops: f64| 1e3 / mops;
 
-    let mut r1 = Vec::new();
-    let mut a1 = Vec::new();
-    let mut p1 = Vec::new();
-    let mut r2 = Vec::new();
-    let mut a2 = Vec::new();
-    let mut b1 = Vec::new();
-    let mut b2 = Vec::new();
-    let mut d1 = Vec::new();
-    let mut d2 = Vec::new();
-    let mut c1 = Vec::new();
-    let mut s1 = Vec::new();
-    let mut l1 = Vec::new();
-    let mut l2 = Vec::new();
-    let mut x1 = Vec::new();
+    // One vector of samples per series: `_1t` in ns per update on one
+    // thread, `_nt` in Mops/s over `t` threads.
+    let mut rstat_update_1t = Vec::new();
+    let mut shared_atomic_1t = Vec::new();
+    let mut plain_counter_1t = Vec::new();
+    let mut rstat_update_nt = Vec::new();
+    let mut shared_atomic_nt = Vec::new();
+    let mut bare_percpu_1t = Vec::new();
+    let mut bare_percpu_nt = Vec::new();
+    let mut deep_large_1t = Vec::new();
+    let mut deep_large_nt = Vec::new();
+    let mut controller_handle_1t = Vec::new();
+    let mut stat_handle_1t = Vec::new();
+    let mut locked_1t = Vec::new();
+    let mut locked_nt = Vec::new();
+    let mut bare_section_1t = Vec::new();
     let section = rstat::percpu::BareSectionCounter::new().map(Arc::new);
     let nr = rstat::percpu::cpu::possible_cpus();
     let bare: Arc<Vec<Padded>> = Arc::new((0..nr).map(|_| Padded(AtomicU64::new(0))).collect());
@@ -311,11 +222,11 @@ pub fn run(cfg: &Config) -> Report {
         }
     };
     for _ in 0..cfg.samples {
-        r1.push(mops_to_ns(item_loop(1, n, &main.item, 1)));
-        a1.push(mops_to_ns(per_thread(1, n, |_| {
+        rstat_update_1t.push(mops_to_ns(item_loop(1, n, &main.item, 1)));
+        shared_atomic_1t.push(mops_to_ns(per_thread(1, n, |_| {
             atomic_loop(Arc::clone(&shared))
         })));
-        p1.push(mops_to_ns(per_thread(1, n, |_| {
+        plain_counter_1t.push(mops_to_ns(per_thread(1, n, |_| {
             move || {
                 let mut x = 0u64;
                 for _ in 0..n {
@@ -324,15 +235,15 @@ pub fn run(cfg: &Config) -> Report {
                 black_box(x);
             }
         })));
-        b1.push(mops_to_ns(per_thread(1, n, |_| {
+        bare_percpu_1t.push(mops_to_ns(per_thread(1, n, |_| {
             bare_loop(Arc::clone(&bare))
         })));
-        b2.push(per_thread(t, n, |_| bare_loop(Arc::clone(&bare))));
-        r2.push(item_loop(t, n, &main.item, 1));
-        a2.push(per_thread(t, n, |_| atomic_loop(Arc::clone(&shared))));
-        d1.push(mops_to_ns(item_loop(1, n, &main.deep_item, 4096)));
-        d2.push(item_loop(t, n, &main.deep_item, 4096));
-        c1.push(mops_to_ns(per_thread(1, n, |_| {
+        bare_percpu_nt.push(per_thread(t, n, |_| bare_loop(Arc::clone(&bare))));
+        rstat_update_nt.push(item_loop(t, n, &main.item, 1));
+        shared_atomic_nt.push(per_thread(t, n, |_| atomic_loop(Arc::clone(&shared))));
+        deep_large_1t.push(mops_to_ns(item_loop(1, n, &main.deep_item, 4096)));
+        deep_large_nt.push(item_loop(t, n, &main.deep_item, 4096));
+        controller_handle_1t.push(mops_to_ns(per_thread(1, n, |_| {
             let (c, g) = (main.ctl.clone(), main.g.clone());
             move || {
                 for _ in 0..n {
@@ -342,7 +253,7 @@ pub fn run(cfg: &Config) -> Report {
                 }
             }
         })));
-        s1.push(mops_to_ns(per_thread(1, n, |_| {
+        stat_handle_1t.push(mops_to_ns(per_thread(1, n, |_| {
             let h = main.handle.clone();
             move || {
                 for _ in 0..n {
@@ -352,9 +263,9 @@ pub fn run(cfg: &Config) -> Report {
                 }
             }
         })));
-        l1.push(mops_to_ns(item_loop(1, n, &locked.item, 1)));
+        locked_1t.push(mops_to_ns(item_loop(1, n, &locked.item, 1)));
         if let Some(section) = &section {
-            x1.push(mops_to_ns(per_thread(1, n, |_| {
+            bare_section_1t.push(mops_to_ns(per_thread(1, n, |_| {
                 let c = Arc::clone(section);
                 move || {
                     let c = black_box(&*c);
@@ -364,18 +275,22 @@ pub fn run(cfg: &Config) -> Report {
                 }
             })));
         }
-        l2.push(item_loop(t, n, &locked.item, 1));
+        locked_nt.push(item_loop(t, n, &locked.item, 1));
     }
     // The one-thread figures again beside the neighbour, interleaved.
-    let (mut r1n, mut a1n, mut b1n) = (Vec::new(), Vec::new(), Vec::new());
+    let (
+        mut rstat_update_1t_neighbour,
+        mut shared_atomic_1t_neighbour,
+        mut bare_percpu_1t_neighbour,
+    ) = (Vec::new(), Vec::new(), Vec::new());
     if crate::machine::online_cpus() >= 2 {
         let neighbour = crate::machine::Neighbour::start();
         for _ in 0..cfg.samples {
-            r1n.push(mops_to_ns(item_loop(1, n, &main.item, 1)));
-            a1n.push(mops_to_ns(per_thread(1, n, |_| {
+            rstat_update_1t_neighbour.push(mops_to_ns(item_loop(1, n, &main.item, 1)));
+            shared_atomic_1t_neighbour.push(mops_to_ns(per_thread(1, n, |_| {
                 atomic_loop(Arc::clone(&shared))
             })));
-            b1n.push(mops_to_ns(per_thread(1, n, |_| {
+            bare_percpu_1t_neighbour.push(mops_to_ns(per_thread(1, n, |_| {
                 bare_loop(Arc::clone(&bare))
             })));
         }
@@ -393,7 +308,7 @@ pub fn run(cfg: &Config) -> Report {
     // beside the neighbour when it ran), the deep item 1 + `t` threads'
     // 4096s; the bare section counter one thread's 1s per sample.
     let (samples, n_i, t_i) = (cfg.samples as i64, n as i64, t as i64);
-    let beside = r1n.len() as i64;
+    let beside = rstat_update_1t_neighbour.len() as i64;
     main.check(
         &main.ctl,
         &main.g,
@@ -416,45 +331,59 @@ pub fn run(cfg: &Config) -> Report {
     if let Some(section) = &section {
         assert_eq!(
             section.sum(),
-            x1.len() as i64 * n_i,
+            bare_section_1t.len() as i64 * n_i,
             "the bare section counter lost adds"
         );
     }
-    let xn1 = (!x1.is_empty()).then(|| median(x1));
-    let (ns1, at1, pl1, m2, am2) = (median(r1), median(a1), median(p1), median(r2), median(a2));
-    let (bn1, bm2) = (median(b1), median(b2));
-    let (dn1, dm2, cn1, sn1) = (median(d1), median(d2), median(c1), median(s1));
-    let (ln1, lm2) = (median(l1), median(l2));
-    let beside = |v: Vec<f64>| (!v.is_empty()).then(|| median(v));
-    let (rn1, an1, bn1n) = (beside(r1n), beside(a1n), beside(b1n));
+    // The medians, each under its series' name.
+    let optional = |v: Vec<f64>| (!v.is_empty()).then(|| median(v));
+    let bare_section_1t = optional(bare_section_1t);
+    let rstat_update_1t = median(rstat_update_1t);
+    let shared_atomic_1t = median(shared_atomic_1t);
+    let plain_counter_1t = median(plain_counter_1t);
+    let rstat_update_nt = median(rstat_update_nt);
+    let shared_atomic_nt = median(shared_atomic_nt);
+    let bare_percpu_1t = median(bare_percpu_1t);
+    let bare_percpu_nt = median(bare_percpu_nt);
+    let deep_large_1t = median(deep_large_1t);
+    let deep_large_nt = median(deep_large_nt);
+    let controller_handle_1t = median(controller_handle_1t);
+    let stat_handle_1t = median(stat_handle_1t);
+    let locked_1t = median(locked_1t);
+    let locked_nt = median(locked_nt);
+    let rstat_update_1t_neighbour = optional(rstat_update_1t_neighbour);
+    let shared_atomic_1t_neighbour = optional(shared_atomic_1t_neighbour);
+    let bare_percpu_1t_neighbour = optional(bare_percpu_1t_neighbour);
     Report {
-        ns_per_update_1t: round(ns1, 3),
-        shared_atomic_ns_1t: round(at1, 3),
-        plain_thread_local_ns_1t: round(pl1, 3),
-        rstat_mops_2t: round(m2, 1),
-        shared_atomic_mops_2t: round(am2, 1),
-        bare_percpu_ns_1t: round(bn1, 3),
-        bare_percpu_mops_2t: round(bm2, 1),
-        bare_section_ns_1t: xn1.map(|x| round(x, 3)),
-        update_vs_bare_section_1t: xn1.map(|x| round(ns1 / x, 2)),
-        bare_ratio_vs_shared_atomic_2t: round(bm2 / am2, 2),
-        ratio_vs_shared_atomic_2t: round(m2 / am2, 2),
-        ratio_vs_shared_atomic_1t: round(ns1 / at1, 2),
-        ns_per_update_1t_neighbour: rn1.map(|x| round(x, 3)),
-        shared_atomic_ns_1t_neighbour: an1.map(|x| round(x, 3)),
-        bare_percpu_ns_1t_neighbour: bn1n.map(|x| round(x, 3)),
-        ratio_vs_shared_atomic_1t_neighbour: rn1.zip(an1).map(|(r, a)| round(r / a, 2)),
-        deep_large_ns_1t: round(dn1, 3),
-        deep_large_mops_2t: round(dm2, 1),
-        controller_handle_ns_1t: round(cn1, 3),
-        stat_handle_ns_1t: round(sn1, 3),
-        locked_ns_1t: round(ln1, 3),
-        locked_mops_2t: round(lm2, 1),
-        deep_large_vs_update_1t: round(dn1 / ns1, 2),
-        deep_large_vs_update_2t: round(dm2 / m2, 2),
-        controller_handle_vs_update_1t: round(cn1 / ns1, 2),
-        controller_handle_vs_stat_handle_1t: round(cn1 / sn1, 2),
-        ratio_vs_bare_percpu_2t: round(m2 / bm2, 2),
+        ns_per_update_1t: round(rstat_update_1t, 3),
+        shared_atomic_ns_1t: round(shared_atomic_1t, 3),
+        plain_thread_local_ns_1t: round(plain_counter_1t, 3),
+        rstat_mops_2t: round(rstat_update_nt, 1),
+        shared_atomic_mops_2t: round(shared_atomic_nt, 1),
+        bare_percpu_ns_1t: round(bare_percpu_1t, 3),
+        bare_percpu_mops_2t: round(bare_percpu_nt, 1),
+        bare_section_ns_1t: bare_section_1t.map(|x| round(x, 3)),
+        update_vs_bare_section_1t: bare_section_1t.map(|x| round(rstat_update_1t / x, 2)),
+        bare_ratio_vs_shared_atomic_2t: round(bare_percpu_nt / shared_atomic_nt, 2),
+        ratio_vs_shared_atomic_2t: round(rstat_update_nt / shared_atomic_nt, 2),
+        ratio_vs_shared_atomic_1t: round(rstat_update_1t / shared_atomic_1t, 2),
+        ns_per_update_1t_neighbour: rstat_update_1t_neighbour.map(|x| round(x, 3)),
+        shared_atomic_ns_1t_neighbour: shared_atomic_1t_neighbour.map(|x| round(x, 3)),
+        bare_percpu_ns_1t_neighbour: bare_percpu_1t_neighbour.map(|x| round(x, 3)),
+        ratio_vs_shared_atomic_1t_neighbour: rstat_update_1t_neighbour
+            .zip(shared_atomic_1t_neighbour)
+            .map(|(r, a)| round(r / a, 2)),
+        deep_large_ns_1t: round(deep_large_1t, 3),
+        deep_large_mops_2t: round(deep_large_nt, 1),
+        controller_handle_ns_1t: round(controller_handle_1t, 3),
+        stat_handle_ns_1t: round(stat_handle_1t, 3),
+        locked_ns_1t: round(locked_1t, 3),
+        locked_mops_2t: round(locked_nt, 1),
+        deep_large_vs_update_1t: round(deep_large_1t / rstat_update_1t, 2),
+        deep_large_vs_update_2t: round(deep_large_nt / rstat_update_nt, 2),
+        controller_handle_vs_update_1t: round(controller_handle_1t / rstat_update_1t, 2),
+        controller_handle_vs_stat_handle_1t: round(controller_handle_1t / stat_handle_1t, 2),
+        ratio_vs_bare_percpu_2t: round(rstat_update_nt / bare_percpu_nt, 2),
         cpu_id_source: main.rs.cpu_id_source().to_string(),
         update_path: main.rs.update_path().to_string(),
         flush_policy: policy_of(&[&main.ctl, &main.bytes]),
@@ -463,51 +392,6 @@ pub fn run(cfg: &Config) -> Report {
         shapes,
         machine: Machine::detect(),
     }
-}
-
-/// The depth x delta sweep on `rs`: per cell, the median of `samples`
-/// samples of `n` updates per thread at 1 and at `threads` threads; the
-/// honesty check runs on every group.
-fn sweep(rs: &rstat::Rstat, n: u64, samples: usize, threads: usize) -> Vec<ShapeRow> {
-    let n = n.max(1);
-    let ctl = must(
-        "registering the sweep controller",
-        rs.register_counters("sweep", &["v"]),
-    );
-    let mut rows = Vec::new();
-    for depth in SWEEP_DEPTHS {
-        let mut g = rs.root().clone();
-        for d in 1..=depth {
-            g = must(
-                "creating the sweep groups",
-                g.create_child(&format!("sweep{depth}-{d}")),
-            );
-        }
-        let item = must(
-            "resolving the sweep item",
-            ctl.stat_handle(&g).and_then(|h| h.item(0)),
-        );
-        // Warm the new group's lines and the code up, unmeasured.
-        item_loop(1, n, &item, 1);
-        let mut want = n as i64;
-        for delta in SWEEP_DELTAS {
-            let (mut one, mut many) = (Vec::new(), Vec::new());
-            for _ in 0..samples.max(1) {
-                one.push(1e3 / item_loop(1, n, &item, delta));
-                many.push(item_loop(threads, n, &item, delta));
-                want += (1 + threads as i64) * n as i64 * delta;
-            }
-            rows.push(ShapeRow {
-                depth,
-                delta,
-                ns_1t: round(median(one), 3),
-                mops_nt: round(median(many), 1),
-            });
-        }
-        let got = must("the sweep's honesty read", ctl.read_exact(&g)).local()[0];
-        assert_eq!(got, want, "rstat lost updates in the sweep (depth {depth})");
-    }
-    rows
 }
 
 /// The measured controllers' flush policy (they share the engine default;

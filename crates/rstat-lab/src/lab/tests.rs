@@ -1,5 +1,8 @@
-use super::*;
 use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::*;
 
 fn opts(only: &[&str], repeat: usize, cpus: usize) -> Options {
     Options {
@@ -66,6 +69,9 @@ fn real(name: &str) -> Value {
             samples: 1,
             threads: 2,
         })),
+        "scrape" => serde_json::to_value(
+            crate::scrape_bench::run(&[150, 300], 1).expect("a scrape of a small tree"),
+        ),
         other => panic!("no real run for {other}"),
     };
     v.expect("serialises")
@@ -82,51 +88,59 @@ fn every_view_finds_its_figures_in_the_real_json() {
         "percpu-ref",
         "page-counter",
         "charge",
+        "scrape",
     ];
-    for e in EXPERIMENTS.iter().filter(|e| own_view.contains(&e.name)) {
-        let json = real(e.name);
+    // These have a view of their own but no target.
+    let no_targets = ["scrape"];
+    for e in EXPERIMENTS.iter().filter(|e| own_view.contains(&e.name())) {
+        let json = real(e.name());
         let mut runner = |_: &str, _: &[String]| Ok(json.clone());
-        let lab = run_all(&opts(&[e.name], 1, 2), &mut runner, &mut |_| {})
-            .unwrap_or_else(|err| panic!("{}: {err}", e.name));
+        let lab = run_all(&opts(&[e.name()], 1, 2), &mut runner, &mut |_| {})
+            .unwrap_or_else(|err| panic!("{}: {err}", e.name()));
         let o = &lab.experiments[0];
-        assert_eq!(o.status, "ok", "{}", e.name);
-        assert!(!o.targets.is_empty(), "{} has no targets", e.name);
+        assert_eq!(o.status, "ok", "{}", e.name());
+        assert_eq!(
+            o.targets.is_empty(),
+            no_targets.contains(&e.name()),
+            "{}: targets {:?}",
+            e.name(),
+            o.targets
+        );
         for t in &o.targets {
             assert!(
                 t.median.is_some(),
                 "{}: target {} points at nothing",
-                e.name,
+                e.name(),
                 t.what
             );
         }
-        let fig = Fig::new(o);
-        let v = (e.view)(&fig);
+        let v = e.view(&o.fig());
         // A view whose pointers missed would be all dashes.
         let cells = v.table.matches(" | ").count();
         let dashes = v.table.matches("| – ").count();
         assert!(
             dashes * 4 < cells,
             "{}: {} of {} cells empty:\n{}",
-            e.name,
+            e.name(),
             dashes,
             cells,
             v.table
         );
-        assert_eq!(lab.plots.len(), 1, "{}: no plot", e.name);
+        assert_eq!(lab.plots.len(), 1, "{}: no plot", e.name());
         let svg = &lab.plots[0].1;
         assert!(
             svg.starts_with("<svg") && svg.contains("</svg>"),
             "{}",
-            e.name
+            e.name()
         );
-        assert!(svg.contains("<text"), "{}: a plot without labels", e.name);
+        assert!(svg.contains("<text"), "{}: a plot without labels", e.name());
         let report = lab.report("");
-        assert!(report.contains(&format!("## {}", e.name)));
-        if let Some(seed) = &e.seed {
+        assert!(report.contains(&format!("## {}", e.name())));
+        if let Some(seed) = e.seed() {
             assert!(
                 report.contains(seed.figure),
                 "{}: seed figure missing",
-                e.name
+                e.name()
             );
         }
     }
@@ -269,7 +283,7 @@ fn unknown_names_in_only_are_refused_with_the_known_ones() {
 
 #[test]
 fn the_registry_has_every_issue_experiment_once() {
-    let mut names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.name).collect();
+    let mut names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.name()).collect();
     for n in [
         "update",
         "flush-scaling",
@@ -281,10 +295,74 @@ fn the_registry_has_every_issue_experiment_once() {
         "charge",
         "enter",
         "alloc",
+        "scrape",
     ] {
         assert!(names.contains(&n), "{n}");
     }
     names.sort_unstable();
     names.dedup();
     assert_eq!(names.len(), EXPERIMENTS.len());
+}
+
+/// `rstat bench` as the CLI declares it, completed from the registry.
+fn bench_command() -> clap::Command {
+    command::augment(
+        clap::Command::new("bench")
+            .arg(clap::Arg::new(command::NAME_ARG).required(true))
+            .arg(clap::Arg::new(command::CPUS_ARG).long("cpus")),
+    )
+}
+
+#[test]
+fn the_bench_command_takes_every_name_and_every_experiment_flag() {
+    // Panics if two experiments' flags clash (same id or same --name).
+    bench_command().debug_assert();
+    for name in EXPERIMENTS.iter().map(|e| e.name()).chain([command::ALL]) {
+        let m = bench_command()
+            .try_get_matches_from(["bench", name])
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            m.get_one::<String>(command::NAME_ARG).map(String::as_str),
+            Some(name)
+        );
+    }
+    assert!(bench_command()
+        .try_get_matches_from(["bench", "nope"])
+        .is_err());
+    let m = bench_command()
+        .try_get_matches_from([
+            "bench",
+            "read-latency",
+            "--readers",
+            "3",
+            "--policy",
+            "threshold",
+        ])
+        .expect("read-latency's own flags");
+    let p = Params {
+        quick: true,
+        cpus: None,
+        matches: &m,
+    };
+    assert_eq!(p.get::<u16>("readers"), Some(3));
+    assert_eq!(p.get::<String>("policy").as_deref(), Some("threshold"));
+    assert_eq!(p.get::<f64>("seconds"), Some(3.0), "the default");
+    assert_eq!(p.get::<u16>("no-such-flag"), None);
+}
+
+#[test]
+fn cpus_are_refused_where_they_do_not_apply_or_cannot_be_had() {
+    let none = clap::ArgMatches::default();
+    let accuracy = find("accuracy").expect("registered");
+    let Err(BenchError::Usage(why)) = command::run_one(accuracy, true, Some(1), &none) else {
+        panic!("--cpus given to an experiment that does not spread threads was not refused");
+    };
+    assert!(why.contains("drop --cpus"), "{why}");
+    let online = crate::machine::online_cpus();
+    let update = find("update").expect("registered");
+    let Err(BenchError::Usage(why)) = command::run_one(update, true, Some(online + 1), &none)
+    else {
+        panic!("more CPUs than the machine has were not refused");
+    };
+    assert!(why.contains(&format!("{online} online")), "{why}");
 }

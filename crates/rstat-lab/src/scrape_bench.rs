@@ -5,6 +5,8 @@
 //! root, each group with CPU time, three counters and a memory charge,
 //! like the demo's tenants.
 
+pub mod experiment;
+
 use std::time::Instant;
 
 use rstat::memory::Memory;
@@ -12,11 +14,16 @@ use rstat::report::Reporter;
 use rstat::Rstat;
 use rstat_prometheus::{Exporter, Format};
 
+/// One scrape's figures: one tree size in one format.
 #[derive(serde::Serialize)]
 pub struct Row {
+    /// Groups in the tree, root included.
     pub groups: usize,
+    /// `classic` (Prometheus text) or `openmetrics`.
     pub format: &'static str,
+    /// Series in one scrape.
     pub series: u64,
+    /// Bytes of one scrape's body.
     pub bytes: usize,
     /// Median over the samples, milliseconds: the whole scrape.
     pub scrape_ms: f64,
@@ -24,9 +31,12 @@ pub struct Row {
     pub snapshot_ms: f64,
 }
 
+/// Results.
 #[derive(serde::Serialize)]
 pub struct Report {
+    /// Scrapes per row (the median is reported).
     pub samples: usize,
+    /// One row per tree size and format.
     pub rows: Vec<Row>,
 }
 
@@ -35,6 +45,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Build a tree of each of `sizes` groups and scrape it `samples` times
+/// in each format.
 pub fn run(sizes: &[usize], samples: usize) -> Result<Report, Box<dyn std::error::Error>> {
     let mut rows = Vec::new();
     for &n in sizes {
@@ -91,6 +103,7 @@ pub fn run(sizes: &[usize], samples: usize) -> Result<Report, Box<dyn std::error
     Ok(Report { samples, rows })
 }
 
+/// Human-readable table.
 pub fn table(r: &Report) -> String {
     let mut out = format!(
         "scrape cost (median of {} scrapes; time = read the tree + encode; the machine may be busy)\n{:>8} {:>12} {:>10} {:>12} {:>11} {:>13}\n",

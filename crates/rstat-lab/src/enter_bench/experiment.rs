@@ -1,0 +1,118 @@
+//! `rstat bench enter` as an experiment of the lab: its words, its
+//! configuration (`--quick`), its targets and its plot (its table is the
+//! generic one).
+
+use std::time::Duration;
+
+use super::Config;
+use crate::lab::experiment::{BenchError, Experiment, Output, Params};
+use crate::lab::figures::Fig;
+use crate::lab::plot::{figure, Cat, Panel};
+use crate::lab::targets::{Op, Target};
+
+/// The `rstat bench enter` experiment.
+pub struct Enter;
+
+impl Experiment for Enter {
+    fn name(&self) -> &'static str {
+        "enter"
+    }
+
+    fn about(&self) -> &'static str {
+        "Enter/exit and scoped-poll cost vs a thread-clock pair; accuracy of a hog's CPU time"
+    }
+
+    fn title(&self) -> &'static str {
+        "Attaching threads and tasks to groups"
+    }
+
+    fn measures(&self) -> &'static str {
+        "The cost of entering and leaving a group on one thread (each change of the \
+         current group reads the thread's CPU clock once) against two \
+         `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` calls measured in the same run; a \
+         `scope`d future's poll against a bare poll; and the accuracy of a hog's \
+         `usage_usec` against the thread's own clock, exact and sampled (issue 11)."
+    }
+
+    fn run(&self, p: &Params<'_>) -> Result<Output, BenchError> {
+        let mut cfg = Config::default();
+        if p.quick {
+            cfg.iters = 20_000;
+            cfg.samples = 1;
+            cfg.hog = Duration::from_millis(100);
+        }
+        Output::new(&super::run(&cfg), super::table)
+    }
+
+    fn targets(&self, _f: &Fig<'_>) -> Vec<Target> {
+        vec![
+            Target::new(
+                "enter_exit_vs_clock_pair",
+                "/enter_exit_vs_clock_pair",
+                Op::Le,
+                1.5,
+                "issue 11",
+            ),
+            Target::new(
+                "hog_usage_error_pct",
+                "/hog_usage_error_pct",
+                Op::Le,
+                1.0,
+                "issue 11",
+            ),
+        ]
+    }
+
+    fn plot(&self, f: &Fig<'_>, machine: &str) -> Result<String, String> {
+        plot(f, machine)
+    }
+}
+
+fn plot(f: &Fig, machine: &str) -> Result<String, String> {
+    let bars = |rows: &[(&str, &str)]| -> Vec<Cat> {
+        rows.iter()
+            .filter_map(|(label, p)| {
+                Some(Cat {
+                    label: (*label).into(),
+                    vals: vec![Some(f.val(p)?)],
+                })
+            })
+            .collect()
+    };
+    let cost = bars(&[
+        ("enter + exit", "/enter_exit_ns"),
+        ("two thread-clock reads", "/thread_clock_pair_ns"),
+        ("nested enter + exit", "/nested_enter_exit_ns"),
+        ("re-enter the current group", "/reenter_ns"),
+        ("sampled mode: enter + exit", "/sampled_enter_exit_ns"),
+        ("scoped poll overhead", "/poll_overhead_ns"),
+    ]);
+    let error = bars(&[
+        ("exact (clock on each change)", "/hog_usage_error_pct"),
+        ("sampled", "/sampled_hog_usage_error_pct"),
+    ]);
+    if cost.is_empty() {
+        return Err("its JSON has none of the enter/exit costs".into());
+    }
+    let panels = vec![
+        Panel::Bars {
+            title: "cost per operation".into(),
+            x_desc: "ns".into(),
+            series: vec!["median".into()],
+            cats: cost,
+        },
+        Panel::Bars {
+            title: "a hog's usage_usec vs its own CPU clock".into(),
+            x_desc: "error, %".into(),
+            series: vec!["median".into()],
+            cats: error,
+        },
+    ];
+    figure(
+        "enter: attaching threads to groups",
+        machine,
+        &panels,
+        2,
+        640,
+    )
+}

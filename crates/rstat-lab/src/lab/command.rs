@@ -1,0 +1,78 @@
+//! `rstat bench`'s command line, built from the registry: the experiment
+//! names it accepts (with their help lines), the flags each experiment
+//! adds, and the run of one experiment (`rstat bench NAME ...`) with its
+//! `--cpus` checked. The `rstat` binary declares the command's common
+//! flags (`--json`, `--quick`, `--cpus`, `--out`, ...), hands the command
+//! to [`augment`] and calls [`run_one`]; it names no experiment.
+
+use clap::builder::{PossibleValue, PossibleValuesParser};
+
+use super::experiment::{cannot_run, BenchError, Cpus, Experiment, Output, Params};
+use super::registry::EXPERIMENTS;
+
+/// The id of the experiment-name argument of `rstat bench`.
+pub const NAME_ARG: &str = "name";
+
+/// The id of `rstat bench`'s `--cpus` flag.
+pub const CPUS_ARG: &str = "cpus";
+
+/// `rstat bench NAME`'s `all`: every experiment into one report.
+pub const ALL: &str = "all";
+
+/// `rstat bench`, completed from the registry: the names (and `all`) as
+/// the possible values of [`NAME_ARG`], the `--cpus` help naming the
+/// experiments that spread threads over CPUs, and every experiment's own
+/// flags.
+pub fn augment(bench: clap::Command) -> clap::Command {
+    let names = EXPERIMENTS
+        .iter()
+        .map(|e| PossibleValue::new(e.name()).help(e.about()))
+        .chain([
+            PossibleValue::new(ALL).help("Every experiment, into one report (needs `--out DIR`)")
+        ]);
+    let spread: Vec<&str> = EXPERIMENTS
+        .iter()
+        .filter(|e| matches!(e.cpus(), Cpus::Spread { .. }))
+        .map(|e| e.name())
+        .collect();
+    let cpus_help = format!(
+        "The CPUs an experiment that scales with CPUs spreads its threads over ({}; default: \
+         their own, 2 or every CPU); at most the online CPUs. For `all`: default every online CPU",
+        spread.join(", ")
+    );
+    EXPERIMENTS.iter().fold(
+        bench
+            .mut_arg(NAME_ARG, |a| {
+                a.value_parser(PossibleValuesParser::new(names))
+            })
+            .mut_arg(CPUS_ARG, |a| a.help(cpus_help)),
+        |cmd, e| cmd.args(e.args()),
+    )
+}
+
+/// Run experiment `e` once: `--cpus` refused where it does not apply or
+/// this machine cannot do it ([`BenchError::Usage`]), then the run.
+/// `matches` are `rstat bench`'s, where the experiment's own flags are.
+pub fn run_one(
+    e: &dyn Experiment,
+    quick: bool,
+    cpus: Option<usize>,
+    matches: &clap::ArgMatches,
+) -> Result<Output, BenchError> {
+    if let Some(n) = cpus {
+        let name = e.name();
+        if e.cpus() == Cpus::Own {
+            return Err(BenchError::Usage(format!(
+                "`rstat bench {name}` does not spread threads over CPUs; drop --cpus"
+            )));
+        }
+        if let Some(why) = cannot_run(e, n, crate::machine::online_cpus()) {
+            return Err(BenchError::Usage(format!("`rstat bench {name}` {why}")));
+        }
+    }
+    e.run(&Params {
+        quick,
+        cpus,
+        matches,
+    })
+}
