@@ -101,13 +101,16 @@ impl From<::rstat::Error> for CError {
         use ::rstat::Error as E;
         let code = match &e {
             E::InvalidName { .. } | E::InvalidPath { .. } => RSTAT_EINVAL,
-            E::NameExists { .. } | E::ControllerExists { .. } => RSTAT_EEXIST,
+            E::NameExists { .. } | E::ControllerExists { .. } | E::ExtensionExists { .. } => {
+                RSTAT_EEXIST
+            }
             E::NotFound { .. } | E::UnknownStatName { .. } | E::UnknownFile { .. } => RSTAT_ENOENT,
             E::HasChildren { .. } => RSTAT_EBUSY,
             E::Removed { .. } => RSTAT_ENODEV,
             E::RootNotRemovable => RSTAT_EPERM,
-            E::TooManyControllers { .. } => RSTAT_ENOSPC,
+            E::TooManyControllers { .. } | E::TooManyExtensions { .. } => RSTAT_ENOSPC,
             E::InvalidController { .. }
+            | E::InvalidExtension { .. }
             | E::UnknownStat { .. }
             | E::UnknownPolicy { .. }
             | E::InvalidPeriod { .. } => RSTAT_EINVAL,

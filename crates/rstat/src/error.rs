@@ -71,6 +71,23 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A group extension with this name is already registered.
+    ExtensionExists {
+        /// The duplicate name.
+        name: String,
+    },
+    /// The engine's extension table is full.
+    TooManyExtensions {
+        /// The table size.
+        max: usize,
+    },
+    /// A group extension's name is unusable.
+    InvalidExtension {
+        /// Extension name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A stat index beyond the controller's item list.
     UnknownStat {
         /// Controller name.
@@ -182,6 +199,17 @@ impl fmt::Display for Error {
             ),
             Error::InvalidController { name, reason } => {
                 write!(f, "controller {name:?} cannot be registered: {reason}")
+            }
+            Error::ExtensionExists { name } => write!(
+                f,
+                "a group extension named {name:?} is already registered; reuse its handle or choose another name"
+            ),
+            Error::TooManyExtensions { max } => write!(
+                f,
+                "at most {max} group extensions can be registered; keep related per-group state in one extension"
+            ),
+            Error::InvalidExtension { name, reason } => {
+                write!(f, "group extension {name:?} cannot be registered: {reason}")
             }
             Error::UnknownStat { controller, index, len } => write!(
                 f,

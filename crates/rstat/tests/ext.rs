@@ -59,7 +59,7 @@ fn lifecycle_hooks_run_once_and_in_order() {
     );
     assert!(matches!(
         rs.register_ext(Depth(counts.clone())),
-        Err(Error::ControllerExists { .. })
+        Err(Error::ExtensionExists { .. })
     ));
     let b = a.create_child("b").unwrap();
     assert_eq!(ext.get(&b).unwrap().depth, 2);

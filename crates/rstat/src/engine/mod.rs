@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::controller::{ControllerHandle, CounterSetController};
 use crate::error::{Error, Result};
 use crate::group::ext::{ErasedExt, Ext, GroupExt, MAX_EXTS};
-use crate::group::{validate_name, EngineInner, Group};
+use crate::group::{validate_name, EngineInner, Group, MAX_NAME_LEN};
 use crate::percpu::arena::ArenaStats;
 use crate::percpu::cpu::{self, CpuIdSource};
 use crate::stat::css::{UPDATE_BATCH, UPDATE_BATCH_SHIFT};
@@ -167,10 +167,10 @@ impl Rstat {
         }
         for (i, it) in items.iter().enumerate() {
             if it.is_empty()
-                || it.len() > MAX_NAME_LEN_STAT
+                || it.len() > MAX_NAME_LEN
                 || it.chars().any(|c| c.is_whitespace() || c.is_control())
             {
-                return bad(format!("stat item {it:?} must be 1-{MAX_NAME_LEN_STAT} bytes without whitespace or control characters"));
+                return bad(format!("stat item {it:?} must be 1-{MAX_NAME_LEN} bytes without whitespace or control characters"));
             }
             if items[..i].contains(it) {
                 return bad(format!("stat item {it:?} is declared twice"));
@@ -251,17 +251,17 @@ impl Rstat {
     /// Cost: topology lock, one `create` call per live group.
     pub fn register_ext<E: GroupExt>(&self, ext: E) -> Result<Ext<E>> {
         let name = ext.name().to_owned();
-        validate_name(&name).map_err(|e| Error::InvalidController {
+        validate_name(&name).map_err(|e| Error::InvalidExtension {
             name: name.clone(),
             reason: e.to_string(),
         })?;
         let mut topo = sync::lock(&self.inner.topo);
         if topo.exts.iter().any(|e| e.ext_name() == name) {
-            return Err(Error::ControllerExists { name });
+            return Err(Error::ExtensionExists { name });
         }
         let id = topo.exts.len();
         if id >= MAX_EXTS {
-            return Err(Error::TooManyControllers { max: MAX_EXTS });
+            return Err(Error::TooManyExtensions { max: MAX_EXTS });
         }
         let imp = Arc::new(ext);
         let erased: Arc<dyn ErasedExt> = imp.clone();
@@ -434,9 +434,6 @@ impl Rstat {
         sync::lock(&self.inner.arena).stats()
     }
 }
-
-/// Longest stat item name, in bytes.
-pub const MAX_NAME_LEN_STAT: usize = 255;
 
 impl Drop for Rstat {
     fn drop(&mut self) {

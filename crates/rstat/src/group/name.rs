@@ -3,7 +3,8 @@
 
 use crate::error::{Error, Result};
 
-/// Longest group name, in bytes (as a file name in cgroupfs).
+/// Longest name, in bytes: of a group (as a file name in cgroupfs), a
+/// controller, a group extension or a stat item.
 pub const MAX_NAME_LEN: usize = 255;
 
 /// Check a group name: 1..=255 bytes, no `/`, no NUL, not `.` or `..`.
