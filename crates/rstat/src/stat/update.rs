@@ -392,7 +392,7 @@ pub enum UpdatePath {
 
 impl UpdatePath {
     /// `"rseq"` or `"locked"`.
-    pub fn as_str(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             UpdatePath::Rseq => "rseq",
             UpdatePath::Locked => "locked",
@@ -402,6 +402,6 @@ impl UpdatePath {
 
 impl core::fmt::Display for UpdatePath {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.name())
     }
 }
