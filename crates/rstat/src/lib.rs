@@ -6,8 +6,8 @@
 //! side paying only for the groups that changed. The machinery is the Linux
 //! kernel's, in its newest shape, written anew for userspace:
 //!
-//! - **[`engine`]**: rstat. An update is one uncontended locked add on
-//!   this CPU's slot, or, opted in with [`Builder::update_path`], an
+//! - **[`Rstat`]**: the engine, the kernel's rstat. An update is one
+//!   uncontended locked add on this CPU's slot, or, opted in with [`Builder::update_path`], an
 //!   unlocked add in a restartable sequence (the kernel's `this_cpu_add`),
 //!   and one load; the first update of a group after a flush
 //!   pushes it on a lock-free per-(controller, CPU) backlog (kernel v6.17).
@@ -121,7 +121,7 @@ mod sync;
 
 pub mod attach;
 pub mod controller;
-pub mod engine;
+mod engine;
 pub mod error;
 pub mod group;
 pub mod memory;
