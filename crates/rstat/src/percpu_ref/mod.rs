@@ -207,7 +207,7 @@
 //! modification order for plain stores racing RMWs is partial, check it).
 //!
 //! Orderings, each non-Relaxed access and what it pairs with. "(loom)" marks
-//! the orderings whose weakening makes a loom model in `loom_tests` fail
+//! the orderings whose weakening makes a loom model in `tests_loom` fail
 //! (checked by mutation); the others are argued here.
 //!
 //! - fast `get`/`tryget`/`tryget_live` slot `fetch_add`: **Acquire**, pairing
@@ -261,10 +261,10 @@ mod slots;
 mod state;
 mod switch;
 
-#[cfg(all(test, rstat_loom))]
-mod loom_tests;
 #[cfg(all(test, not(rstat_loom)))]
 mod tests;
+#[cfg(all(test, rstat_loom))]
+mod tests_loom;
 
 use core::fmt;
 
