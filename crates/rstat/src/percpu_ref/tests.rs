@@ -526,7 +526,7 @@ fn the_fast_path_is_the_one_asked_for(kind: InitFlags) {
         FastPath::Locked
     } else if cfg!(miri) {
         FastPath::Simulated
-    } else if crate::percpu::rseq::rseq_for_test(
+    } else if crate::percpu::testing::rseq_for_test(
         "default_path::the_fast_path_is_the_one_asked_for (and the rest of the \
          default-path suite runs on the locked path, as the locked suite does)",
         crate::percpu::rseq::available(),
