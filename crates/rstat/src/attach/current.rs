@@ -170,7 +170,7 @@ pub(crate) fn this_thread_rec() -> Option<&'static ThreadRec> {
                         }),
                         feed: Mutex::new(Feed::new()),
                     }));
-                    charger::register(r);
+                    charger::register(&r.feed);
                     r
                 }
             };
