@@ -1,21 +1,23 @@
 //! The periodic charger: one background thread per process that charges
 //! every thread inside a group for its CPU time so far, once per period
 //! (default [`DEFAULT_CHARGE_PERIOD`], 1 s). Started by the first enter of
-//! the process; it holds no group and enters none.
+//! the process; it holds no group and enters none. It knows a thread only
+//! by its [`Feed`], registered by `current` when a thread record is made,
+//! and charges through `feed`: it needs nothing else of the record.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::current::ThreadRec;
-use super::feed;
+use super::feed::{self, Feed};
 use crate::error::{Error, Result};
 
 /// The charger's default period: a thread that stays inside a group shows
 /// its CPU time in the group's `cpu.stat` within this long.
 pub const DEFAULT_CHARGE_PERIOD: Duration = Duration::from_secs(1);
 
-/// Every thread record ever made (records are never freed).
-static RECORDS: Mutex<Vec<&'static ThreadRec>> = Mutex::new(Vec::new());
+/// The feed of every thread record ever made (records are never freed,
+/// so neither are their feeds).
+static FEEDS: Mutex<Vec<&'static Mutex<Feed>>> = Mutex::new(Vec::new());
 
 struct State {
     period: Option<Duration>,
@@ -33,10 +35,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Add a new record to those the charger visits, and start the charger
-/// if this is the first.
-pub(crate) fn register(rec: &'static ThreadRec) {
-    lock(&RECORDS).push(rec);
+/// Add a new record's feed to those the charger visits, and start the
+/// charger if this is the first.
+pub(crate) fn register(feed: &'static Mutex<Feed>) {
+    lock(&FEEDS).push(feed);
     let mut s = lock(&STATE);
     if s.started.is_none() {
         // Under Miri there are no thread clocks to read, and a thread left
@@ -87,9 +89,9 @@ fn run() {
 /// split was last sampled, a read of its /proc `stat` file (see the
 /// [module docs](super#cpu-time)).
 pub fn charge_all_threads() {
-    let records = lock(&RECORDS);
-    for rec in records.iter() {
-        feed::charge_from_outside(&rec.feed);
+    let feeds = lock(&FEEDS);
+    for f in feeds.iter() {
+        feed::charge_from_outside(f);
     }
 }
 

@@ -1,5 +1,7 @@
-//! The thread's current group: a destructor-free thread-local, and the
-//! per-thread record that holds the stack of entered groups.
+//! The thread's current group: a destructor-free thread-local, the
+//! per-thread record that holds the stack of entered groups, and a level
+//! on that stack ([`Level`]: what an enter guard and a scoped future's poll
+//! hold, pushed on entry and popped on drop).
 //!
 //! Two thread-locals, on purpose:
 //!
@@ -170,7 +172,7 @@ pub(crate) fn this_thread_rec() -> Option<&'static ThreadRec> {
                         }),
                         feed: Mutex::new(Feed::new()),
                     }));
-                    charger::register(r);
+                    charger::register(&r.feed);
                     r
                 }
             };
@@ -295,4 +297,78 @@ pub(crate) fn current_group() -> Option<Group> {
     // SAFETY: the guard that made `p` current holds a reference while it
     // is current (see `current_group_ptr`).
     Some(unsafe { Group::clone_from_ptr(p) })
+}
+
+/// One level on this thread's stack: what [`EnterGuard`](super::EnterGuard) and a scoped
+/// future's poll hold. Leaving it (drop) pops the level. `!Send`.
+pub(crate) struct Level {
+    /// This thread's record (never freed); null for a level that entered
+    /// nothing (the impossible case of an unavailable thread-local).
+    rec: *const ThreadRec,
+    /// This level's token on the record's stack.
+    token: u64,
+}
+
+impl Level {
+    /// Push `p` on this thread's stack and make it current.
+    ///
+    /// # Safety
+    /// The caller holds a reference on the group at `p` until the returned
+    /// level is dropped (after which the group may be freed).
+    #[inline]
+    pub(crate) unsafe fn push(p: *const GroupInner) -> Level {
+        let Some(rec) = this_thread_rec() else {
+            return Level {
+                rec: ptr::null(),
+                token: 0,
+            };
+        };
+        // SAFETY: this thread owns `rec`; the borrow ends in this function.
+        let owner = unsafe { rec.owner_mut() };
+        let token = owner.next_token;
+        owner.next_token = token.wrapping_add(1);
+        let old_top = owner.stack.last().map_or(ptr::null(), |e| e.group);
+        owner.stack.push(Entry { token, group: p });
+        let _ = CURRENT.try_with(|c| c.group.set(p));
+        if old_top != p {
+            switch(rec, owner, p);
+        }
+        Level { rec, token }
+    }
+}
+
+impl Drop for Level {
+    /// Leave this level (see the `attach` module docs for out-of-order
+    /// drops). The caller's reference on the group is dropped after this.
+    #[inline]
+    fn drop(&mut self) {
+        if self.rec.is_null() {
+            return;
+        }
+        // SAFETY: records are never freed, and a level is dropped on the
+        // thread that pushed it (it is `!Send`), which owns the record
+        // while the level is on its stack.
+        let rec: &'static ThreadRec = unsafe { &*self.rec };
+        // SAFETY: as above; the borrow ends before `release_rec`.
+        let owner = unsafe { rec.owner_mut() };
+        let old_top = owner.stack.last().map_or(ptr::null(), |e| e.group);
+        match owner.stack.iter().rposition(|e| e.token == self.token) {
+            Some(i) => {
+                owner.stack.remove(i);
+            }
+            None => debug_assert!(false, "an enter guard's level was not on its stack"),
+        }
+        let top = owner.stack.last().map_or(ptr::null(), |e| e.group);
+        if top != old_top {
+            // Charge the group being left before its reference can go.
+            switch(rec, owner, top);
+        }
+        let release = owner.stack.is_empty() && owner.exited;
+        let _ = CURRENT.try_with(|c| {
+            c.group.set(top);
+            if release {
+                release_rec(c, rec);
+            }
+        });
+    }
 }

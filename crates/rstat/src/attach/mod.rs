@@ -158,12 +158,11 @@ mod feed;
 mod scope;
 
 use core::marker::PhantomData;
-use core::ptr;
 
 use crate::engine::Rstat;
 use crate::error::{Error, Result};
-use crate::group::{Group, GroupInner};
-use current::{release_rec, switch, this_thread_rec, Entry, ThreadRec, CURRENT};
+use crate::group::Group;
+use current::Level;
 
 pub use charger::{charge_all_threads, charge_period, set_charge_period, DEFAULT_CHARGE_PERIOD};
 pub use clock::thread_cpu_time;
@@ -297,80 +296,6 @@ impl Group {
             });
         }
         Ok(push(self.clone()))
-    }
-}
-
-/// One level on this thread's stack: what [`EnterGuard`] and a scoped
-/// future's poll hold. Leaving it (drop) pops the level. `!Send`.
-pub(crate) struct Level {
-    /// This thread's record (never freed); null for a level that entered
-    /// nothing (the impossible case of an unavailable thread-local).
-    rec: *const ThreadRec,
-    /// This level's token on the record's stack.
-    token: u64,
-}
-
-impl Level {
-    /// Push `p` on this thread's stack and make it current.
-    ///
-    /// # Safety
-    /// The caller holds a reference on the group at `p` until the returned
-    /// level is dropped (after which the group may be freed).
-    #[inline]
-    pub(crate) unsafe fn push(p: *const GroupInner) -> Level {
-        let Some(rec) = this_thread_rec() else {
-            return Level {
-                rec: ptr::null(),
-                token: 0,
-            };
-        };
-        // SAFETY: this thread owns `rec`; the borrow ends in this function.
-        let owner = unsafe { rec.owner_mut() };
-        let token = owner.next_token;
-        owner.next_token = token.wrapping_add(1);
-        let old_top = owner.stack.last().map_or(ptr::null(), |e| e.group);
-        owner.stack.push(Entry { token, group: p });
-        let _ = CURRENT.try_with(|c| c.group.set(p));
-        if old_top != p {
-            switch(rec, owner, p);
-        }
-        Level { rec, token }
-    }
-}
-
-impl Drop for Level {
-    /// Leave this level (see the module docs for out-of-order drops). The
-    /// caller's reference on the group is dropped after this.
-    #[inline]
-    fn drop(&mut self) {
-        if self.rec.is_null() {
-            return;
-        }
-        // SAFETY: records are never freed, and a level is dropped on the
-        // thread that pushed it (it is `!Send`), which owns the record
-        // while the level is on its stack.
-        let rec: &'static ThreadRec = unsafe { &*self.rec };
-        // SAFETY: as above; the borrow ends before `release_rec`.
-        let owner = unsafe { rec.owner_mut() };
-        let old_top = owner.stack.last().map_or(ptr::null(), |e| e.group);
-        match owner.stack.iter().rposition(|e| e.token == self.token) {
-            Some(i) => {
-                owner.stack.remove(i);
-            }
-            None => debug_assert!(false, "an enter guard's level was not on its stack"),
-        }
-        let top = owner.stack.last().map_or(ptr::null(), |e| e.group);
-        if top != old_top {
-            // Charge the group being left before its reference can go.
-            switch(rec, owner, top);
-        }
-        let release = owner.stack.is_empty() && owner.exited;
-        let _ = CURRENT.try_with(|c| {
-            c.group.set(top);
-            if release {
-                release_rec(c, rec);
-            }
-        });
     }
 }
 

@@ -21,7 +21,7 @@ use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 
-use super::Level;
+use super::current::Level;
 use crate::group::Group;
 
 /// A future that runs each poll of `F` inside a group; see

@@ -83,7 +83,7 @@
 //!   `SeqCst` load a plain `mov`, so this costs nothing there. Both are
 //!   store-buffering pairs, so each side also calls
 //!   `sync::sc_fence_for_model` between its write and its read (a fence
-//!   under loom only; see `sync`), and `loom_tests` checks them.
+//!   under loom only; see `sync`), and `tests_loom` checks them.
 //! - **`high`, `failcnt`, `cancel_underflows`, `emin`/`elow`,
 //!   `children_*_usage` are `Relaxed`**: each is a value read on its own
 //!   (a threshold, a statistic, an accumulator of deltas); nothing is
@@ -135,14 +135,14 @@ mod error;
 mod layout;
 mod protection;
 
-#[cfg(all(test, rstat_loom))]
-mod loom_tests;
-#[cfg(all(test, not(rstat_loom)))]
-mod proptests;
-#[cfg(all(test, not(rstat_loom)))]
-mod stress_tests;
 #[cfg(all(test, not(rstat_loom)))]
 mod tests;
+#[cfg(all(test, rstat_loom))]
+mod tests_loom;
+#[cfg(all(test, not(rstat_loom)))]
+mod tests_prop;
+#[cfg(all(test, not(rstat_loom)))]
+mod tests_stress;
 
 use std::fmt;
 use std::sync::Arc;

@@ -390,7 +390,7 @@ mod tests {
         any(target_arch = "x86_64", target_arch = "aarch64")
     ))]
     fn rseq_agrees_with_sched_getcpu_when_registered() {
-        let Some(off) = crate::percpu::rseq::rseq_for_test(
+        let Some(off) = crate::percpu::testing::rseq_for_test(
             "rseq_agrees_with_sched_getcpu_when_registered",
             rseq::cpu_id_offset(),
         ) else {

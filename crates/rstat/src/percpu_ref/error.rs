@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use super::{MAX_MANY, VALUE_LIMIT};
+use super::state::{MAX_MANY, VALUE_LIMIT};
 
 /// A misuse of a [`PercpuRef`](super::PercpuRef).
 ///

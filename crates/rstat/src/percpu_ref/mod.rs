@@ -91,9 +91,10 @@
 //!   the slot. The kernel restarts the sequence if the thread is preempted,
 //!   migrated or signalled inside it, so the add needs no lock prefix and
 //!   nothing waits for a store buffer to drain; and the section touches one
-//!   line of the ref, the one it writes (an earlier design read a shared
-//!   mode word, a second line per get: measurably slower beside a
-//!   memory-bound sibling hyperthread). A switch to atomic mode stores 0 to
+//!   line of the ref, the one it writes (the gate sits there rather than
+//!   in a shared mode word, which would cost a second line per get, and
+//!   shows beside a memory-bound sibling hyperthread). A switch to atomic
+//!   mode stores 0 to
 //!   every gate and calls
 //!   `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)`: on return, every
 //!   sequence that read an open gate has committed (and is visible) or was
@@ -206,7 +207,7 @@
 //! modification order for plain stores racing RMWs is partial, check it).
 //!
 //! Orderings, each non-Relaxed access and what it pairs with. "(loom)" marks
-//! the orderings whose weakening makes a loom model in `loom_tests` fail
+//! the orderings whose weakening makes a loom model in `tests_loom` fail
 //! (checked by mutation); the others are argued here.
 //!
 //! - fast `get`/`tryget`/`tryget_live` slot `fetch_add`: **Acquire**, pairing
@@ -254,45 +255,29 @@
 //!   holders; for anyone else the answer is a snapshot.
 
 mod error;
+mod get_put;
+mod sections;
 mod slots;
+mod state;
 mod switch;
 
-#[cfg(all(test, rstat_loom))]
-mod loom_tests;
 #[cfg(all(test, not(rstat_loom)))]
 mod tests;
+#[cfg(all(test, rstat_loom))]
+mod tests_loom;
 
 use core::fmt;
 
 pub use error::PercpuRefError;
 pub use slots::{PercpuRefSlot, MAX_SLOTS};
+pub use state::{ReleaseFn, MAX_MANY, VALUE_LIMIT};
 
 use crate::percpu::arena::PcpuPtr;
 use crate::percpu::{cpu, rseq};
-use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::sync::{AtomicBool, AtomicU64, Mutex};
 use slots::{Padded, Slots};
-
-/// Slot bit 0: this slot has been folded into `count`; operations that find
-/// it set go to `count` instead.
-const FROZEN: u64 = 1;
-/// One reference in a slot (bit 0 is `FROZEN`).
-const ONE: u64 = 2;
-/// `count` bit 63: killed.
-const DEAD: u64 = 1 << 63;
-/// `count` bits 0..=62: the value.
-const VALUE: u64 = DEAD - 1;
-/// Added to `count` in percpu mode so it cannot reach zero before the slots
-/// are folded.
-const BIAS: u64 = 1 << 61;
-/// The largest value `count` may take; above it operations report
-/// [`PercpuRefError::Overflow`]. Leaves `BIAS` of headroom below 2^63.
-pub const VALUE_LIMIT: u64 = 1 << 62;
-/// The most references one `get_many`/`put_many` call may move.
-pub const MAX_MANY: usize = 1 << 40;
-
-/// The release callback's type.
-pub type ReleaseFn = Box<dyn Fn() + Send + Sync + 'static>;
+use state::{Ctl, Shared, BIAS, DEAD, FROZEN, VALUE};
 
 /// How a [`PercpuRef`] starts (the kernel's `PERCPU_REF_INIT_*` flags).
 /// Combine with `|`.
@@ -378,34 +363,6 @@ enum Cpu {
     Given(usize),
 }
 
-/// State changed only under the ref's lock.
-///
-/// Invariant: `force_atomic` or dying implies `!percpu` (kill and
-/// `switch_to_atomic` fold before they unlock).
-#[derive(Debug)]
-struct Ctl {
-    /// Slots are live (unfrozen) and `count` carries `BIAS`.
-    percpu: bool,
-    /// `switch_to_atomic` (or `InitFlags::ATOMIC`) asked for atomic mode.
-    force_atomic: bool,
-    /// Percpu mode may be re-entered.
-    allow_reinit: bool,
-}
-
-/// What folding the slots found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fold {
-    /// Nothing folded, or the folded count is positive.
-    Live,
-    /// The folded count is exactly zero: the caller runs release.
-    Zero,
-    /// The folded count was negative (more puts than gets); it was set to
-    /// zero and the caller runs release.
-    Underflow,
-    /// The folded count exceeded `VALUE_LIMIT` and was clamped to it.
-    Overflow,
-}
-
 /// A per-CPU reference count with the kernel's `percpu_ref` semantics. See
 /// the [module documentation](self).
 ///
@@ -421,21 +378,6 @@ pub struct PercpuRef {
     slots: Slots,
     /// The mutable state.
     shared: Box<Shared>,
-}
-
-/// The parts of a [`PercpuRef`] that change after construction.
-struct Shared {
-    /// On its own cache line: contended in atomic mode, and on the `Rseq`
-    /// path by CPUs without a slot.
-    count: Padded<AtomicU64>,
-    /// `Ctl::percpu`, readable without the lock: a snapshot for
-    /// `is_percpu`.
-    percpu_hint: AtomicBool,
-    /// `Simulated`: one lock per CPU, held for the length of a section.
-    #[cfg(any(rstat_loom, miri))]
-    sim: Box<[Mutex<()>]>,
-    ctl: Mutex<Ctl>,
-    release: ReleaseFn,
 }
 
 impl PercpuRef {
@@ -547,373 +489,11 @@ impl PercpuRef {
         self.fast
     }
 
-    // ---------------------------------------------------------------- gets
-
-    /// Take a reference; the caller must already hold one (use
-    /// [`tryget`](Self::tryget) otherwise).
-    ///
-    /// Cost: percpu mode, one add on this CPU's slot (unlocked in a
-    /// restartable section on the `Rseq` fast path, an uncontended locked
-    /// add on the `Locked` one; no lock, no allocation, no shared line
-    /// written); atomic mode, the refused section or the add that finds the
-    /// slot frozen, then a CAS loop on the shared count.
-    ///
-    /// # Errors
-    /// [`Released`](PercpuRefError::Released) if the count already reached
-    /// zero (the caller held no reference), [`Overflow`](PercpuRefError::Overflow)
-    /// at 2^62 references. The count is unchanged.
-    #[inline]
-    pub fn get(&self) -> Result<(), PercpuRefError> {
-        self.get_with(Cpu::Current, 1)
-    }
-
-    /// Take `n` references at once; as [`get`](Self::get), same cost.
-    ///
-    /// # Errors
-    /// As [`get`](Self::get), and [`TooMany`](PercpuRefError::TooMany) if
-    /// `n > MAX_MANY`.
-    #[inline]
-    pub fn get_many(&self, n: usize) -> Result<(), PercpuRefError> {
-        self.get_with(Cpu::Current, many(n)?)
-    }
-
-    /// Take a reference unless the count is zero. Unlike
-    /// [`tryget_live`](Self::tryget_live) this succeeds on a dying ref that
-    /// still has references. Cost: as [`get`](Self::get).
-    #[inline]
-    pub fn tryget(&self) -> bool {
-        self.get_with(Cpu::Current, 1).is_ok()
-    }
-
-    /// Take a reference unless the ref is dying or released: the lookup
-    /// primitive. Fails for every call that starts after a kill's
-    /// confirmation (see the [module docs](self#confirmation-without-rcu)).
-    /// Cost: as [`get`](Self::get); on a dying ref, the refused section or
-    /// slot add, and one load of the shared count.
-    #[inline]
-    pub fn tryget_live(&self) -> bool {
-        self.tryget_live_with(Cpu::Current)
-    }
-
-    /// [`get`](Self::get) counted on `cpu`'s slot (folded into range), for
-    /// loom models and tests that pick the CPU. On the `Rseq` fast path,
-    /// which can only add on the CPU it runs on, this counts on the shared
-    /// count instead (exact in either mode).
-    #[doc(hidden)]
-    #[inline]
-    pub fn get_on(&self, cpu: usize) -> Result<(), PercpuRefError> {
-        self.get_with(Cpu::Given(cpu), 1)
-    }
-
-    /// [`get_many`](Self::get_many) on `cpu`'s slot.
-    #[doc(hidden)]
-    #[inline]
-    pub fn get_many_on(&self, cpu: usize, n: usize) -> Result<(), PercpuRefError> {
-        self.get_with(Cpu::Given(cpu), many(n)?)
-    }
-
-    /// [`tryget`](Self::tryget) on `cpu`'s slot.
-    #[doc(hidden)]
-    #[inline]
-    pub fn tryget_on(&self, cpu: usize) -> bool {
-        self.get_with(Cpu::Given(cpu), 1).is_ok()
-    }
-
-    /// [`tryget_live`](Self::tryget_live) on `cpu`'s slot.
-    #[doc(hidden)]
-    #[inline]
-    pub fn tryget_live_on(&self, cpu: usize) -> bool {
-        self.tryget_live_with(Cpu::Given(cpu))
-    }
-
-    #[inline(always)]
-    fn get_with(&self, cpu: Cpu, n: u64) -> Result<(), PercpuRefError> {
-        if n == 0 {
-            return Ok(());
-        }
-        if self.uses_sections() {
-            return if self.section_add(cpu, n * ONE) {
-                Ok(())
-            } else {
-                self.count_get(n, false)
-            };
-        }
-        // Acquire: see "Synchronization" (pairs with freeze and reset).
-        let old = self
-            .slots
-            .slot(self.cpu_id(cpu))
-            .fetch_add(n * ONE, Acquire);
-        if old & FROZEN == 0 {
-            return Ok(());
-        }
-        self.count_get(n, false)
-    }
-
-    #[inline(always)]
-    fn tryget_live_with(&self, cpu: Cpu) -> bool {
-        if self.uses_sections() {
-            return self.section_add(cpu, ONE) || self.count_get(1, true).is_ok();
-        }
-        // Acquire: as in `get_with`.
-        let old = self.slots.slot(self.cpu_id(cpu)).fetch_add(ONE, Acquire);
-        if old & FROZEN == 0 {
-            return true;
-        }
-        self.count_get(1, true).is_ok()
-    }
-
     #[inline(always)]
     fn cpu_id(&self, cpu: Cpu) -> usize {
         match cpu {
             Cpu::Current => cpu::current(),
             Cpu::Given(c) => c,
-        }
-    }
-
-    /// Whether the fast paths use restartable sections (`Rseq`,
-    /// `Simulated`) rather than locked slot updates.
-    #[inline(always)]
-    fn uses_sections(&self) -> bool {
-        // `rseq_off` is non-zero exactly for `Rseq` (glibc's rseq area is
-        // never at the thread pointer itself), so the real fast path tests
-        // the field it is about to use.
-        if cfg!(any(rstat_loom, miri)) {
-            self.fast == FastPath::Simulated
-        } else {
-            self.rseq_off != 0
-        }
-    }
-
-    /// Add `delta` to this CPU's slot in a restartable section (`Rseq`,
-    /// `Simulated`); `false` if the section refused (not percpu mode, or no
-    /// slot for this CPU): the caller then counts on `count`. See "Two fast
-    /// paths".
-    #[inline(always)]
-    fn section_add(&self, cpu: Cpu, delta: u64) -> bool {
-        #[cfg(not(any(rstat_loom, miri)))]
-        {
-            // A section can only add on the CPU it runs on: a count aimed at
-            // another CPU's slot goes to `count` instead (exact in either
-            // mode).
-            if let Cpu::Given(_) = cpu {
-                return false;
-            }
-            // SAFETY: `fast` is not `Locked`, so it is `Rseq` (`Simulated`
-            // exists only under loom and Miri), which `build` chose only
-            // with `rseq_off` from `rseq::available()` and owned slots:
-            // `nr` live `AtomicU64`s `1 << SLOT_SHIFT` bytes apart, as long
-            // as `self`, each followed by its gate. In percpu mode only
-            // sections write the slots (`Cpu::Given` was refused above);
-            // the lock holder writes them (freeze, reset) only after storing
-            // 0 to every gate and a `membarrier`. See "Two fast paths".
-            unsafe {
-                rseq::add_on_this_cpu(
-                    self.rseq_off,
-                    self.slots.base_bytes(),
-                    self.slots.nr(),
-                    delta,
-                )
-            }
-        }
-        #[cfg(any(rstat_loom, miri))]
-        {
-            self.simulated_add(cpu, delta)
-        }
-    }
-
-    /// The model of a section: the CPU's lock stands for "nothing else runs
-    /// a section on this CPU meanwhile", a plain load and store for the
-    /// unlocked add.
-    #[cfg(any(rstat_loom, miri))]
-    fn simulated_add(&self, cpu: Cpu, delta: u64) -> bool {
-        let c = self.cpu_id(cpu);
-        if c >= self.slots.nr() {
-            return false; // as the real section: no slot, use `count`
-        }
-        let _on_cpu = crate::sync::lock(&self.shared.sim[c]);
-        // Acquire: the real section's load of the gate is an x86 load
-        // (acquire); pairs with the Release stores that end a switch to
-        // percpu mode. (Owned slots: every `Simulated` ref has them.)
-        if self.slots.gate(c).is_none_or(|g| g.load(Acquire) == 0) {
-            return false;
-        }
-        let slot = self.slots.slot(c);
-        // Relaxed: the CPU's lock orders this against every other section
-        // on the CPU, and the simulated membarrier against the switcher.
-        slot.store(slot.load(Relaxed).wrapping_add(delta), Relaxed);
-        true
-    }
-
-    /// Wait until no section can still be running with a check made before
-    /// the gates were closed, and every section that committed is
-    /// visible here. Holds `ctl`.
-    fn quiesce_sections(&self) -> Result<(), PercpuRefError> {
-        match self.fast {
-            FastPath::Locked => Ok(()),
-            FastPath::Rseq => rseq::membarrier().map_err(|errno| PercpuRefError::Membarrier {
-                errno: errno.unsigned_abs() as usize,
-            }),
-            FastPath::Simulated => {
-                #[cfg(any(rstat_loom, miri))]
-                for cpu in self.shared.sim.iter() {
-                    drop(crate::sync::lock(cpu));
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Add `n` to `count` unless it is zero (or, for `live`, dying).
-    #[cold]
-    #[inline(never)]
-    fn count_get(&self, n: u64, live: bool) -> Result<(), PercpuRefError> {
-        let mut cur = self.shared.count.load(Relaxed);
-        loop {
-            if live && cur & DEAD != 0 {
-                return Err(PercpuRefError::AlreadyDead);
-            }
-            let v = cur & VALUE;
-            if v == 0 {
-                return Err(PercpuRefError::Released);
-            }
-            if v + n > VALUE_LIMIT {
-                return Err(PercpuRefError::Overflow);
-            }
-            // AcqRel / Relaxed: see "Synchronization" (count CAS).
-            match self
-                .shared
-                .count
-                .compare_exchange_weak(cur, cur + n, AcqRel, Relaxed)
-            {
-                Ok(_) => return Ok(()),
-                Err(actual) => cur = actual,
-            }
-        }
-    }
-
-    // ---------------------------------------------------------------- puts
-
-    /// Drop a reference. In percpu mode this never releases; in atomic mode
-    /// the put that takes the count to zero runs the release callback, on
-    /// this thread, before returning.
-    ///
-    /// Cost: as [`get`](Self::get), plus the callback for the last put.
-    ///
-    /// # Errors
-    /// [`Underflow`](PercpuRefError::Underflow) in atomic mode if the count
-    /// is already zero (refused, count unchanged). In percpu mode an excess
-    /// put cannot be seen here; the next fold reports it.
-    #[inline]
-    pub fn put(&self) -> Result<(), PercpuRefError> {
-        self.put_with(Cpu::Current, 1)
-    }
-
-    /// Drop `n` references at once; as [`put`](Self::put), same cost.
-    ///
-    /// # Errors
-    /// As [`put`](Self::put) (in atomic mode, refused if the count is below
-    /// `n`), and [`TooMany`](PercpuRefError::TooMany) if `n > MAX_MANY`.
-    #[inline]
-    pub fn put_many(&self, n: usize) -> Result<(), PercpuRefError> {
-        self.put_with(Cpu::Current, many(n)?)
-    }
-
-    /// [`put`](Self::put) on `cpu`'s slot (folded into range; the shared
-    /// count on the `Rseq` path).
-    #[doc(hidden)]
-    #[inline]
-    pub fn put_on(&self, cpu: usize) -> Result<(), PercpuRefError> {
-        self.put_with(Cpu::Given(cpu), 1)
-    }
-
-    /// [`put_many`](Self::put_many) on `cpu`'s slot.
-    #[doc(hidden)]
-    #[inline]
-    pub fn put_many_on(&self, cpu: usize, n: usize) -> Result<(), PercpuRefError> {
-        self.put_with(Cpu::Given(cpu), many(n)?)
-    }
-
-    #[inline(always)]
-    fn put_with(&self, cpu: Cpu, n: u64) -> Result<(), PercpuRefError> {
-        if self.put_test_with(cpu, n)? {
-            (self.shared.release)();
-        }
-        Ok(())
-    }
-
-    /// Drop `n` references; `Ok(true)` if that brought the count to zero
-    /// (the caller then runs or owns the release).
-    #[inline(always)]
-    fn put_test_with(&self, cpu: Cpu, n: u64) -> Result<bool, PercpuRefError> {
-        if n == 0 {
-            return Ok(false);
-        }
-        if self.uses_sections() {
-            return if self.section_add(cpu, (n * ONE).wrapping_neg()) {
-                Ok(false)
-            } else {
-                self.count_put_test(n)
-            };
-        }
-        // Release: see "Synchronization" (pairs with the freeze).
-        let old = self
-            .slots
-            .slot(self.cpu_id(cpu))
-            .fetch_sub(n * ONE, Release);
-        if old & FROZEN == 0 {
-            return Ok(false);
-        }
-        self.count_put_test(n)
-    }
-
-    /// Drop one reference and report whether it was the last of this cycle
-    /// (`Ok(true)`: the count reached zero on this call). The release
-    /// callback is **not** run: the caller owns the release. This is the
-    /// `refcount_dec_and_test` shape, for objects that hold their own ref and
-    /// free themselves: after `Ok(false)` the caller must not touch the
-    /// object again (another thread may free it); after `Ok(true)` it is the
-    /// only one left. Cost: as [`put`](Self::put).
-    ///
-    /// # Errors
-    /// As [`put`](Self::put).
-    #[inline]
-    pub fn put_and_test(&self) -> Result<bool, PercpuRefError> {
-        self.put_test_with(Cpu::Current, 1)
-    }
-
-    /// Subtract `n` from `count`, refusing to go below zero; run release at
-    /// zero.
-    #[cold]
-    #[inline(never)]
-    fn count_put(&self, n: u64) -> Result<(), PercpuRefError> {
-        if self.count_put_test(n)? {
-            (self.shared.release)();
-        }
-        Ok(())
-    }
-
-    /// Subtract `n` from `count`, refusing to go below zero; `Ok(true)` when
-    /// this reached zero.
-    #[cold]
-    #[inline(never)]
-    fn count_put_test(&self, n: u64) -> Result<bool, PercpuRefError> {
-        let mut cur = self.shared.count.load(Relaxed);
-        loop {
-            let v = cur & VALUE;
-            if v < n {
-                return Err(PercpuRefError::Underflow);
-            }
-            // AcqRel / Relaxed: see "Synchronization" (count CAS). Acquire
-            // matters for the CAS that reaches zero: whoever releases sees
-            // every other holder's writes.
-            match self
-                .shared
-                .count
-                .compare_exchange_weak(cur, cur - n, AcqRel, Relaxed)
-            {
-                Ok(_) => return Ok(v == n),
-                Err(actual) => cur = actual,
-            }
         }
     }
 
@@ -962,14 +542,5 @@ impl fmt::Debug for PercpuRef {
             .field("zero", &self.is_zero())
             .field("nr_cpus", &self.nr_cpus())
             .finish_non_exhaustive()
-    }
-}
-
-#[inline(always)]
-fn many(n: usize) -> Result<u64, PercpuRefError> {
-    if n > MAX_MANY {
-        Err(PercpuRefError::TooMany { n })
-    } else {
-        Ok(n as u64)
     }
 }

@@ -1,11 +1,12 @@
 //! Mode switches and life-cycle changes of a [`PercpuRef`]: kill, the
 //! switches between percpu and atomic mode, resurrect and reinit. All of them
 //! run under the ref's lock; see the parent module's "Synchronization" for
-//! the protocol they follow with the lock-free fast paths.
+//! the protocol they follow with the lock-free fast paths. Stopping the
+//! restartable sections is `sections`' part; dropping the initial reference
+//! is a put on the shared count (`get_put`).
 
-use super::{
-    Ctl, FastPath, Fold, PercpuRef, PercpuRefError, BIAS, DEAD, FROZEN, VALUE, VALUE_LIMIT,
-};
+use super::state::{Ctl, Fold, BIAS, DEAD, FROZEN, VALUE, VALUE_LIMIT};
+use super::{FastPath, PercpuRef, PercpuRefError};
 use crate::sync::Ordering::{AcqRel, Relaxed, Release};
 
 impl PercpuRef {
@@ -307,28 +308,6 @@ impl PercpuRef {
                 Err(actual) => cur = actual,
             }
         }
-    }
-
-    /// Stop the restartable sections (`Rseq`, `Simulated`; nothing to do on
-    /// the `Locked` path or when they are already stopped): store 0 to
-    /// every slot's gate, then wait until every section that read an open
-    /// gate has committed or been aborted. Holds `ctl` (the only writer of
-    /// the gates, which change together). On failure nothing changed.
-    fn stop_sections(&self) -> Result<(), PercpuRefError> {
-        if !self.slots.gates_open() {
-            return Ok(());
-        }
-        // Relaxed: the sections learn of it through the quiescence below (a
-        // membarrier, a full barrier on every CPU running this process; or
-        // the simulated CPUs' locks).
-        self.slots.set_gates(false, Relaxed);
-        if let Err(e) = self.quiesce_sections() {
-            // Release: as the stores that opened them (the slots were not
-            // touched, so sections simply carry on).
-            self.slots.set_gates(true, Release);
-            return Err(e);
-        }
-        Ok(())
     }
 
     /// Put `BIAS` back and reset the slots. Holds `ctl`, in atomic mode, not

@@ -1,5 +1,5 @@
 //! loom models of the two lock-free protocols of the module docs. Run with
-//! `RUSTFLAGS="--cfg rstat_loom" cargo test -p rstat --lib page_counter::loom`.
+//! `RUSTFLAGS="--cfg rstat_loom" cargo test -p rstat --lib page_counter::tests_loom`.
 
 use std::sync::Arc;
 
