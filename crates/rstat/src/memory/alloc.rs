@@ -111,7 +111,7 @@
 //! slot never matches, and the charge takes the full path to the removed
 //! group's nearest live ancestor. **A group is never charged for an object
 //! allocated in another group.** The loom models
-//! `memory::loom_tests::fast_charge_and_free_racing_removal` and
+//! `memory::tests_loom::fast_charge_and_free_racing_removal` and
 //! `fast_charge_never_takes_a_slot_of_a_handle_at_a_reused_address` check
 //! both paths against a racing removal and address reuse.
 //! `realloc` keeps the inner allocator's in-place growth: it charges (or
@@ -217,7 +217,7 @@
 //! under Miri with Tree Borrows (Stacked Borrows rejects reading the
 //! trailer through the pointer a `Box` gives back, whose tag covers only
 //! the object) and under AddressSanitizer; the owner handle's reparenting
-//! against a racing free has a loom model in `memory::loom_tests`, the
+//! against a racing free has a loom model in `memory::tests_loom`, the
 //! deferred-release stack one in `group`.
 //!
 //! # Synchronization
@@ -233,7 +233,7 @@
 //! changed only by a group's removal, which then waits for every stock
 //! lock once before the group can be freed: a lock-based grace period, in
 //! place of the kernel's RCU (`memory::objcg`, `# Synchronization`; loom
-//! model in `memory::loom_tests`). Everything else is the memory
+//! model in `memory::tests_loom`). Everything else is the memory
 //! controller's (see [`crate::memory`]).
 
 use std::alloc::{GlobalAlloc, Layout};

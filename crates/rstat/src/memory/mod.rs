@@ -155,12 +155,12 @@ pub(crate) mod objcg;
 pub mod reclaim;
 pub mod stock;
 
-#[cfg(all(test, rstat_loom))]
-mod loom_tests;
-#[cfg(all(test, not(rstat_loom)))]
-mod proptests;
 #[cfg(all(test, not(rstat_loom)))]
 mod tests;
+#[cfg(all(test, rstat_loom))]
+mod tests_loom;
+#[cfg(all(test, not(rstat_loom)))]
+mod tests_prop;
 #[cfg(all(test, not(rstat_loom)))]
 mod tests_reclaim;
 

@@ -45,7 +45,7 @@
 //! for its lock); one that began after acquired a lock the drain released
 //! after the rewrite, so its load sees the new word. Only then does the
 //! removal return and the group become releasable. `ObjCg::current` must be
-//! called under a stock lock; the loom model `memory::loom_tests` checks
+//! called under a stock lock; the loom model `memory::tests_loom` checks
 //! the protocol with a stand-in group that is "freed" after the removal.
 //!
 //! References: `get` is a `Relaxed` add (the caller holds a reference, or

@@ -77,7 +77,7 @@
 //!   in exactly one of "held by a caller", "in a slot" or "uncharged", and
 //!   every move between slot and counter is made by the one thread holding
 //!   the lock (or, for units just removed from a slot, by the thread that
-//!   removed them). The loom model `memory::loom_tests` checks this.
+//!   removed them). The loom model `memory::tests_loom` checks this.
 //! - **Offline vs refill.** Going offline stores `online = false`, then
 //!   drains the group's slots on every CPU; a refill checks `online` while
 //!   holding the lock (a `Relaxed` load suffices). If the refill took CPU
