@@ -697,7 +697,7 @@ impl<A> Accounted<A> {
     #[inline(always)]
     fn uncharge_fast(&self, owner: NonNull<ObjCg>, size: usize, overhead: usize) -> bool {
         // SAFETY: the object holds a reference on its handle.
-        let stocks = unsafe { owner.as_ref() }.stocks();
+        let stocks = Stocks::of_handle(unsafe { owner.as_ref() });
         if stocks.is_null() || super::reclaim::in_reclaim() {
             return false;
         }

@@ -363,12 +363,9 @@ impl MemCg {
     }
 
     /// A state for a group of the engine at `engine` (an identity for
-    /// its owner handle), charging through `stocks`.
-    pub(crate) fn new_in(
-        parent: Option<&Arc<MemCg>>,
-        engine: usize,
-        stocks: *const stock::Stocks,
-    ) -> Self {
+    /// its owner handle), charging through `stocks`
+    /// (`Stocks::as_handle_word`, kept by the handle).
+    pub(crate) fn new_in(parent: Option<&Arc<MemCg>>, engine: usize, stocks: *const ()) -> Self {
         let objcg = ObjCg::new(engine, stocks);
         // SAFETY: just made; nobody else has it yet.
         let objcg_serial = unsafe { objcg.as_ref() }.serial();
@@ -607,7 +604,7 @@ impl GroupExt for MemExt {
         Arc::new(MemCg::new_in(
             parent,
             self.shared.engine,
-            &self.shared.stocks,
+            self.shared.stocks.as_handle_word(),
         ))
     }
 

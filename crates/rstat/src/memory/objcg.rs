@@ -57,7 +57,6 @@
 
 use core::ptr::NonNull;
 
-use super::stock::Stocks;
 use crate::sync::{fence, AtomicPtr, AtomicUsize, Ordering};
 
 /// The tag of a reparented handle's word.
@@ -84,8 +83,10 @@ pub(crate) struct ObjCg {
     /// (null in models): the allocator's free goes straight to them on its
     /// fast path. They outlive every object charged through this handle
     /// (the allocator's binding keeps the controller for the rest of the
-    /// process).
-    stocks: *const Stocks,
+    /// process). Untyped: the stock sits above the handle (its slots hold
+    /// references on handles), so it converts both ways
+    /// (`Stocks::as_handle_word`, `Stocks::of_handle`).
+    stocks: *const (),
     /// This handle's serial: unique in the process and never reused, unlike
     /// its address (a handle freed after its group's removal leaves its
     /// block to the next allocation, perhaps another group's handle). Stock
@@ -114,8 +115,9 @@ pub(crate) struct Current {
 impl ObjCg {
     /// A new, unbound handle with its base reference, for a group of
     /// engine `engine` (an identity) whose memory state charges through
-    /// `stocks`. Its memory is not charged by the accounting allocator.
-    pub(crate) fn new(engine: usize, stocks: *const Stocks) -> NonNull<ObjCg> {
+    /// `stocks` (`Stocks::as_handle_word`). Its memory is not charged by
+    /// the accounting allocator.
+    pub(crate) fn new(engine: usize, stocks: *const ()) -> NonNull<ObjCg> {
         let b = crate::alloc::untracked(|| {
             Box::new(ObjCg {
                 state: AtomicPtr::new(core::ptr::null_mut()),
@@ -150,9 +152,10 @@ impl ObjCg {
         self.serial
     }
 
-    /// The stocks given at creation (null in models).
+    /// The stocks given at creation (null in models), untyped
+    /// (`Stocks::of_handle` reads them).
     #[inline(always)]
-    pub(crate) fn stocks(&self) -> *const Stocks {
+    pub(crate) fn stocks(&self) -> *const () {
         self.stocks
     }
 

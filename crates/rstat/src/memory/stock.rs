@@ -394,6 +394,20 @@ impl CpuStock {
 }
 
 impl Stocks {
+    /// These stocks as the untyped word an owner handle keeps
+    /// ([`ObjCg::stocks`]: the handle sits below the stock, whose slots
+    /// hold references on handles, so it does not name this type);
+    /// [`of_handle`](Self::of_handle) reads it back.
+    pub(crate) fn as_handle_word(&self) -> *const () {
+        core::ptr::from_ref(self).cast()
+    }
+
+    /// The stocks owner handle `x` was made for (null in models).
+    #[inline(always)]
+    pub(crate) fn of_handle(x: &ObjCg) -> *const Stocks {
+        x.stocks().cast()
+    }
+
     /// Empty stocks for `nr_cpus` CPUs; `batch == 0` disables stocking.
     /// `stat_ctl`: the memory controller's stat controller id, for the
     /// heap stat deltas slots keep (`usize::MAX` in models: none).
