@@ -240,9 +240,10 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::ptr::NonNull;
 
+use super::config::MemoryConfig;
+use super::handle::Memory;
 use super::objcg::ObjCg;
 use super::stock::Stocks;
-use super::{Memory, MemoryConfig};
 use crate::engine::{EngineInner, Rstat};
 use crate::group::{Group, GroupInner};
 // std's atomics, not `crate::sync`'s: the allocator must be constructible

@@ -4,12 +4,13 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use super::config::{STAT_CHARGED, STAT_FAILCNT, STAT_FORCED, STAT_UNCHARGED};
+use super::error::{MemoryError, OverLimit};
+use super::events::MemoryEvent;
+use super::handle::{Memory, Target};
+use super::memcg::MemCg;
 use super::reclaim::ReclaimBudget;
 use super::stock::Stocks;
-use super::{
-    MemCg, Memory, MemoryError, MemoryEvent, OverLimit, Target, STAT_CHARGED, STAT_FAILCNT,
-    STAT_FORCED, STAT_UNCHARGED,
-};
 use crate::group::Group;
 use crate::page_counter::{PageCounterError, PAGE_COUNTER_MAX};
 

@@ -17,11 +17,14 @@ use std::borrow::Cow;
 use std::ptr::NonNull;
 
 use super::charge::{ancestor, charge_memcg, check_high, uncharge_memcg, Charged, OnOom};
-use super::objcg::ObjCg;
-use super::{
-    MemCg, Memory, MemoryError, MemoryEvent, Target, STAT_HEAP, STAT_HEAP_ALLOCS, STAT_HEAP_FREES,
-    STAT_HEAP_OVERHEAD, STAT_HEAP_REPARENTED,
+use super::config::{
+    STAT_HEAP, STAT_HEAP_ALLOCS, STAT_HEAP_FREES, STAT_HEAP_OVERHEAD, STAT_HEAP_REPARENTED,
 };
+use super::error::MemoryError;
+use super::events::MemoryEvent;
+use super::handle::{Memory, Target};
+use super::memcg::MemCg;
+use super::objcg::ObjCg;
 use crate::group::{Group, GroupInner};
 use crate::page_counter::{PageCounterError, PAGE_COUNTER_MAX};
 use crate::sync::Ordering;

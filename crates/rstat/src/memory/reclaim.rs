@@ -136,7 +136,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use super::{MemCg, Memory, MemoryError, MemoryEvent, MAX_RECLAIM_ROUNDS, STAT_RECLAIMED};
+use super::config::{MAX_RECLAIM_ROUNDS, STAT_RECLAIMED};
+use super::error::MemoryError;
+use super::events::MemoryEvent;
+use super::handle::Memory;
+use super::memcg::MemCg;
 use crate::group::Group;
 use crate::page_counter::PAGE_COUNTER_MAX;
 use crate::sync;

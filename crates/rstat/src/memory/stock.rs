@@ -91,8 +91,9 @@ use std::sync::Arc;
 
 use core::ptr::NonNull;
 
+use super::config::HeapStats;
+use super::memcg::MemCg;
 use super::objcg::ObjCg;
-use super::MemCg;
 use crate::page_counter::CachePadded;
 use crate::sync::{AtomicBool, AtomicUsize, Ordering, UnsafeCell};
 
@@ -329,11 +330,6 @@ impl Taken {
         self.nr
     }
 }
-
-/// The allocator's `memory.stat` deltas of one group kept in a stock slot:
-/// `heap`, `heap_overhead`, `heap_allocs`, `heap_frees` (the items at
-/// `STAT_HEAP..` in [`MEMORY_STAT_NAMES`](super::MEMORY_STAT_NAMES)).
-pub(crate) type HeapStats = [i64; 4];
 
 /// Heap operations a slot counts before adding its stat deltas to its
 /// group's items: a read through [`Memory::stat`](super::Memory::stat) or
