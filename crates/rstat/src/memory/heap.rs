@@ -8,10 +8,10 @@
 //! deltas counted in the stock slot (see the stock's `HEAP_STAT_BATCH`);
 //! the object's reference on its owner handle
 //! ([`objcg`](super::objcg)) is taken from (or put back into) the stock
-//! slot, a shared atomic add only once per [`REF_BATCH`](super::stock::REF_BATCH)
-//! objects. The slow
-//! paths may allocate (error paths, reclaim); the allocator runs them with
-//! its re-entry guard set, so those nested allocations pass through.
+//! slot, a shared atomic add only once per `REF_BATCH` (the stock's)
+//! objects. The slow paths may allocate (error paths, reclaim); the
+//! allocator runs them with its re-entry guard set, so those nested
+//! allocations pass through.
 
 use std::borrow::Cow;
 use std::ptr::NonNull;
