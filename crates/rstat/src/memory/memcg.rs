@@ -31,7 +31,7 @@ pub(crate) struct MemCg {
     pub(crate) reclaimers: Mutex<ReclaimerList>,
     /// Where the last reclaim under this group stopped: the next one
     /// resumes there (see [`reclaim`](super::reclaim), "Where to start").
-    pub(crate) reclaim_cursor: Mutex<ReclaimCursor>,
+    pub(crate) reclaim_cursor: Mutex<ReclaimCursor<MemCg>>,
     /// Units reclaimers are being asked to free from this group right now
     /// (see [`reclaim`](super::reclaim), "Concurrent reclaims").
     pub(crate) reclaim_reserved: Mutex<u64>,

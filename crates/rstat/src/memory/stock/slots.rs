@@ -16,11 +16,14 @@ use crate::memory::objcg::ObjCg;
 pub const NR_STOCK: usize = if cfg!(rstat_loom) { 2 } else { 7 };
 
 /// Heap operations a slot counts before adding its stat deltas to its
-/// group's items: a read through [`Memory::stat`](crate::memory::Memory::stat) or
-/// [`stat_exact`](crate::memory::Memory::stat_exact) adds every slot's first, so it
-/// stays exact; a read of the raw stat controller
-/// ([`Memory::stats`](crate::memory::Memory::stats)) may miss fewer than this many
+/// group's items: a read through [`Memory::stat`] or [`stat_exact`] adds
+/// every slot's first, so it stays exact; a read of the raw stat
+/// controller ([`Memory::stats`]) may miss fewer than this many
 /// operations' deltas per (group, CPU).
+///
+/// [`Memory::stat`]: crate::memory::Memory::stat
+/// [`stat_exact`]: crate::memory::Memory::stat_exact
+/// [`Memory::stats`]: crate::memory::Memory::stats
 pub const HEAP_STAT_BATCH: u32 = 64;
 
 /// References on a handle the allocator takes at once into a stock slot,
@@ -45,7 +48,8 @@ pub(super) struct Slots {
     /// charge that remembers a handle without holding a reference on it
     /// matches, since a handle's address can be reused once it is freed
     /// (its group removed) and a slot then made for a new group's handle at
-    /// that address ([`Stocks::heap_charge_fast`](super::Stocks::heap_charge_fast)).
+    /// that address
+    /// ([`Stocks::heap_charge_fast`](super::Stocks::heap_charge_fast)).
     pub(super) serials: [u64; NR_STOCK],
     pub(super) nr: [u64; NR_STOCK],
     pub(super) refs: [usize; NR_STOCK],
@@ -205,9 +209,10 @@ impl Slots {
         self.new_slot(memcg)
     }
 
-    /// [`Stocks::heap_refill`](super::Stocks::heap_refill) when `memcg` has no slot: make one and put
-    /// the object in it (its units are at most the batch, so the new slot
-    /// cannot overflow); return what was evicted.
+    /// [`Stocks::heap_refill`](super::Stocks::heap_refill) when `memcg`
+    /// has no slot: make one and put the object in it (its units are at
+    /// most the batch, so the new slot cannot overflow); return what was
+    /// evicted.
     #[inline(never)]
     pub(super) fn heap_refill_new(
         &mut self,
