@@ -152,19 +152,21 @@
 // The files, lowest layer first; each imports only from files above it in
 // this list (and from the crate's lower layers):
 // config, error, events, objcg, reclaim (its types), memcg, stock, ext,
-// handle; then register, read, charge, reclaim (its walk), limits, heap;
-// then alloc. This file only re-exports.
+// handle; then register, read, charge, reclaim (its walk), over_limit,
+// guard, limits, heap; then alloc. This file only re-exports.
 pub mod alloc;
 mod charge;
 mod config;
 mod error;
 mod events;
 mod ext;
+mod guard;
 mod handle;
 mod heap;
 mod limits;
 mod memcg;
 pub(crate) mod objcg;
+mod over_limit;
 mod read;
 pub mod reclaim;
 mod register;
@@ -179,13 +181,14 @@ mod tests_prop;
 #[cfg(all(test, not(rstat_loom)))]
 mod tests_reclaim;
 
-pub use charge::{Charge, Charged, OnOom, OwnedCharge};
+pub use charge::{Charged, OnOom};
 pub use config::{
     stat_unit, MemoryConfig, MAX_BATCH, MAX_RECLAIM_RETRIES, MAX_RECLAIM_ROUNDS,
     MEMCG_CHARGE_BATCH, MEMORY_STAT_NAMES,
 };
 pub use error::{parse_limit, MemoryError, OverLimit};
 pub use events::{MemoryEvent, MemoryEvents};
+pub use guard::{Charge, OwnedCharge};
 pub use handle::Memory;
 pub(crate) use handle::MemoryInner;
 pub use heap::HeapLimitMode;
