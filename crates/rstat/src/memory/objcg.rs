@@ -57,6 +57,7 @@
 
 use core::ptr::NonNull;
 
+use super::alloc::reentry::untracked;
 use crate::sync::{fence, AtomicPtr, AtomicUsize, Ordering};
 
 /// The tag of a reparented handle's word.
@@ -118,7 +119,7 @@ impl ObjCg {
     /// `stocks` (`Stocks::as_handle_word`). Its memory is not charged by
     /// the accounting allocator.
     pub(crate) fn new(engine: usize, stocks: *const ()) -> NonNull<ObjCg> {
-        let b = crate::alloc::untracked(|| {
+        let b = untracked(|| {
             Box::new(ObjCg {
                 state: AtomicPtr::new(core::ptr::null_mut()),
                 refs: AtomicUsize::new(1),
