@@ -49,10 +49,10 @@
 //! compare-and-swap on this CPU's stock lock, one per-CPU stat add; no
 //! allocation) plus a guard of five words on the caller's stack. The guard
 //! writes no reference count, so it touches no cache line that other CPUs'
-//! charges write. (An earlier guard cloned the `Memory` handle, an `Arc`
-//! every thread shares: two contended atomic operations per charge, which
-//! made the guard path several times slower than the raw calls at two
-//! threads.)
+//! charges write. (A guard that cloned the `Memory` handle, an `Arc` every
+//! thread shares, would add two contended atomic operations to every
+//! charge, making the guard path much slower than the raw calls as soon as
+//! two threads charge.)
 //!
 //! The borrow is what keeps the group valid while it is charged: the
 //! caller's handle outlives the guard. (Only a charge that landed on the
@@ -149,11 +149,15 @@
 //! [`Group`]: crate::Group
 //! [`PageCounter`]: crate::page_counter::PageCounter
 
-// The files, lowest layer first; each imports only from files above it in
-// this list (and from the crate's lower layers):
-// config, error, events, objcg, reclaim (its types), memcg, stock, ext,
-// handle; then register, read, charge, reclaim (its walk), over_limit,
-// guard, limits, heap; then alloc. This file only re-exports.
+// The files form layers: each imports only from files earlier in this
+// list (and from the crate's lower layers), none from this file, which
+// only declares them and re-exports:
+//   config, error, events, alloc/reentry (the allocator's re-entry flag);
+//   objcg (owner handles); reclaim/mod.rs (reclaim's types);
+//   memcg (one group's state); stock/ (the per-CPU stocks);
+//   ext (the group extension, the offline protocol); handle (`Memory`);
+//   register, read, charge, reclaim/{share, walk, registry};
+//   over_limit, guard, limits, heap; the rest of alloc/.
 pub mod alloc;
 mod charge;
 mod config;
