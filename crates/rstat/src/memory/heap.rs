@@ -8,20 +8,23 @@
 //! deltas counted in the stock slot (see the stock's `HEAP_STAT_BATCH`);
 //! the object's reference on its owner handle
 //! ([`objcg`](super::objcg)) is taken from (or put back into) the stock
-//! slot, a shared atomic add only once per [`REF_BATCH`](super::stock::REF_BATCH)
-//! objects. The slow
-//! paths may allocate (error paths, reclaim); the allocator runs them with
-//! its re-entry guard set, so those nested allocations pass through.
+//! slot, a shared atomic add only once per `REF_BATCH` (the stock's)
+//! objects. The slow paths may allocate (error paths, reclaim); the
+//! allocator runs them with its re-entry guard set, so those nested
+//! allocations pass through.
 
 use std::borrow::Cow;
 use std::ptr::NonNull;
 
 use super::charge::{ancestor, charge_memcg, check_high, uncharge_memcg, Charged, OnOom};
-use super::objcg::ObjCg;
-use super::{
-    MemCg, Memory, MemoryError, MemoryEvent, Target, STAT_HEAP, STAT_HEAP_ALLOCS, STAT_HEAP_FREES,
-    STAT_HEAP_OVERHEAD, STAT_HEAP_REPARENTED,
+use super::config::{
+    STAT_HEAP, STAT_HEAP_ALLOCS, STAT_HEAP_FREES, STAT_HEAP_OVERHEAD, STAT_HEAP_REPARENTED,
 };
+use super::error::MemoryError;
+use super::events::MemoryEvent;
+use super::handle::{Memory, Target};
+use super::memcg::MemCg;
+use super::objcg::ObjCg;
 use crate::group::{Group, GroupInner};
 use crate::page_counter::{PageCounterError, PAGE_COUNTER_MAX};
 use crate::sync::Ordering;

@@ -2,8 +2,10 @@
 //! `memory.min`, set as numbers or written as text, and the reclaim a
 //! `memory.max` or `memory.high` write makes toward the new value.
 
+use super::error::{parse_limit, MemoryError};
+use super::events::MemoryEvent;
+use super::handle::Memory;
 use super::reclaim::ReclaimBudget;
-use super::{parse_limit, Memory, MemoryError, MemoryEvent};
 use crate::group::Group;
 use crate::page_counter::PAGE_COUNTER_MAX;
 

@@ -45,7 +45,7 @@
 //! for its lock); one that began after acquired a lock the drain released
 //! after the rewrite, so its load sees the new word. Only then does the
 //! removal return and the group become releasable. `ObjCg::current` must be
-//! called under a stock lock; the loom model `memory::loom_tests` checks
+//! called under a stock lock; the loom model `memory::tests_loom` checks
 //! the protocol with a stand-in group that is "freed" after the removal.
 //!
 //! References: `get` is a `Relaxed` add (the caller holds a reference, or
@@ -57,7 +57,7 @@
 
 use core::ptr::NonNull;
 
-use super::stock::Stocks;
+use super::alloc::reentry::untracked;
 use crate::sync::{fence, AtomicPtr, AtomicUsize, Ordering};
 
 /// The tag of a reparented handle's word.
@@ -84,8 +84,10 @@ pub(crate) struct ObjCg {
     /// (null in models): the allocator's free goes straight to them on its
     /// fast path. They outlive every object charged through this handle
     /// (the allocator's binding keeps the controller for the rest of the
-    /// process).
-    stocks: *const Stocks,
+    /// process). Untyped: the stock sits above the handle (its slots hold
+    /// references on handles), so it converts both ways
+    /// (`Stocks::as_handle_word`, `Stocks::of_handle`).
+    stocks: *const (),
     /// This handle's serial: unique in the process and never reused, unlike
     /// its address (a handle freed after its group's removal leaves its
     /// block to the next allocation, perhaps another group's handle). Stock
@@ -114,9 +116,10 @@ pub(crate) struct Current {
 impl ObjCg {
     /// A new, unbound handle with its base reference, for a group of
     /// engine `engine` (an identity) whose memory state charges through
-    /// `stocks`. Its memory is not charged by the accounting allocator.
-    pub(crate) fn new(engine: usize, stocks: *const Stocks) -> NonNull<ObjCg> {
-        let b = crate::memory::alloc::untracked(|| {
+    /// `stocks` (`Stocks::as_handle_word`). Its memory is not charged by
+    /// the accounting allocator.
+    pub(crate) fn new(engine: usize, stocks: *const ()) -> NonNull<ObjCg> {
+        let b = untracked(|| {
             Box::new(ObjCg {
                 state: AtomicPtr::new(core::ptr::null_mut()),
                 refs: AtomicUsize::new(1),
@@ -150,9 +153,10 @@ impl ObjCg {
         self.serial
     }
 
-    /// The stocks given at creation (null in models).
+    /// The stocks given at creation (null in models), untyped
+    /// (`Stocks::of_handle` reads them).
     #[inline(always)]
-    pub(crate) fn stocks(&self) -> *const Stocks {
+    pub(crate) fn stocks(&self) -> *const () {
         self.stocks
     }
 

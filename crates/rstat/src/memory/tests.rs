@@ -1,9 +1,12 @@
 //! Unit tests of the charge path, the stock, limits, events, stats, removal
 //! and bad input. Reclaim is in `tests_reclaim`.
 
+use std::sync::Arc;
+
 use super::*;
 use crate::error::Error;
 use crate::page_counter::PAGE_COUNTER_MAX;
+use crate::{Group, Rstat};
 
 pub(super) fn engine(nr_cpus: usize) -> Rstat {
     Rstat::builder()

@@ -1,11 +1,13 @@
 //! Unit tests of reclaim: over `max`, proportional shares, `min` and `low`,
 //! limit writes, `reclaim_high`, the OOM handler, removal.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use super::tests::setup;
 use super::*;
 use crate::page_counter::PAGE_COUNTER_MAX;
+use crate::{Group, Rstat};
 
 /// A cache of 1-unit charges whose reclaimer frees the newest ones. The
 /// reclaimer holds it weakly (a strong reference would be a cycle: group →

@@ -9,9 +9,10 @@
 use std::sync::Arc;
 
 use super::charge::{charge_memcg, uncharge_memcg};
+use super::ext::Shared;
+use super::memcg::MemCg;
 use super::objcg::ObjCg;
 use super::stock::Stocks;
-use super::{MemCg, Shared};
 use crate::sync::{AtomicBool, Ordering};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {

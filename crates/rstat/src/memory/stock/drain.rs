@@ -1,0 +1,77 @@
+//! Emptying and reading the stocks across every CPU: drain chosen slots
+//! into their page counters (limit writes, reclaim, a group going
+//! offline), add their pending heap stat deltas, count a group's stocked
+//! units. Each waits for every CPU's lock in turn.
+
+use super::slots::{Taken, NR_STOCK};
+use super::Stocks;
+use crate::memory::memcg::MemCg;
+#[cfg(all(rstat_loom, test))]
+use crate::memory::objcg::ObjCg;
+
+impl Stocks {
+    /// Empty, on every CPU, the slots whose group satisfies `pred`, into
+    /// their page counters. Waits for each CPU's lock in turn. Returns the
+    /// units uncharged.
+    pub(crate) fn drain(&self, pred: impl Fn(&MemCg) -> bool) -> u64 {
+        let mut total = 0u64;
+        // Room for one CPU's slots, on the stack: no allocation, so a drain
+        // is exact for the caller's own group (a scratch buffer's free
+        // would go back into its stock), and nothing is allocated under a
+        // stock lock (the accounting allocator's charge may need it).
+        let mut taken: [Option<Taken>; NR_STOCK] = Default::default();
+        for cpu in self.cpus.iter() {
+            let mut h = cpu.lock();
+            h.with(|s| {
+                for (i, t) in taken.iter_mut().enumerate() {
+                    if s.cached[i].as_deref().is_some_and(&pred) {
+                        *t = s.take(i);
+                    }
+                }
+            });
+            drop(h);
+            for t in taken.iter_mut().filter_map(Option::take) {
+                total = total.saturating_add(t.give_back());
+            }
+        }
+        total
+    }
+
+    /// Add the pending heap stat deltas of every slot whose group
+    /// satisfies `pred`, on every CPU, to their groups' stat items. Takes
+    /// each CPU's lock in turn.
+    pub(crate) fn flush_stats(&self, pred: impl Fn(&MemCg) -> bool) {
+        for cpu in self.cpus.iter() {
+            let mut h = cpu.lock();
+            h.with(|s| {
+                for i in 0..NR_STOCK {
+                    if s.cached[i].as_deref().is_some_and(&pred) {
+                        s.flush_stats(i);
+                    }
+                }
+            });
+        }
+    }
+
+    /// Give `memcg`'s slot on CPU `cpu` the key `addr`, as if its handle
+    /// had been made at that address (the loom model of address reuse).
+    #[cfg(all(rstat_loom, test))]
+    pub(crate) fn rekey_for_model(&self, cpu: usize, memcg: &MemCg, addr: *const ObjCg) {
+        let mut h = self.cpus[cpu].lock();
+        h.with(|s| {
+            if let Some(i) = s.find(memcg) {
+                s.keys[i] = addr;
+            }
+        });
+    }
+
+    /// Units of `memcg` in all stocks. Takes every CPU's lock in turn.
+    pub(crate) fn stocked(&self, memcg: &MemCg) -> u64 {
+        let mut total = 0u64;
+        for cpu in self.cpus.iter() {
+            let mut h = cpu.lock();
+            total += h.with(|s| s.find(memcg).map_or(0, |i| s.nr[i]));
+        }
+        total
+    }
+}

@@ -1,0 +1,266 @@
+//! One CPU's slot table ([`Slots`]): which groups it holds units for, and
+//! the moves between a slot and its group: take and put units, the
+//! allocator's handle references and stat deltas, evict, empty
+//! ([`Taken`]). Everything here runs under the CPU's lock (`lock`), which
+//! the stock (`mod.rs`) takes around it.
+
+use std::sync::Arc;
+
+use core::ptr::NonNull;
+
+use crate::memory::config::HeapStats;
+use crate::memory::memcg::MemCg;
+use crate::memory::objcg::ObjCg;
+
+/// Slots per CPU (the kernel's `NR_MEMCG_STOCK`); 2 under loom.
+pub const NR_STOCK: usize = if cfg!(rstat_loom) { 2 } else { 7 };
+
+/// Heap operations a slot counts before adding its stat deltas to its
+/// group's items: a read through [`Memory::stat`] or [`stat_exact`] adds
+/// every slot's first, so it stays exact; a read of the raw stat
+/// controller ([`Memory::stats`]) may miss fewer than this many
+/// operations' deltas per (group, CPU).
+///
+/// [`Memory::stat`]: crate::memory::Memory::stat
+/// [`stat_exact`]: crate::memory::Memory::stat_exact
+/// [`Memory::stats`]: crate::memory::Memory::stats
+pub const HEAP_STAT_BATCH: u32 = 64;
+
+/// References on a handle the allocator takes at once into a stock slot,
+/// and the most a slot keeps (above it, the surplus goes back).
+pub(crate) const REF_BATCH: usize = 64;
+const REF_MAX: usize = 2 * REF_BATCH;
+
+/// The slot table: `cached[i]` holds `nr[i]` pre-charged units,
+/// `refs[i]` references on its group's owner handle ([`crate::memory::objcg`]),
+/// taken in batches for the allocator's objects, and `stat[i]` the
+/// allocator's `memory.stat` deltas of its group not yet added to the
+/// group's stat items (see [`HEAP_STAT_BATCH`]).
+pub(super) struct Slots {
+    pub(super) cached: [Option<Arc<MemCg>>; NR_STOCK],
+    /// `cached[i]`'s owner handle address (null for an empty slot): the
+    /// accounting allocator finds a slot by the handle an object holds,
+    /// without reaching its group. A handle lives while a slot names its
+    /// state (the state holds its base reference until its removal has
+    /// drained every slot), so an address here is never another handle's.
+    pub(super) keys: [*const ObjCg; NR_STOCK],
+    /// `cached[i]`'s owner handle serial (0 for an empty slot): what a
+    /// charge that remembers a handle without holding a reference on it
+    /// matches, since a handle's address can be reused once it is freed
+    /// (its group removed) and a slot then made for a new group's handle at
+    /// that address
+    /// ([`Stocks::heap_charge_fast`](super::Stocks::heap_charge_fast)).
+    pub(super) serials: [u64; NR_STOCK],
+    pub(super) nr: [u64; NR_STOCK],
+    pub(super) refs: [usize; NR_STOCK],
+    pub(super) stat: [HeapStats; NR_STOCK],
+    /// Operations counted in `stat[i]` since it was last added.
+    pub(super) nstat: [u32; NR_STOCK],
+    /// This stock's CPU index, and the memory controller's stat
+    /// controller id (`usize::MAX`: none, in models), for those adds.
+    pub(super) cpu: usize,
+    pub(super) stat_ctl: usize,
+    /// The next slot to evict when none is free (round-robin).
+    pub(super) next_evict: usize,
+}
+
+impl Slots {
+    /// An empty table for CPU `cpu`; `stat_ctl`: the memory controller's
+    /// stat controller id (`usize::MAX` in models: none).
+    pub(super) fn new(cpu: usize, stat_ctl: usize) -> Slots {
+        Slots {
+            cached: Default::default(),
+            keys: [core::ptr::null(); NR_STOCK],
+            serials: [0; NR_STOCK],
+            nr: [0; NR_STOCK],
+            refs: [0; NR_STOCK],
+            stat: [[0; 4]; NR_STOCK],
+            nstat: [0; NR_STOCK],
+            cpu,
+            stat_ctl,
+            next_evict: 0,
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn find(&self, memcg: &MemCg) -> Option<usize> {
+        self.cached
+            .iter()
+            .position(|c| c.as_deref().is_some_and(|c| core::ptr::eq(c, memcg)))
+    }
+
+    /// The slot of the state whose owner handle is `x`.
+    #[inline(always)]
+    pub(super) fn find_key(&self, x: *const ObjCg) -> Option<usize> {
+        self.keys.iter().position(|&k| core::ptr::eq(k, x))
+    }
+
+    /// The slot of the state whose owner handle has serial `serial` (not
+    /// 0).
+    #[inline(always)]
+    pub(super) fn find_serial(&self, serial: u64) -> Option<usize> {
+        self.serials.iter().position(|&k| k == serial)
+    }
+
+    /// The allocator's charge of one object from slot `i`: its units and
+    /// one handle reference (fetched [`REF_BATCH`] at a time). False if the
+    /// slot has fewer units.
+    ///
+    /// A slot names a state only until that state's removal drains it, and
+    /// the state holds its handle's base reference until after that drain:
+    /// the handle is live while we hold the lock.
+    #[inline(always)]
+    pub(super) fn heap_take_at(&mut self, i: usize, size: u64, overhead: u64) -> bool {
+        let n = size + overhead;
+        if self.nr[i] < n {
+            return false;
+        }
+        self.nr[i] -= n;
+        if self.refs[i] == 0 {
+            // SAFETY: the handle is live (above).
+            unsafe { ObjCg::get(NonNull::new_unchecked(self.keys[i].cast_mut()), REF_BATCH) };
+            self.refs[i] = REF_BATCH;
+        }
+        self.refs[i] -= 1;
+        // Amounts are below PAGE_COUNTER_MAX: they fit an i64.
+        self.count(i, [size as i64, overhead as i64, 1, 0]);
+        true
+    }
+
+    /// The allocator's uncharge of one object into slot `i` (its units, at
+    /// most `batch`, and its handle reference). Returns what must be given
+    /// back once the lock is released (the slot, if it overflowed).
+    #[inline(always)]
+    pub(super) fn heap_put_at(
+        &mut self,
+        i: usize,
+        size: u64,
+        overhead: u64,
+        batch: u64,
+    ) -> Option<Taken> {
+        // Made here, not captured: a captured array is read back from the
+        // caller's stack with wider loads than it was written with (a
+        // store-forwarding stall on this hot path).
+        let d = [-(size as i64), -(overhead as i64), 0, 1];
+        // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
+        self.nr[i] += size + overhead;
+        self.refs[i] += 1;
+        self.count(i, d);
+        if self.refs[i] > REF_MAX {
+            let surplus = self.refs[i] - REF_BATCH;
+            self.refs[i] = REF_BATCH;
+            // SAFETY: these references were the slot's; the base reference
+            // is held (a slot names the state), so this is not the last.
+            unsafe { ObjCg::put(NonNull::new_unchecked(self.keys[i].cast_mut()), surplus) };
+        }
+        if self.nr[i] > batch {
+            return self.take(i);
+        }
+        None
+    }
+
+    /// Add slot `i`'s pending heap stat deltas to its group's stat items
+    /// (per-CPU adds). Under the lock: the group is live while a slot
+    /// names its state (its removal drains the slot first).
+    #[inline(never)]
+    pub(super) fn flush_stats(&mut self, i: usize) {
+        if self.nstat[i] == 0 {
+            return;
+        }
+        self.nstat[i] = 0;
+        let d = core::mem::take(&mut self.stat[i]);
+        if let Some(m) = self.cached[i].as_deref() {
+            m.add_heap_stats(self.stat_ctl, self.cpu, d);
+        }
+    }
+
+    /// Count one heap operation's deltas in slot `i`, adding them to the
+    /// group's items every [`HEAP_STAT_BATCH`] operations.
+    #[inline(always)]
+    fn count(&mut self, i: usize, d: HeapStats) {
+        for (a, b) in self.stat[i].iter_mut().zip(d) {
+            *a = a.wrapping_add(b);
+        }
+        self.nstat[i] += 1;
+        if self.nstat[i] >= HEAP_STAT_BATCH {
+            self.flush_stats(i);
+        }
+    }
+
+    /// Empty slot `i`; its group, units and handle references, if it
+    /// named one (its stat deltas are added first).
+    #[inline(never)]
+    pub(super) fn take(&mut self, i: usize) -> Option<Taken> {
+        self.flush_stats(i);
+        let nr = core::mem::take(&mut self.nr[i]);
+        let refs = core::mem::take(&mut self.refs[i]);
+        self.keys[i] = core::ptr::null();
+        self.serials[i] = 0;
+        self.cached[i].take().map(|m| Taken { memcg: m, nr, refs })
+    }
+
+    /// The slot of `memcg`, made (a free one, or one evicted round-robin)
+    /// if it has none: its index and what was evicted.
+    #[inline(always)]
+    pub(super) fn slot_for(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
+        if let Some(i) = self.find(memcg) {
+            return (i, None);
+        }
+        self.new_slot(memcg)
+    }
+
+    /// [`Stocks::heap_refill`](super::Stocks::heap_refill) when `memcg`
+    /// has no slot: make one and put the object in it (its units are at
+    /// most the batch, so the new slot cannot overflow); return what was
+    /// evicted.
+    #[inline(never)]
+    pub(super) fn heap_refill_new(
+        &mut self,
+        memcg: &Arc<MemCg>,
+        size: u64,
+        overhead: u64,
+        batch: u64,
+    ) -> Option<Taken> {
+        let (i, evicted) = self.new_slot(memcg);
+        let overflow = self.heap_put_at(i, size, overhead, batch);
+        debug_assert!(overflow.is_none(), "an empty slot overflowed");
+        evicted
+    }
+
+    /// [`slot_for`](Self::slot_for) when `memcg` has no slot (kept out of
+    /// line).
+    #[inline(never)]
+    fn new_slot(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
+        let (i, evicted) = match self.cached.iter().position(Option::is_none) {
+            Some(i) => (i, None),
+            None => {
+                let i = self.next_evict % NR_STOCK;
+                self.next_evict = (i + 1) % NR_STOCK;
+                (i, self.take(i))
+            }
+        };
+        self.cached[i] = Some(Arc::clone(memcg));
+        self.keys[i] = memcg.objcg().as_ptr();
+        self.serials[i] = memcg.objcg_serial();
+        (i, evicted)
+    }
+}
+
+/// What a slot held when it was emptied: units to uncharge and handle
+/// references to drop, after the lock is released ([`Taken::give_back`]).
+#[must_use]
+pub(crate) struct Taken {
+    memcg: Arc<MemCg>,
+    nr: u64,
+    refs: usize,
+}
+
+impl Taken {
+    /// Uncharge the units and drop the references. Returns the units.
+    pub(crate) fn give_back(self) -> u64 {
+        self.memcg.uncharge_counter(self.nr);
+        // SAFETY: the slot owned these references on its group's handle.
+        unsafe { self.memcg.put_objcg(self.refs) };
+        self.nr
+    }
+}
