@@ -70,7 +70,7 @@ impl GroupStats {
 }
 
 /// The totals of several groups of one controller, copied under one hold
-/// of its flush lock ([`ControllerHandle::read_consistent`]), in the order
+/// of its flush lock ([`ControllerHandle::read_consistent`](crate::ControllerHandle::read_consistent)), in the order
 /// the groups were given.
 pub(crate) struct TotalsBatch {
     pub(super) nr_stats: usize,

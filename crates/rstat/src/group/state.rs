@@ -48,7 +48,7 @@ pub(crate) struct EngineInner {
     pub(crate) zombies: AtomicUsize,
     /// The next group id ([`Group::id`]); ids are never reused.
     pub(crate) next_group_id: AtomicU64,
-    /// Queues told of every group removal ([`Rstat::watch_removals`]).
+    /// Queues told of every group removal ([`Rstat::watch_removals`](crate::Rstat::watch_removals)).
     pub(crate) removal_watchers: Mutex<Vec<std::sync::Weak<RemovalQueue>>>,
     /// The largest `max_depth` of any removal watch ever created (0: none;
     /// the root, depth 0, is never removed): removals deeper than this
@@ -61,7 +61,7 @@ pub(crate) struct EngineInner {
     /// Groups whose last reference was dropped where releasing them was
     /// not safe (by the accounting allocator, inside `dealloc`): a
     /// push-only stack through `GroupInner::deferred_next`, emptied whole
-    /// by [`Group::release_deferred`].
+    /// by [`Rstat::release_deferred`](crate::Rstat::release_deferred).
     pub(crate) deferred: AtomicPtr<GroupInner>,
 }
 

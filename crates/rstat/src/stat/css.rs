@@ -254,7 +254,7 @@ impl Css {
     /// per-CPU `stats_updates`, in our own design): the per-CPU counter is
     /// the stat slot itself. Each time an update moves item `item`'s slot
     /// across a multiple of [`UPDATE_BATCH`] × its declared unit
-    /// ([`Controller::stat_units`]), 64 units per boundary crossed are
+    /// ([`Controller::stat_units`](crate::Controller::stat_units)), 64 units per boundary crossed are
     /// added to this CPU's [`UPDATES`] counter of the group and of every
     /// ancestor (lines no other CPU's updates write): the
     /// count measures significance in the item's unit, not raw magnitude,

@@ -128,7 +128,7 @@ impl Rare for (&Css, Item) {
 }
 
 /// The rseq update itself, for [`Css::add`] and
-/// [`ItemPath::update`]: one restartable section on this CPU's copy of
+/// [`ItemPath::add`]: one restartable section on this CPU's copy of
 /// `slot` (CPU 0's address of the item's slot), then, if it crossed a
 /// batch boundary, the crossing count, and the on-list check on this CPU's
 /// copy of `links` (CPU 0's links of the css's node). A thread the section
