@@ -3,15 +3,13 @@
 //! structs, text buffers, the handle table's lock) is exercised once per
 //! path, small enough to run under Miri (`.ci/run`).
 
+mod common;
+
 use std::ffi::c_char;
 use std::ptr;
 
+use common::{doc_codes, options};
 use rstat_capi::*;
-
-mod common {
-    pub mod doc_codes;
-}
-use common::doc_codes;
 
 /// Every `extern "C"` function runs its body in `ffi` (or, for
 /// `rstat_last_error`, its own `catch_unwind`), except the two that cannot
@@ -56,12 +54,7 @@ fn every_exported_function_catches_panics() {
 
 #[test]
 fn pointers_structs_and_buffers() {
-    let opts = rstat_options {
-        size: std::mem::size_of::<rstat_options>() as u32,
-        flags: RSTAT_OPT_NO_PERIODIC_FLUSH,
-        nr_cpus: 2,
-        ..Default::default()
-    };
+    let opts = options(RSTAT_OPT_NO_PERIODIC_FLUSH, 2);
     let mut rs: *mut rstat = ptr::null_mut();
     // SAFETY: valid pointers (as for every call below).
     unsafe {
@@ -242,12 +235,7 @@ fn every_function_that_can_fail_documents_its_errors() {
 /// each is returned, and listed in the function's `Errors:` paragraph.
 #[test]
 fn every_code_a_call_returns_is_in_its_documentation() {
-    let opts = rstat_options {
-        size: std::mem::size_of::<rstat_options>() as u32,
-        flags: RSTAT_OPT_NO_PERIODIC_FLUSH | RSTAT_OPT_NO_MEMORY,
-        nr_cpus: 2,
-        ..Default::default()
-    };
+    let opts = options(RSTAT_OPT_NO_PERIODIC_FLUSH | RSTAT_OPT_NO_MEMORY, 2);
     let mut rs: *mut rstat = ptr::null_mut();
     let mut root: *mut rstat_group = ptr::null_mut();
     let mut raw = [0u64; 4];
@@ -374,12 +362,7 @@ fn every_code_a_call_returns_is_in_its_documentation() {
 #[cfg_attr(miri, ignore)]
 #[test]
 fn per_cpu_state_the_system_refuses_is_enomem_and_described_as_such() {
-    let opts = rstat_options {
-        size: std::mem::size_of::<rstat_options>() as u32,
-        flags: RSTAT_OPT_NO_PERIODIC_FLUSH,
-        nr_cpus: u32::MAX,
-        ..Default::default()
-    };
+    let opts = options(RSTAT_OPT_NO_PERIODIC_FLUSH, u32::MAX);
     let mut rs: *mut rstat = ptr::null_mut();
     // SAFETY: valid pointers.
     let rc = unsafe { rstat_new(&opts, &mut rs) };

@@ -8,9 +8,12 @@
 //! generation starts at a per-process random value), so a run with the
 //! ~200 values below fails spuriously with probability below 10^-7.
 
+mod common;
+
 use std::ffi::c_char;
 use std::ptr;
 
+use common::options;
 use rstat_capi::*;
 
 fn last_error() -> String {
@@ -30,11 +33,7 @@ fn forged<T>(v: usize) -> *mut T {
 
 #[test]
 fn small_integer_handles_are_refused() {
-    let opts = rstat_options {
-        size: std::mem::size_of::<rstat_options>() as u32,
-        flags: RSTAT_OPT_NO_PERIODIC_FLUSH,
-        ..Default::default()
-    };
+    let opts = options(RSTAT_OPT_NO_PERIODIC_FLUSH, 0);
     let mut rs: *mut rstat = ptr::null_mut();
     let mut root: *mut rstat_group = ptr::null_mut();
     let mut cpu: *mut rstat_counters = ptr::null_mut();

@@ -14,17 +14,15 @@
 //!
 //! Bounded: `PROPTEST_CASES` cases (default 64; CI sets it) of up to 60 calls.
 
+mod common;
+
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 use std::ptr;
 
+use common::{doc_codes, options};
 use proptest::prelude::*;
 use rstat_capi::*;
-
-mod common {
-    pub mod doc_codes;
-}
-use common::doc_codes;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -300,13 +298,8 @@ fn new_group_handle(m: &mut Model, value: usize, engine: usize) -> Result<usize,
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut m = Model::default();
     let mut out: *mut rstat_group = ptr::null_mut();
-    let opts = rstat_options {
-        size: std::mem::size_of::<rstat_options>() as u32,
-        flags: RSTAT_OPT_NO_PERIODIC_FLUSH,
-        // Fewer per-CPU slots keep Miri's run short.
-        nr_cpus: if cfg!(miri) { 2 } else { 0 },
-        ..Default::default()
-    };
+    // Fewer per-CPU slots keep Miri's run short.
+    let opts = options(RSTAT_OPT_NO_PERIODIC_FLUSH, if cfg!(miri) { 2 } else { 0 });
     for op in std::iter::once(Op::New).chain(ops) {
         m.tick += 1;
         match op {

@@ -8,24 +8,18 @@
 //! One test function, because the steps share the one global allocator
 //! and must run in order.
 
+mod common;
+
 use std::alloc::System;
 use std::sync::Mutex;
 
-use rstat::alloc::{overhead, Accounted};
+use common::alloc::{charged, current};
+use rstat::alloc::Accounted;
 use rstat::memory::Memory;
 use rstat::{Group, Rstat};
 
 #[global_allocator]
 static ALLOC: Accounted<System> = Accounted::new(System);
-
-fn charged(bytes: usize) -> u64 {
-    (bytes + overhead(bytes)) as u64
-}
-
-fn current(mem: &Memory, g: &Group) -> u64 {
-    mem.drain_stocks(g).unwrap();
-    mem.current(g).unwrap()
-}
 
 /// Filled by a thread-local's destructor.
 static FROM_TLS_DTOR: Mutex<Option<Vec<u8>>> = Mutex::new(None);

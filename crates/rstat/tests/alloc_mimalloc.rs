@@ -3,10 +3,13 @@
 //! thread, realloc.
 #![cfg(feature = "mimalloc")]
 
+mod common;
+
 use std::alloc::{alloc, dealloc, realloc, Layout};
 
+use common::alloc::charged;
 use mimalloc::MiMalloc;
-use rstat::alloc::{overhead, Accounted};
+use rstat::alloc::Accounted;
 use rstat::memory::Memory;
 use rstat::Rstat;
 
@@ -19,10 +22,7 @@ fn accounted_over_mimalloc() {
     let mem = Memory::register_with(&rs, rstat::alloc::heap_config()).unwrap();
     ALLOC.install(&rs, &mem).unwrap();
     let g = rs.root().create_child("mi").unwrap();
-    let current = || {
-        mem.drain_stocks(&g).unwrap();
-        mem.current(&g).unwrap()
-    };
+    let current = || common::alloc::current(&mem, &g);
     let mut objs = Vec::new();
     let mut want = 0u64;
     for shift in 0..=16 {
@@ -34,7 +34,7 @@ fn accounted_over_mimalloc() {
                 unsafe { alloc(l) }
             };
             assert!(!p.is_null() && p as usize % l.align() == 0);
-            want += (size + overhead(size)) as u64;
+            want += charged(size);
             objs.push((p as usize, l));
         }
     }
@@ -55,10 +55,7 @@ fn accounted_over_mimalloc() {
     })
     .join()
     .unwrap();
-    let grown: u64 = objs
-        .iter()
-        .map(|(_, l)| (l.size() + overhead(l.size())) as u64)
-        .sum();
+    let grown: u64 = objs.iter().map(|(_, l)| charged(l.size())).sum();
     assert_eq!(current(), grown);
     std::thread::spawn(move || {
         for (p, l) in objs {

@@ -8,11 +8,15 @@
 //! being checked (charged to the root), so each checked group holds only
 //! the objects the test made in it.
 
+mod common;
+
 use std::alloc::{alloc, dealloc, realloc, Layout, System};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex, OnceLock};
 
+use common::alloc::{charged, current};
+use common::engine;
 use rstat::alloc::{overhead, Accounted};
 use rstat::memory::{HeapLimitMode, Limit, Memory, MemoryEvent, Reclaimer};
 use rstat::{Group, GroupExt, Rstat};
@@ -62,7 +66,7 @@ fn env() -> &'static (Rstat, Memory) {
     ENV.get_or_init(|| {
         // No periodic flusher: its thread would outlive the tests (the
         // engine lives in this static), which Miri reports.
-        let rs = Rstat::builder().periodic_flush(None).build().unwrap();
+        let rs = engine();
         let mem = Memory::register_with(&rs, rstat::alloc::heap_config()).unwrap();
         rs.register_ext(ReleaseWatch).unwrap();
         ALLOC.install(&rs, &mem).unwrap();
@@ -70,21 +74,9 @@ fn env() -> &'static (Rstat, Memory) {
     })
 }
 
-/// `memory.current` after draining the stocks of `g`'s subtree.
-fn current(g: &Group) -> u64 {
-    let (_, mem) = env();
-    mem.drain_stocks(g).unwrap();
-    mem.current(g).unwrap()
-}
-
 fn stat(g: &Group, item: &str) -> (i64, i64) {
     let s = env().1.stat_exact(g).unwrap();
     (s.get_local(item).unwrap(), s.get(item).unwrap())
-}
-
-/// The bytes an object charges.
-fn charged(l: Layout) -> u64 {
-    (l.size() + overhead(l.size())) as u64
 }
 
 /// A small deterministic generator (xorshift64*).
@@ -105,22 +97,21 @@ impl Rng {
 fn charged_to_the_current_group_and_uncharged_on_another_thread() {
     let (rs, mem) = env();
     let g = rs.root().create_child("basic").unwrap();
-    assert_eq!(current(&g), 0);
+    assert_eq!(current(mem, &g), 0);
     let v: Vec<u8> = {
         let _in = g.enter();
         std::hint::black_box(Vec::with_capacity(10_000))
     };
     let l = Layout::array::<u8>(10_000).unwrap();
-    assert_eq!(current(&g), charged(l));
+    assert_eq!(current(mem, &g), charged(l.size()));
     assert_eq!(stat(&g, "heap"), (10_000, 10_000));
     assert_eq!(stat(&g, "heap_overhead").0, overhead(10_000) as i64);
     assert_eq!(stat(&g, "heap_allocs").0, 1);
     // Freed by another thread, which is in no group: still `g`'s bytes.
     std::thread::spawn(move || drop(v)).join().unwrap();
-    assert_eq!(current(&g), 0);
+    assert_eq!(current(mem, &g), 0);
     assert_eq!(stat(&g, "heap"), (0, 0));
     assert_eq!(stat(&g, "heap_frees").0, 1);
-    let _ = mem;
     g.remove().unwrap();
 }
 
@@ -130,7 +121,7 @@ fn charged_to_the_current_group_and_uncharged_on_another_thread() {
 /// one was must be charged as itself.
 #[test]
 fn the_fast_path_follows_the_current_group_through_switches() {
-    let (rs, _) = env();
+    let (rs, mem) = env();
     let top = rs.root().create_child("switches").unwrap();
     let a = top.create_child("a").unwrap();
     let b = top.create_child("b").unwrap();
@@ -154,14 +145,14 @@ fn the_fast_path_follows_the_current_group_through_switches() {
         in_a.push(x3);
         in_b.push(x2);
     }
-    assert_eq!(current(&a), 2 * ROUNDS as u64 * charged(l));
-    assert_eq!(current(&b), ROUNDS as u64 * charged(l));
+    assert_eq!(current(mem, &a), 2 * ROUNDS as u64 * charged(l.size()));
+    assert_eq!(current(mem, &b), ROUNDS as u64 * charged(l.size()));
     assert_eq!(stat(&a, "heap_allocs").0, 2 * ROUNDS as i64);
     assert_eq!(stat(&b, "heap_allocs").0, ROUNDS as i64);
     drop(in_a);
     drop(in_b);
-    assert_eq!(current(&a), 0);
-    assert_eq!(current(&b), 0);
+    assert_eq!(current(mem, &a), 0);
+    assert_eq!(current(mem, &b), 0);
     // Groups made, used and removed one after the other (the allocator
     // tends to hand a new group the memory of the one just released).
     for i in 0..20 {
@@ -170,9 +161,9 @@ fn the_fast_path_follows_the_current_group_through_switches() {
             let _in = g.enter();
             std::hint::black_box(Vec::<u8>::with_capacity(1000))
         };
-        assert_eq!(current(&g), charged(l), "{}", g.path());
+        assert_eq!(current(mem, &g), charged(l.size()), "{}", g.path());
         drop(v);
-        assert_eq!(current(&g), 0);
+        assert_eq!(current(mem, &g), 0);
         g.remove().unwrap();
         drop(g);
         rs.release_deferred();
@@ -184,7 +175,7 @@ fn the_fast_path_follows_the_current_group_through_switches() {
 
 #[test]
 fn every_alignment_and_realloc_in_place_moves_only_the_difference() {
-    let (rs, _) = env();
+    let (rs, mem) = env();
     let g = rs.root().create_child("align").unwrap();
     let max_shift = if cfg!(miri) { 12 } else { 20 };
     let sizes: &[usize] = if cfg!(miri) {
@@ -205,7 +196,11 @@ fn every_alignment_and_realloc_in_place_moves_only_the_difference() {
             assert_eq!(p as usize % align, 0, "align {align} size {size}");
             // SAFETY: `p` has `size` bytes.
             unsafe { p.write_bytes(0xa5, size) };
-            assert_eq!(current(&g), charged(l), "align {align} size {size}");
+            assert_eq!(
+                current(mem, &g),
+                charged(l.size()),
+                "align {align} size {size}"
+            );
             // Grow and shrink, from another thread's point of view: the
             // owner pays the difference.
             let new_size = size * 3 + 1;
@@ -216,14 +211,22 @@ fn every_alignment_and_realloc_in_place_moves_only_the_difference() {
             // SAFETY: the first `size` bytes were kept.
             assert!((0..size).all(|i| unsafe { *q.add(i) } == 0xa5));
             let l2 = Layout::from_size_align(new_size, align).unwrap();
-            assert_eq!(current(&g), charged(l2), "grown: align {align} size {size}");
+            assert_eq!(
+                current(mem, &g),
+                charged(l2.size()),
+                "grown: align {align} size {size}"
+            );
             // SAFETY: as above.
             let r = unsafe { realloc(q, l2, size) };
             assert!(!r.is_null());
-            assert_eq!(current(&g), charged(l), "shrunk: align {align} size {size}");
+            assert_eq!(
+                current(mem, &g),
+                charged(l.size()),
+                "shrunk: align {align} size {size}"
+            );
             // SAFETY: from `realloc` to `size` at `align`.
             unsafe { dealloc(r, l) };
-            assert_eq!(current(&g), 0);
+            assert_eq!(current(mem, &g), 0);
         }
     }
     let (h, _) = stat(&g, "heap");
@@ -430,7 +433,7 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
                 let mut per_leaf = vec![0u64; leaves_now.len()];
                 for o in live.iter().chain(inbox.iter()) {
                     for o in o.lock().unwrap().iter() {
-                        per_leaf[o.leaf] += charged(o.layout);
+                        per_leaf[o.leaf] += charged(o.layout.size());
                     }
                 }
                 let mut per_tenant = [0u64; 2];
@@ -453,7 +456,7 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
                         continue;
                     };
                     check_eq!(
-                        current(g),
+                        current(mem, g),
                         per_leaf[i],
                         "round {round} leaf {i} ({})",
                         g.path()
@@ -464,12 +467,12 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
                     check_eq!(heap as u64, per_leaf[i], "round {round} leaf {i} stat");
                 }
                 for (t, g) in tenants.iter().enumerate() {
-                    check_eq!(current(g), per_tenant[t], "round {round} tenant {t}");
+                    check_eq!(current(mem, g), per_tenant[t], "round {round} tenant {t}");
                     let hs = mem.stat_exact(g).unwrap();
                     let heap = hs.get("heap").unwrap() + hs.get("heap_overhead").unwrap();
                     check_eq!(heap as u64, per_tenant[t], "round {round} tenant {t} stat");
                 }
-                check_eq!(current(&top), per_tenant[0] + per_tenant[1]);
+                check_eq!(current(mem, &top), per_tenant[0] + per_tenant[1]);
                 Ok(())
             };
             if let Err(e) = check() {
@@ -515,11 +518,11 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
     }
     for l in leaves.lock().unwrap().iter() {
         match &l.group {
-            Some(g) => assert_eq!(current(g), 0, "{}", g.path()),
+            Some(g) => assert_eq!(current(mem, g), 0, "{}", g.path()),
             None => assert!(released(l.id), "removed leaf {} not released", l.id),
         }
     }
-    assert_eq!(current(&top), 0);
+    assert_eq!(current(mem, &top), 0);
     let hs = mem.stat_exact(&top).unwrap();
     assert_eq!(hs.get("heap"), Some(0));
     assert_eq!(hs.get("heap_overhead"), Some(0));
@@ -546,7 +549,7 @@ fn enforce_fails_fallible_allocations_account_counts_events() {
         let _in = g.enter();
         std::hint::black_box(Vec::with_capacity(100_000))
     };
-    assert!(current(&g) >= 100_000);
+    assert!(current(mem, &g) >= 100_000);
     let ev = mem.events(&g).unwrap();
     assert!(ev.get(MemoryEvent::Max) >= 1 && ev.get(MemoryEvent::Oom) >= 1);
     drop(big);
@@ -582,7 +585,7 @@ fn enforce_fails_fallible_allocations_account_counts_events() {
     };
     assert!(refused.is_err());
     drop(fill);
-    assert_eq!(current(&g), 0);
+    assert_eq!(current(mem, &g), 0);
     assert!(stat(&g, "failcnt").0 >= 1);
     g.remove().unwrap();
 }
@@ -595,7 +598,7 @@ impl Reclaimer for FreeList {
         let mut l = self.0.lock().unwrap();
         while freed < target {
             match l.pop() {
-                Some(b) => freed += charged(Layout::array::<u8>(b.capacity()).unwrap()),
+                Some(b) => freed += charged(b.capacity()),
                 None => break,
             }
         }
@@ -622,9 +625,9 @@ fn memory_high_runs_reclaimers() {
     assert!(calls.load(Ordering::Relaxed) > 0, "no reclaimer ran");
     assert!(mem.events(&g).unwrap().get(MemoryEvent::High) > 0);
     // The cache was trimmed near memory.high.
-    assert!(current(&g) < 2 << 20, "{}", current(&g));
+    assert!(current(mem, &g) < 2 << 20, "{}", current(mem, &g));
     cache.lock().unwrap().clear();
-    assert_eq!(current(&g), 0);
+    assert_eq!(current(mem, &g), 0);
     g.remove().unwrap();
 }
 
@@ -754,10 +757,13 @@ fn a_thread_in_a_removed_group_is_never_charged_to_a_new_group() {
     // usage is what the rounds allocated for their own bookkeeping while
     // inside the removed groups: names, the new groups.)
     let l = Layout::array::<u8>(1000).unwrap();
-    assert_eq!(current(&other), 0);
-    let (with_kept, heap_with_kept) = (current(&home), stat(&home, "heap").1);
+    assert_eq!(current(mem, &other), 0);
+    let (with_kept, heap_with_kept) = (current(mem, &home), stat(&home, "heap").1);
     drop(kept);
-    assert_eq!(with_kept - current(&home), rounds as u64 * charged(l));
+    assert_eq!(
+        with_kept - current(mem, &home),
+        rounds as u64 * charged(l.size())
+    );
     assert_eq!(heap_with_kept - stat(&home, "heap").1, rounds as i64 * 1000);
     home.remove().unwrap();
     other.remove().unwrap();
@@ -781,12 +787,12 @@ fn drain_stocks_is_exact_for_the_callers_own_group() {
     };
     assert_eq!(
         drained_current,
-        charged(l),
+        charged(l.size()),
         "units left in a stock after the drain"
     );
     assert_eq!(mem.stocked(&g).unwrap(), 0);
     drop(v);
-    assert_eq!(current(&g), 0);
+    assert_eq!(current(mem, &g), 0);
     g.remove().unwrap();
 }
 
@@ -818,7 +824,7 @@ fn an_allocation_the_inner_allocator_refuses_is_not_counted() {
     assert_eq!(stat(&g, "heap_allocs"), (0, 0));
     assert_eq!(stat(&g, "heap_frees"), (0, 0));
     assert_eq!(stat(&g, "heap"), (0, 0));
-    assert_eq!(current(&g), 0);
+    assert_eq!(current(mem, &g), 0);
     let peak = mem.peak(&g).unwrap();
     assert!(peak < 1 << 30, "memory.peak {peak} after refused requests");
     g.remove().unwrap();

@@ -4,24 +4,17 @@
 //! Small on purpose (a few groups, a few updates): CI runs this file under
 //! Miri.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use rstat::{Controller, Error, FlushCtx, FlushPolicy, Rstat, ROOT_GROUP_ID};
-
-/// An engine whose reads are all exact, with no background flusher.
-fn engine(nr_cpus: usize) -> Rstat {
-    Rstat::builder()
-        .nr_cpus(nr_cpus)
-        .flush_policy(FlushPolicy::Always)
-        .periodic_flush(None)
-        .build()
-        .unwrap()
-}
+use common::engine_with;
+use rstat::{Controller, Error, FlushCtx, FlushPolicy, ROOT_GROUP_ID};
 
 #[test]
 fn stat_items_are_checked_once_and_then_cannot_fail() {
-    let rs = engine(2);
+    let rs = engine_with(2, FlushPolicy::Always);
     let io = rs.register_counters("io", &["rbytes", "wbytes"]).unwrap();
     let g = rs.root().create_child("g").unwrap();
     let h = io.stat_handle(&g).unwrap();
@@ -67,7 +60,7 @@ fn stat_items_are_checked_once_and_then_cannot_fail() {
 #[test]
 fn a_counter_set_of_the_documented_maximum_registers_and_one_more_does_not() {
     const MAX: usize = 4096;
-    let rs = engine(2);
+    let rs = engine_with(2, FlushPolicy::Always);
     let before = rs.root().create_child("before").unwrap();
     let names: Vec<String> = (0..=MAX).map(|i| format!("i{i}")).collect();
     let items: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -111,7 +104,7 @@ fn unknown_stat_name_lists_at_most_sixteen_items() {
 
 #[test]
 fn a_leading_slash_is_the_root() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     let a = rs.root().create_child("a").unwrap();
     let b = a.create_child("b").unwrap();
     assert_eq!(rs.lookup("/").unwrap(), *rs.root());
@@ -127,7 +120,7 @@ fn a_leading_slash_is_the_root() {
 
 #[test]
 fn invalid_paths_name_the_offending_component() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     rs.root().create_child("a").unwrap();
     let cases: [(&str, &str, &str); 5] = [
         ("a//b", "", "it is empty (a doubled or trailing '/')"),
@@ -167,7 +160,7 @@ fn invalid_paths_name_the_offending_component() {
 
 #[test]
 fn not_found_names_the_missing_component_and_the_root_prints_as_slash() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     let a = rs.root().create_child("a").unwrap();
     a.create_child("b").unwrap();
     assert_eq!(
@@ -206,7 +199,7 @@ fn not_found_names_the_missing_component_and_the_root_prints_as_slash() {
 
 #[test]
 fn lookups_from_a_removed_group_say_it_was_removed() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     let a = rs.root().create_child("a").unwrap();
     a.remove().unwrap();
     assert_eq!(
@@ -220,7 +213,7 @@ fn lookups_from_a_removed_group_say_it_was_removed() {
 
 #[test]
 fn group_ids_are_unique_for_the_engines_lifetime() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     assert_eq!(rs.root().id(), ROOT_GROUP_ID);
     let a = rs.root().create_child("a").unwrap();
     let b = a.create_child("b").unwrap();
@@ -269,7 +262,7 @@ impl Controller for PeakPerGroup {
 
 #[test]
 fn a_flush_knows_which_group_it_is_folding() {
-    let rs = engine(2);
+    let rs = engine_with(2, FlushPolicy::Always);
     let seen = Peaks::default();
     let c = rs
         .register(PeakPerGroup {
@@ -295,7 +288,7 @@ fn a_flush_knows_which_group_it_is_folding() {
 
 #[test]
 fn totals_saturate_and_count_each_clamp_in_the_group_it_hit() {
-    let rs = engine(2);
+    let rs = engine_with(2, FlushPolicy::Always);
     let c = rs.register_counters("c", &["up", "down"]).unwrap();
     let g = rs.root().create_child("g").unwrap();
     let quiet = rs.root().create_child("quiet").unwrap();
@@ -328,7 +321,7 @@ fn totals_saturate_and_count_each_clamp_in_the_group_it_hit() {
 
 #[test]
 fn a_clamp_of_the_parents_pending_counts_against_the_parent() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     let c = rs.register_counters("c", &["n"]).unwrap();
     let p = rs.root().create_child("p").unwrap();
     let a = p.create_child("a").unwrap();
@@ -356,12 +349,7 @@ fn a_clamp_of_the_parents_pending_counts_against_the_parent() {
 
 #[test]
 fn lock_free_reads_see_the_overflow_count_too() {
-    let rs = Rstat::builder()
-        .nr_cpus(2)
-        .flush_policy(FlushPolicy::Threshold)
-        .periodic_flush(None)
-        .build()
-        .unwrap();
+    let rs = engine_with(2, FlushPolicy::Threshold);
     let c = rs.register_counters("c", &["n"]).unwrap();
     let g = rs.root().create_child("g").unwrap();
     c.add_on_cpu(&g, 0, 0, i64::MAX).unwrap();
@@ -375,7 +363,7 @@ fn lock_free_reads_see_the_overflow_count_too() {
 fn a_wrapping_slot_loses_nothing_while_each_change_fits() {
     // Charges on CPU 0, uncharges on CPU 1, a flush after each: CPU 0's
     // slot passes i64::MAX and wraps, yet every total stays exact.
-    let rs = engine(2);
+    let rs = engine_with(2, FlushPolicy::Always);
     let c = rs.register_counters("c", &["n"]).unwrap();
     let g = rs.root().create_child("g").unwrap();
     for _ in 0..3 {
@@ -389,7 +377,7 @@ fn a_wrapping_slot_loses_nothing_while_each_change_fits() {
 
 #[test]
 fn cputime_that_does_not_fit_is_refused_not_clamped() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     let g = rs.root().create_child("g").unwrap();
     let cpu = rs.cpu().unwrap();
     let half = i64::MAX as u64 / 2 + 1;
@@ -442,7 +430,7 @@ impl Controller for HandFold {
 
 #[test]
 fn hand_folds_report_their_clamps() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     let c = rs.register(HandFold(vec!["n".into()])).unwrap();
     let g = rs.root().create_child("g").unwrap();
     c.add(&g, 0, i64::MAX).unwrap();
@@ -513,7 +501,7 @@ impl Controller for Flaky {
 
 #[test]
 fn a_panicking_flush_loses_nothing_and_counts_nothing_twice() {
-    let rs = engine(2);
+    let rs = engine_with(2, FlushPolicy::Always);
     let flaky = Flaky::new(1);
     let c = rs.register(flaky.handles()).unwrap();
     let a = rs.root().create_child("a").unwrap();
@@ -546,7 +534,7 @@ fn a_panicking_flush_loses_nothing_and_counts_nothing_twice() {
 
 #[test]
 fn a_panicking_parent_fold_keeps_what_its_children_handed_up() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     let flaky = Flaky::new(1);
     let c = rs.register(flaky.handles()).unwrap();
     let p = rs.root().create_child("p").unwrap();
@@ -572,7 +560,7 @@ fn a_panicking_parent_fold_keeps_what_its_children_handed_up() {
 
 #[test]
 fn a_panic_at_a_groups_final_flush_still_reaches_its_parent() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     let flaky = Flaky::new(3);
     let c = rs.register(flaky.handles()).unwrap();
     let p = rs.root().create_child("p").unwrap();
@@ -603,7 +591,7 @@ fn a_panic_at_a_groups_final_flush_still_reaches_its_parent() {
 
 #[test]
 fn counter_sets_never_report_flush_panics() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     let c = rs.register_counters("c", &["n"]).unwrap();
     c.add(rs.root(), 0, 1).unwrap();
     assert_eq!(c.read(rs.root()).unwrap().local(), &[1]);
@@ -642,7 +630,7 @@ impl Controller for Bomber {
 #[cfg_attr(miri, ignore)]
 #[test]
 fn a_payload_whose_destructor_panics_is_contained_too() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     let c = rs
         .register(Bomber(vec!["n".into()], Default::default()))
         .unwrap();
@@ -661,12 +649,7 @@ fn a_payload_whose_destructor_panics_is_contained_too() {
 
 #[test]
 fn a_threshold_read_retries_a_fold_that_panicked() {
-    let rs = Rstat::builder()
-        .nr_cpus(1)
-        .flush_policy(FlushPolicy::Threshold)
-        .periodic_flush(None)
-        .build()
-        .unwrap();
+    let rs = engine_with(1, FlushPolicy::Threshold);
     let flaky = Flaky::new(1);
     let c = rs.register(flaky.handles()).unwrap();
     let g = rs.root().create_child("g").unwrap();
@@ -705,7 +688,7 @@ impl Controller for Shrinker {
 
 #[test]
 fn a_fold_over_resized_totals_does_not_panic() {
-    let rs = engine(1);
+    let rs = engine_with(1, FlushPolicy::Always);
     let c = rs.register(Shrinker(vec!["n".into()])).unwrap();
     let g = rs.root().create_child("g").unwrap();
     c.add(&g, 0, 3).unwrap();

@@ -1,11 +1,10 @@
 //! The current group: nesting, out-of-order drops, removed groups, groups
 //! of another engine, threads.
 
-use rstat::{current_group, Error, Rstat};
+mod common;
 
-fn engine() -> Rstat {
-    Rstat::builder().periodic_flush(None).build().unwrap()
-}
+use common::engine;
+use rstat::{current_group, Error};
 
 #[test]
 fn a_thread_that_never_entered_is_in_the_root() {

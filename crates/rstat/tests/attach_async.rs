@@ -6,12 +6,10 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
+use common::cpu::{burn_in_steps, usage};
+use common::engine;
 use rstat::attach::FutureExt;
-use rstat::{current_group, Group, Rstat};
-
-fn engine() -> Rstat {
-    Rstat::builder().periodic_flush(None).build().unwrap()
-}
+use rstat::{current_group, Group};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -21,12 +19,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Burn `d` of this thread's CPU time (within one poll, so in short steps);
-/// returns what the thread's clock saw.
-fn burn(d: Duration) -> Duration {
-    common::burn_in_steps(d, 500)
-}
-
 /// A task: burn `chunks` × `chunk` between awaits; returns the burn its
 /// own clock saw and the worker threads it ran on.
 async fn task(chunks: u32, chunk: Duration) -> (Duration, HashSet<std::thread::ThreadId>) {
@@ -34,7 +26,8 @@ async fn task(chunks: u32, chunk: Duration) -> (Duration, HashSet<std::thread::T
     let mut threads = HashSet::new();
     for i in 0..chunks {
         threads.insert(std::thread::current().id());
-        burned += burn(chunk);
+        // Within one poll, so in short steps.
+        burned += burn_in_steps(chunk, 500);
         if i % 3 == 0 {
             // A timer wake-up: the task is rescheduled by whichever worker
             // runs the timer, which makes migration likely.
@@ -45,15 +38,6 @@ async fn task(chunks: u32, chunk: Duration) -> (Duration, HashSet<std::thread::T
     }
     threads.insert(std::thread::current().id());
     (burned, threads)
-}
-
-fn usage(rs: &Rstat, g: &Group) -> i64 {
-    rs.cpu()
-        .unwrap()
-        .read_exact(g)
-        .unwrap()
-        .get("usage_usec")
-        .unwrap()
 }
 
 #[test]

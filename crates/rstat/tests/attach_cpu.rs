@@ -7,40 +7,14 @@ mod common;
 use std::cell::RefCell;
 use std::time::Duration;
 
+use common::cpu::{burn, burn_in_steps, local_usage, us, usage, usage_user_system};
+use common::{engine, wait_until};
 use rstat::attach::{charge_all_threads, thread_cpu_time};
-use rstat::{Group, Rstat};
+use rstat::Rstat;
 
 /// Slack for the time enter/exit themselves take around a measured burn
 /// (Miri runs them thousands of times slower, on the wall clock).
 const SLACK_US: i64 = if cfg!(miri) { 5_000_000 } else { 2_000 };
-
-fn engine() -> Rstat {
-    Rstat::builder().periodic_flush(None).build().unwrap()
-}
-
-use common::burn;
-
-fn usage(rs: &Rstat, g: &Group) -> (i64, i64, i64) {
-    let s = rs.cpu().unwrap().read_exact(g).unwrap();
-    (
-        s.get("usage_usec").unwrap(),
-        s.get("user_usec").unwrap(),
-        s.get("system_usec").unwrap(),
-    )
-}
-
-fn local_usage(rs: &Rstat, g: &Group) -> i64 {
-    rs.cpu()
-        .unwrap()
-        .read_exact(g)
-        .unwrap()
-        .get_local("usage_usec")
-        .unwrap()
-}
-
-fn us(d: Duration) -> i64 {
-    d.as_micros() as i64
-}
 
 #[test]
 fn a_hog_is_charged_its_own_clock_to_the_microsecond() {
@@ -53,7 +27,7 @@ fn a_hog_is_charged_its_own_clock_to_the_microsecond() {
             burn(Duration::from_millis(100));
             drop(g);
             let t1 = thread_cpu_time();
-            let (usage, user, system) = usage(&rs, &a);
+            let (usage, user, system) = usage_user_system(&rs, &a);
             // Enter and exit read the clock between t0 and t1: the charge
             // is at most the outer span, and at least the 100 ms burned.
             assert!(usage <= us(t1 - t0) + 1, "{usage} > {:?}", t1 - t0);
@@ -86,7 +60,7 @@ fn nested_groups_are_charged_their_own_slices() {
                 "a: {la}"
             );
             assert!(lb >= us(in_b) && lb < us(in_b) + slack, "b: {lb}");
-            assert_eq!(usage(&rs, rs.root()).0, la + lb);
+            assert_eq!(usage(&rs, rs.root()), la + lb);
         });
     });
 }
@@ -130,7 +104,7 @@ fn the_charger_charges_a_thread_that_stays_inside() {
         let to_hog = to_hog;
         let burned = from_hog.recv().unwrap();
         charge_all_threads();
-        let (u, user, system) = usage(&rs, a);
+        let (u, user, system) = usage_user_system(&rs, a);
         assert!(u >= us(burned), "{u} < {burned:?}");
         assert_eq!(user + system, u);
         to_hog.send(()).unwrap();
@@ -163,12 +137,12 @@ fn the_background_charger_runs_each_period() {
         // Within a period (1 s) plus scheduling delay on a busy machine;
         // the bound is generous and only guards against a charger that
         // never runs.
-        let mut waited = Duration::ZERO;
-        while usage(&rs, a).0 < us(burned) {
-            assert!(waited < Duration::from_secs(30), "the charger never ran");
-            std::thread::sleep(Duration::from_millis(20));
-            waited += Duration::from_millis(20);
-        }
+        assert!(
+            wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+                usage(&rs, a) >= us(burned)
+            }),
+            "the charger never ran"
+        );
         to_hog.send(()).unwrap();
     });
 }
@@ -191,7 +165,7 @@ fn a_thread_exiting_inside_a_group_is_charged_up_to_its_exit() {
     })
     .join()
     .unwrap();
-    assert!(usage(&rs, &a).0 >= us(burned));
+    assert!(usage(&rs, &a) >= us(burned));
 }
 
 #[test]
@@ -205,7 +179,7 @@ fn a_leaked_guard_is_charged_up_to_thread_exit() {
     })
     .join()
     .unwrap();
-    assert!(usage(&rs, &a).0 >= us(burned));
+    assert!(usage(&rs, &a) >= us(burned));
 }
 
 #[test]
@@ -228,7 +202,7 @@ fn time_in_a_group_removed_while_inside_reaches_its_parent() {
     removed_tx.send(()).unwrap();
     let burned = t.join().unwrap();
     assert_eq!(rs.zombie_count(), 0);
-    let (u, ..) = usage(&rs, &p);
+    let u = usage(&rs, &p);
     assert!(u >= us(burned), "{u} < {burned:?}");
 }
 
@@ -245,8 +219,8 @@ fn a_group_of_another_engine_takes_the_time_while_current() {
             let in_x = burn(Duration::from_millis(40));
             drop(gx);
             drop(ga);
-            assert!(usage(&rs2, &x).0 >= us(in_x));
-            assert!(usage(&rs1, &a).0 < SLACK_US, "{}", usage(&rs1, &a).0);
+            assert!(usage(&rs2, &x) >= us(in_x));
+            assert!(usage(&rs1, &a) < SLACK_US, "{}", usage(&rs1, &a));
         });
     });
 }
@@ -269,7 +243,7 @@ fn system_time_is_split_out() {
                 (&f).read_exact(&mut buf).unwrap();
             }
             rstat::attach::charge_this_thread();
-            let (u, user, system) = usage(&rs, &a);
+            let (u, user, system) = usage_user_system(&rs, &a);
             assert_eq!(user + system, u);
             assert!(system > 0, "user {user} system {system}");
         });
@@ -318,7 +292,7 @@ fn a_long_stay_is_split_by_its_own_user_and_system_time() {
             {
                 let _ga = a.enter();
                 // Few clock reads (system calls) per step: user time.
-                common::burn_in_steps(Duration::from_millis(200), 100_000);
+                burn_in_steps(Duration::from_millis(200), 100_000);
             }
             let _gg = g.enter();
             let (u0, s0) = own_user_system_us();
@@ -343,7 +317,7 @@ fn a_long_stay_is_split_by_its_own_user_and_system_time() {
             // Periodic charges while the worker runs: each one is exact in
             // total, and usage never goes back.
             charge_all_threads();
-            let (u, user, system) = usage(&rs, g);
+            let (u, user, system) = usage_user_system(&rs, g);
             assert_eq!(user + system, u);
             assert!(u >= last, "usage went back: {u} < {last}");
             last = u;
@@ -354,7 +328,7 @@ fn a_long_stay_is_split_by_its_own_user_and_system_time() {
             }
         };
         charge_all_threads();
-        let (u, user, system) = usage(&rs, g);
+        let (u, user, system) = usage_user_system(&rs, g);
         assert_eq!(user + system, u);
         let own_total = own_user + own_system;
         assert!(own_total > 0 && u > 0, "own {own_total} charged {u}");

@@ -7,19 +7,9 @@ mod common;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Duration;
 
+use common::cpu::{burn, usage};
+use common::engine;
 use rstat::attach::{charge_all_threads, set_charge_period, set_cpu_mode, CpuMode};
-use rstat::{Group, Rstat};
-
-use common::burn;
-
-fn usage(rs: &Rstat, g: &Group) -> i64 {
-    rs.cpu()
-        .unwrap()
-        .read_exact(g)
-        .unwrap()
-        .get("usage_usec")
-        .unwrap()
-}
 
 /// The hog's steps, each ended by a sample taken by the main thread.
 fn step(done: &Sender<Duration>, go: &Receiver<()>, d: Duration) {
@@ -34,7 +24,7 @@ fn sampled_mode_charges_at_samples_only() {
     set_charge_period(None).unwrap(); // samples only when this test takes them
     set_cpu_mode(CpuMode::Sampled);
     assert_eq!(rstat::attach::cpu_mode(), CpuMode::Sampled);
-    let rs = Rstat::builder().periodic_flush(None).build().unwrap();
+    let rs = engine();
     let a = rs.root().create_child("a").unwrap();
     let b = rs.root().create_child("b").unwrap();
     let (done_tx, done) = channel();

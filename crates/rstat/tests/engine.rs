@@ -2,8 +2,9 @@
 
 use rstat::{Error, FlushPolicy, Rstat};
 
-/// Engines with the `Always` policy: every read is exact.
-fn engine(nr_cpus: usize, unified: bool) -> Rstat {
+/// Engines with the `Always` policy: every read is exact. The periodic
+/// flusher runs, as by default (unlike the engines of `tests/common`).
+fn exact_engine(nr_cpus: usize, unified: bool) -> Rstat {
     Rstat::builder()
         .nr_cpus(nr_cpus)
         .unified(unified)
@@ -15,7 +16,7 @@ fn engine(nr_cpus: usize, unified: bool) -> Rstat {
 #[test]
 fn hierarchical_and_local_totals_are_exact_in_both_modes() {
     for unified in [false, true] {
-        let rs = engine(4, unified);
+        let rs = exact_engine(4, unified);
         let io = rs.register_counters("io", &["rbytes", "wbytes"]).unwrap();
         let a = rs.root().create_child("a").unwrap();
         let b = a.create_child("b").unwrap();
@@ -47,7 +48,7 @@ fn hierarchical_and_local_totals_are_exact_in_both_modes() {
 
 #[test]
 fn cpu_controller_accounts_usage_user_system() {
-    let rs = engine(2, false);
+    let rs = exact_engine(2, false);
     let t = rs.root().create_child("t").unwrap();
     rs.account_cputime(&t, 70, 30).unwrap();
     rs.account_cputime(rs.root(), 1, 2).unwrap();
@@ -62,7 +63,7 @@ fn cpu_controller_accounts_usage_user_system() {
 #[test]
 fn removal_folds_history_into_the_parent_and_zombies_stay_readable() {
     for unified in [false, true] {
-        let rs = engine(3, unified);
+        let rs = exact_engine(3, unified);
         let io = rs.register_counters("io", &["ops"]).unwrap();
         let p = rs.root().create_child("p").unwrap();
         let leaf = p.create_child("leaf").unwrap();
@@ -87,7 +88,7 @@ fn removal_folds_history_into_the_parent_and_zombies_stay_readable() {
 
 #[test]
 fn late_updates_are_folded_at_final_release() {
-    let rs = engine(2, false);
+    let rs = exact_engine(2, false);
     let io = rs.register_counters("io", &["ops"]).unwrap();
     let p = rs.root().create_child("p").unwrap();
     let leaf = p.create_child("leaf").unwrap();
@@ -102,7 +103,7 @@ fn late_updates_are_folded_at_final_release() {
 
 #[test]
 fn arena_returns_to_its_start_after_groups_are_freed() {
-    let rs = engine(2, false);
+    let rs = exact_engine(2, false);
     let io = rs.register_counters("io", &["a", "b", "c"]).unwrap();
     let start = rs.arena_stats();
     let mut groups = Vec::new();
@@ -125,7 +126,7 @@ fn arena_returns_to_its_start_after_groups_are_freed() {
 
 #[test]
 fn names_paths_and_lookups() {
-    let rs = engine(1, false);
+    let rs = exact_engine(1, false);
     let a = rs.root().create_child("a").unwrap();
     let b = a.create_child("b").unwrap();
     b.create_child("c").unwrap();
@@ -175,7 +176,7 @@ fn names_paths_and_lookups() {
 
 #[test]
 fn controller_registration_errors_and_late_registration() {
-    let rs = engine(2, false);
+    let rs = exact_engine(2, false);
     let a = rs.root().create_child("a").unwrap();
     let zombie = a.create_child("z").unwrap();
     zombie.remove().unwrap();
@@ -217,7 +218,7 @@ fn controller_registration_errors_and_late_registration() {
     // The zombie predates the controller: it charges its nearest ancestor.
     io.add(&zombie, 0, 3).unwrap();
     assert_eq!(io.read(&a).unwrap().local(), &[5]);
-    let other = engine(2, false);
+    let other = exact_engine(2, false);
     assert!(matches!(
         io.add(other.root(), 0, 1),
         Err(Error::ForeignGroup)
@@ -247,7 +248,7 @@ fn rs_controllers_left(_rs: &Rstat) -> std::ops::Range<usize> {
 #[test]
 fn separate_trees_do_not_flush_other_controllers() {
     for unified in [false, true] {
-        let rs = engine(2, unified);
+        let rs = exact_engine(2, unified);
         let heavy = rs.register_counters("heavy", &["x"]).unwrap();
         let g = rs.root().create_child("g").unwrap();
         heavy.add_on_cpu(&g, 1, 0, 1).unwrap();
@@ -274,7 +275,7 @@ fn separate_trees_do_not_flush_other_controllers() {
 
 #[test]
 fn dropping_the_engine_frees_the_tree_but_not_held_groups() {
-    let rs = engine(2, false);
+    let rs = exact_engine(2, false);
     let io = rs.register_counters("io", &["x"]).unwrap();
     let a = rs.root().create_child("a").unwrap();
     let b = a.create_child("b").unwrap();
@@ -287,7 +288,7 @@ fn dropping_the_engine_frees_the_tree_but_not_held_groups() {
 
 #[test]
 fn zombies_are_counted_and_freed_when_the_last_handle_drops() {
-    let rs = engine(2, false);
+    let rs = exact_engine(2, false);
     let io = rs.register_counters("io", &["x"]).unwrap();
     let start = rs.arena_stats();
     let p = rs.root().create_child("p").unwrap();
@@ -327,7 +328,7 @@ fn zombies_are_counted_and_freed_when_the_last_handle_drops() {
 
 #[test]
 fn handles_cloned_and_dropped_across_threads_during_removal_leak_nothing() {
-    let rs = engine(2, false);
+    let rs = exact_engine(2, false);
     let io = rs.register_counters("io", &["x"]).unwrap();
     let start = rs.arena_stats();
     let rounds = if cfg!(miri) { 3 } else { 200 };

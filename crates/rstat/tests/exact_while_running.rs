@@ -19,11 +19,14 @@
 //! loop script `scripts/stress-loop.sh` shortens it); under Miri a few
 //! hundred operations.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::xorshift;
 use rstat::{FlushPolicy, Group, Rstat, UpdatePath};
 
 fn run_for() -> Duration {
@@ -328,9 +331,7 @@ fn threshold_bound_while_flushes_race(items: &[(&str, u64)], path: UpdatePath, v
                 })
                 .collect();
             while budget.more() {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                xorshift(&mut x);
                 let item = (x >> 40) as usize % units.len();
                 let unit = units[item] as i64;
                 // Mostly small deltas, sometimes up to 10^6 units; in raw

@@ -1,9 +1,12 @@
 //! Group extensions: state created parents-first, offline and release hooks
 //! run exactly once, zombies keep their state until released.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use common::engine;
 use rstat::{Error, GroupExt, Rstat};
 
 #[derive(Default)]
@@ -49,7 +52,7 @@ impl GroupExt for Depth {
 #[test]
 fn lifecycle_hooks_run_once_and_in_order() {
     let counts = Arc::new(Counts::default());
-    let rs = Rstat::builder().periodic_flush(None).build().unwrap();
+    let rs = engine();
     let a = rs.root().create_child("a").unwrap();
     let ext = rs.register_ext(Depth(counts.clone())).unwrap();
     assert_eq!(

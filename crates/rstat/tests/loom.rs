@@ -10,18 +10,23 @@ use loom::sync::Arc;
 use loom::thread;
 use rstat::{FlushPolicy, Rstat, UpdatePath};
 
-fn engine(nr_cpus: usize) -> Rstat {
-    engine_with(nr_cpus, FlushPolicy::Always)
+/// The engines of these models: no `cpu` controller (the model's own
+/// controller is the only one, so the state space stays small), no
+/// periodic flusher; `Always` reads on the rseq path unless named
+/// otherwise.
+fn model_engine(nr_cpus: usize) -> Rstat {
+    model_engine_with(nr_cpus, FlushPolicy::Always)
 }
 
-fn engine_with(nr_cpus: usize, policy: FlushPolicy) -> Rstat {
-    engine_on(nr_cpus, policy, UpdatePath::Rseq)
+/// [`model_engine`] reading under `policy`.
+fn model_engine_with(nr_cpus: usize, policy: FlushPolicy) -> Rstat {
+    model_engine_on(nr_cpus, policy, UpdatePath::Rseq)
 }
 
 /// Models run on both update paths where the protocol differs: the
 /// (simulated) restartable section with its asymmetric fence, and the
 /// locked RMW.
-fn engine_on(nr_cpus: usize, policy: FlushPolicy, path: UpdatePath) -> Rstat {
+fn model_engine_on(nr_cpus: usize, policy: FlushPolicy, path: UpdatePath) -> Rstat {
     Rstat::builder()
         .update_path(path)
         .nr_cpus(nr_cpus)
@@ -44,7 +49,7 @@ fn claim_push_vs_drain_flushes_every_update_exactly_once_on(path: UpdatePath) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
     b.check(move || {
-        let rs = engine_on(1, FlushPolicy::Always, path);
+        let rs = model_engine_on(1, FlushPolicy::Always, path);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let g = rs.root().create_child("g").unwrap();
         // Each updater publishes "my add returned" after it returns, so the
@@ -97,7 +102,7 @@ fn claim_push_vs_drain_flushes_every_update_exactly_once_locked() {
 #[test]
 fn sibling_pushes_on_two_cpus_vs_flush() {
     loom::model(|| {
-        let rs = engine(2);
+        let rs = model_engine(2);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let p = rs.root().create_child("p").unwrap();
         let a = p.create_child("a").unwrap();
@@ -143,7 +148,7 @@ fn sibling_pushes_on_two_cpus_vs_flush() {
 /// concurrent flusher is draining at that moment.
 fn an_update_that_happened_before_a_read_is_in_it_on(path: UpdatePath) {
     loom::model(move || {
-        let rs = engine_on(1, FlushPolicy::Always, path);
+        let rs = model_engine_on(1, FlushPolicy::Always, path);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let g = rs.root().create_child("g").unwrap();
         c.add_on_cpu(&g, 0, 0, 1).unwrap(); // node now on the backlog
@@ -188,7 +193,7 @@ fn an_update_that_happened_before_a_read_is_in_it_locked() {
 /// long the winner takes between its claim and its push.
 fn shared_slot_completed_update_is_in_the_next_exact_read_on(path: UpdatePath) {
     loom::model(move || {
-        let rs = engine_on(1, FlushPolicy::Always, path);
+        let rs = model_engine_on(1, FlushPolicy::Always, path);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let g = rs.root().create_child("g").unwrap();
         let a = {
@@ -222,7 +227,7 @@ fn shared_slot_completed_update_is_in_the_next_exact_read_locked() {
 #[test]
 fn shared_slot_after_a_flush_parent_read_sees_child_update() {
     loom::model(|| {
-        let rs = engine(1);
+        let rs = model_engine(1);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let p = rs.root().create_child("p").unwrap();
         let g = p.create_child("g").unwrap();
@@ -253,7 +258,7 @@ fn coalesced_readers_wait_and_wake_together() {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);
     b.check(|| {
-        let rs = engine_with(1, FlushPolicy::Coalesced);
+        let rs = model_engine_with(1, FlushPolicy::Coalesced);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let g = rs.root().create_child("g").unwrap();
         c.add_on_cpu(&g, 0, 0, 5).unwrap();
@@ -293,7 +298,7 @@ fn threshold_fold_vs_reader_on(path: UpdatePath, unit: i64) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
     b.check(move || {
-        let rs = engine_on(2, FlushPolicy::Threshold, path);
+        let rs = model_engine_on(2, FlushPolicy::Threshold, path);
         let c = rs
             .register_counters_with_units("c", &[("n", unit as u64)])
             .unwrap();
@@ -378,7 +383,7 @@ fn threshold_fold_vs_reader_in_units_locked() {
 #[test]
 fn group_handles_vs_removal() {
     loom::model(|| {
-        let rs = engine(2);
+        let rs = model_engine(2);
         let c = rs.register_counters("c", &["n"]).unwrap();
         let g = rs.root().create_child("g").unwrap();
         let t = {
@@ -446,7 +451,7 @@ fn a_panicking_flush_requeues_its_group_while_an_updater_pushes() {
         }
     }));
     loom::model(|| {
-        let rs = engine(1);
+        let rs = model_engine(1);
         let c = rs
             .register(PanicsOnce {
                 names: vec!["n".into()],

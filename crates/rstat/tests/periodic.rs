@@ -10,8 +10,11 @@
 //! fail. The join itself is what `Rstat::drop` guarantees; a leaked flusher
 //! thread would keep its entry (and its name) forever.
 
-use std::time::{Duration, Instant};
+mod common;
 
+use std::time::Duration;
+
+use common::wait_until;
 use rstat::Rstat;
 
 #[test]
@@ -70,26 +73,16 @@ fn the_periodic_flusher_folds_what_thresholds_skip_and_stops_with_the_engine() {
 /// starting may not carry its name yet; one that was joined may still be
 /// listed for a moment).
 fn listed_within(n: usize, limit: Duration) -> bool {
-    let start = Instant::now();
-    loop {
-        match flusher_threads() {
-            Some(k) if k == n => return true,
-            _ if start.elapsed() > limit => return false,
-            _ => std::thread::sleep(Duration::from_micros(200)),
-        }
-    }
+    wait_until(limit, Duration::from_micros(200), || {
+        flusher_threads() == Some(n)
+    })
 }
 
 /// Wait (up to 30 s) until a non-flushing read of `g` shows `want`.
 fn folded_within(c: &rstat::ControllerHandle, g: &rstat::Group, want: i64) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(30) {
-        if c.read(g).unwrap().hierarchical()[0] == want {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    false
+    wait_until(Duration::from_secs(30), Duration::from_millis(2), || {
+        c.read(g).unwrap().hierarchical()[0] == want
+    })
 }
 
 /// Threads of this process named `rstat-flush` (Linux), if /proc is readable.

@@ -2,21 +2,15 @@
 //! bound, concurrent readers never deadlock or see impossible values, the
 //! periodic flusher runs and stops, and bad input is refused.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::engine_with;
 use proptest::prelude::*;
 use rstat::{Error, FlushPolicy, Group, Rstat};
-
-fn engine(nr_cpus: usize, policy: FlushPolicy) -> Rstat {
-    Rstat::builder()
-        .nr_cpus(nr_cpus)
-        .flush_policy(policy)
-        .periodic_flush(None)
-        .build()
-        .unwrap()
-}
 
 #[test]
 fn policy_names_parse_and_unknown_names_are_refused() {
@@ -59,7 +53,7 @@ fn bounds_are_as_documented() {
 #[test]
 fn a_page_unit_item_at_depth_5_folds_once_per_64_page_updates_per_cpu() {
     let nr = 2;
-    let rs = engine(nr, FlushPolicy::Threshold);
+    let rs = engine_with(nr, FlushPolicy::Threshold);
     let c = rs
         .register_counters_with_units("io", &[("bytes", 4096), ("ops", 1)])
         .unwrap();
@@ -121,7 +115,7 @@ fn a_page_unit_item_at_depth_5_folds_once_per_64_page_updates_per_cpu() {
 /// an item in pages, 4096 boundaries for an item in unit 1.
 #[test]
 fn every_item_counts_in_its_own_unit() {
-    let rs = engine(1, FlushPolicy::Threshold);
+    let rs = engine_with(1, FlushPolicy::Threshold);
     let names: Vec<String> = (0..12).map(|i| format!("i{i}")).collect();
     // Pages on even items, unit 1 on odd ones, and 2^20 on the last.
     let unit = |i: usize| -> u64 {
@@ -156,7 +150,7 @@ fn every_item_counts_in_its_own_unit() {
 
 #[test]
 fn stat_units_must_be_powers_of_two_in_range() {
-    let rs = engine(1, FlushPolicy::Threshold);
+    let rs = engine_with(1, FlushPolicy::Threshold);
     for (u, why) in [
         (0u64, "zero"),
         (1000, "not a power of two"),
@@ -208,7 +202,7 @@ fn periods_out_of_range_are_refused() {
     ] {
         let e = Rstat::builder().periodic_flush(Some(p)).build().err();
         assert!(matches!(e, Some(Error::InvalidPeriod { .. })), "{p:?}");
-        let rs = engine(1, FlushPolicy::Always);
+        let rs = engine_with(1, FlushPolicy::Always);
         assert!(matches!(
             rs.set_periodic_flush(Some(p)),
             Err(Error::InvalidPeriod { .. })
@@ -255,7 +249,7 @@ proptest! {
     ) {
         let nr = 4;
         let units = [1u64, 4096];
-        let rs = engine(nr, policy);
+        let rs = engine_with(nr, policy);
         let c = rs
             .register_counters_with_units("c", &[("n", units[0]), ("bytes", units[1])])
             .unwrap();
@@ -294,7 +288,7 @@ proptest! {
 #[test]
 fn threshold_skips_small_changes_and_flushes_large_ones() {
     let nr = 2;
-    let rs = engine(nr, FlushPolicy::Threshold);
+    let rs = engine_with(nr, FlushPolicy::Threshold);
     let c = rs.register_counters("c", &["n"]).unwrap();
     let g = rs.root().create_child("g").unwrap();
     c.add_on_cpu(&g, 0, 0, 10).unwrap();
@@ -334,7 +328,7 @@ fn threshold_skips_small_changes_and_flushes_large_ones() {
 /// counted forever (which would make every later read flush).
 #[test]
 fn threshold_counts_of_a_removed_group_end_with_its_parent_flush() {
-    let rs = engine(2, FlushPolicy::Threshold);
+    let rs = engine_with(2, FlushPolicy::Threshold);
     let c = rs.register_counters("c", &["n"]).unwrap();
     let p = rs.root().create_child("p").unwrap();
     let g = p.create_child("g").unwrap();

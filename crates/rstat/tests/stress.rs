@@ -3,10 +3,13 @@
 //! what was added (violations = 0), and no reader may ever have seen a
 //! hierarchical total go backwards or fall below the local one.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread;
 
+use common::xorshift;
 use rstat::{Group, Rstat};
 
 const TENANTS: usize = 4;
@@ -48,9 +51,7 @@ fn run(unified: bool) {
         hs.push(thread::spawn(move || {
             let mut x = 0x9e3779b97f4a7c15u64 ^ w;
             for _ in 0..iters {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                xorshift(&mut x);
                 let t = (x as usize) % TENANTS;
                 let v = 1 + (x >> 40) % 7;
                 let leaf = {
