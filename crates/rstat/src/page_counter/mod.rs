@@ -134,6 +134,7 @@ mod charge;
 mod error;
 mod layout;
 mod protection;
+mod range;
 
 #[cfg(all(test, not(rstat_loom)))]
 mod tests;
@@ -152,17 +153,9 @@ use crate::sync::{lock, sc_fence_for_model, AtomicBool, AtomicI64, AtomicU64, Mu
 pub use error::PageCounterError;
 pub use layout::{CachePadded, Layout, LineAligned, Packed, Padded, Unpadded, CACHE_LINE};
 pub use protection::effective_protection;
+pub use range::PAGE_COUNTER_MAX;
 
-/// The largest usage, limit or amount a counter holds: `i64::MAX / 2`
-/// (2⁶² − 1, about 4.6 × 10¹⁸). A limit of `PAGE_COUNTER_MAX` means
-/// "unlimited".
-///
-/// Like the kernel's (`LONG_MAX / PAGE_SIZE`), it leaves headroom in the
-/// signed 64-bit usage word: committed usage is at most `PAGE_COUNTER_MAX`,
-/// and the transient overshoot of speculative charges in flight (at most
-/// 2³² per thread) can never carry the word past `i64::MAX`. Uncharges stop
-/// at zero, so the word is never negative.
-pub const PAGE_COUNTER_MAX: u64 = (i64::MAX / 2) as u64;
+use range::clamp;
 
 /// A hierarchical counter with limits and protections. See the module docs.
 ///
@@ -446,14 +439,6 @@ impl<L: Layout> fmt::Debug for PageCounter<L> {
             .field("has_parent", &self.parent().is_some())
             .finish_non_exhaustive()
     }
-}
-
-/// A raw usage word as a value in `0..=PAGE_COUNTER_MAX`. The word is never
-/// negative (uncharges stop at zero); the clamp keeps readers sound should
-/// that ever break.
-#[inline(always)]
-fn clamp(raw: i64) -> u64 {
-    raw.max(0) as u64
 }
 
 /// Let other threads run before `set_max` retries (the kernel's
