@@ -39,7 +39,7 @@ pub enum CpuIdSource {
 
 impl CpuIdSource {
     /// The short name used in reports and benchmark output.
-    pub fn as_str(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             CpuIdSource::Rseq => "rseq",
             CpuIdSource::SchedGetcpu => "sched_getcpu",
@@ -50,7 +50,7 @@ impl CpuIdSource {
 
 impl fmt::Display for CpuIdSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.name())
     }
 }
 

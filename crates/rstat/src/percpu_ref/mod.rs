@@ -344,7 +344,7 @@ pub enum FastPath {
 
 impl FastPath {
     /// The short name used in reports (`rseq`, `locked`, `simulated`).
-    pub fn as_str(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             FastPath::Rseq => "rseq",
             FastPath::Locked => "locked",
