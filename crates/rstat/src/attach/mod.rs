@@ -176,7 +176,7 @@ pub fn charge_this_thread() {
     current::charge_this_thread();
 }
 
-// The accounting allocator's read of the current group (issue 12).
+// The accounting allocator's read of the current group (`memory::alloc`).
 #[allow(unused_imports)]
 pub(crate) use current::current_group_ptr;
 

@@ -1,5 +1,5 @@
-//! Hierarchical page counter: charge, limit and protect usage up a tree
-//! (seed 002).
+//! Hierarchical page counter: charge, limit and protect usage up a tree,
+//! as the kernel's `page_counter` does.
 //!
 //! A [`PageCounter`] counts generic units ("pages"; the memory controller
 //! counts bytes) for one group and, through its parent pointer, for every
@@ -55,7 +55,8 @@
 //! `usage` is written by every charge from every CPU; `max`, `high` and the
 //! parent pointer are read by every charge. [`Padded`] (the default) keeps
 //! them on different cache lines so those reads hit in every CPU's cache;
-//! [`Packed`] keeps them together, for the seed's benchmark. See [`Layout`].
+//! [`Packed`] keeps them together, so that `rstat bench page-counter` can
+//! measure what the padding buys. See [`Layout`].
 //!
 //! # Synchronization
 //!
@@ -172,7 +173,7 @@ pub struct PageCounter<L: Layout = Padded> {
     tracking: L::Line<Tracking>,
 }
 
-/// The packed layout, for the seed-002 benchmark.
+/// The packed layout, for `rstat bench page-counter`'s comparison.
 pub type PackedPageCounter = PageCounter<Packed>;
 
 struct ReadMostly<L: Layout> {

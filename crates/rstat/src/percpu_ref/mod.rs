@@ -1,5 +1,4 @@
-//! Per-CPU reference counts (seed 001): the kernel's `percpu_ref`, in
-//! userspace.
+//! Per-CPU reference counts: the kernel's `percpu_ref`, in userspace.
 //!
 //! A [`PercpuRef`] counts references to something that is pinned far more
 //! often than it dies (in rstat, a group). While it is live the count is
