@@ -265,8 +265,8 @@ pub fn run(cfg: &Config) -> Report {
     Report {
         rows,
         seconds_per_case: secs,
-        cpu_id_source: cpu::source().as_str().to_string(),
-        fast_path: pref.fast_path().as_str().to_string(),
+        cpu_id_source: cpu::source().name().to_string(),
+        fast_path: pref.fast_path().name().to_string(),
         nr_cpus,
         abort_counter: match &counter {
             Ok(_) => "rseq:rseq_ip_fixup".to_string(),

@@ -1,9 +1,25 @@
-//! Every atomic, lock and `UnsafeCell` the library uses comes from here.
+//! The atomics, locks and `UnsafeCell` of the library's shared-memory
+//! protocols.
 //!
 //! Under `--cfg rstat_loom` they are loom's model-checked versions, so each
-//! shared access of every lock-free protocol in the crate is visible to the
-//! model checker; otherwise they are `std`'s. Code elsewhere never names
-//! `std::sync::atomic` directly.
+//! shared access of those protocols is visible to the model checker;
+//! otherwise they are `std`'s. Code elsewhere names `std::sync` (or
+//! `core::sync::atomic`) directly only where loom cannot stand in, and no
+//! protocol a loom model checks rests on those uses:
+//!
+//! - state in a `static`, which needs a `const` constructor that loom's
+//!   types lack: process-wide settings and caches read `Relaxed` (the CPU-id
+//!   source and CPU count in `percpu::cpu`, whether rseq is available,
+//!   `attach`'s CPU mode, clock tick and /proc fallback), id counters
+//!   (`memory`'s reclaimer ids and handle serials), the accounting
+//!   allocator's bindings (`memory::alloc`), and `attach`'s thread-record
+//!   pool and periodic charger, whose per-thread feed locks are `std`'s as
+//!   well (`attach` has no loom model);
+//! - the lock and condvar that stop the engine's periodic flusher, a real
+//!   thread that no model starts;
+//! - what loom cannot run: the words restartable sections write
+//!   (`percpu::rseq`'s bare counter), and the compiler fence that is the
+//!   section update's half of its asymmetric fence with `membarrier`.
 //!
 //! # Sequentially consistent pairs
 //!

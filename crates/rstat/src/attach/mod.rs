@@ -46,8 +46,8 @@
 //! Time outside any group is not charged (enter the root to charge it).
 //!
 //! **A cheaper mode.** [`CpuMode::Sampled`] ([`set_cpu_mode`]) reads no
-//! clock on enter or exit (a lock and a store, tens of ns instead of a
-//! system call): the charger attributes each period's time to the group
+//! clock on enter or exit (a lock and a store instead of a system
+//! call): the charger attributes each period's time to the group
 //! current at its end, off by up to one period at each end of a stay in
 //! a group (see [`CpuMode`] for its error). `rstat bench enter` measures
 //! both side by side.
@@ -176,7 +176,7 @@ pub fn charge_this_thread() {
     current::charge_this_thread();
 }
 
-// The accounting allocator's read of the current group (issue 12).
+// The accounting allocator's read of the current group (`memory::alloc`).
 #[allow(unused_imports)]
 pub(crate) use current::current_group_ptr;
 

@@ -5,7 +5,8 @@
 
 use crate::sync::{sc_fence_for_model, Ordering};
 
-use super::{clamp, Layout, PageCounter, PageCounterError, PAGE_COUNTER_MAX};
+use super::range::{clamp, PAGE_COUNTER_MAX};
+use super::{Layout, PageCounter, PageCounterError};
 
 /// Amounts up to this take the one-`fetch_add` speculative path; larger ones
 /// a compare-and-swap loop that never overshoots (module docs).

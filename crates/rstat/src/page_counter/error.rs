@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use super::PAGE_COUNTER_MAX;
+use super::range::PAGE_COUNTER_MAX;
 
 /// A refused page counter operation. Every variant says what to do next in
 /// its `Display` message.

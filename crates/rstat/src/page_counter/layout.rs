@@ -1,4 +1,4 @@
-//! Where a page counter's fields sit in memory (seed 002).
+//! Where a page counter's fields sit in memory.
 //!
 //! A counter's fields fall into three groups by how they are accessed:
 //!
@@ -11,13 +11,14 @@
 //!   event counts, read on every charge and written rarely (a new peak, a
 //!   failure, a protection change).
 //!
-//! [`Padded`] (the default, the seed's patch) gives each group its own cache
-//! line(s), so the stream of writes to `usage` never invalidates the line
-//! other CPUs read `max` and `parent` from. [`Packed`] lays the groups end to
-//! end from the start of one line — `usage` shares its line with
-//! `min`/`low`/`high`/`max`/`parent`, the arrangement before the patch — and
-//! exists so the benchmark can measure the difference with the very same
-//! charge code: the algorithm is written once, generic over [`Layout`].
+//! [`Padded`] (the default, and the kernel's `struct page_counter` layout)
+//! gives each group its own cache line(s), so the stream of writes to
+//! `usage` never invalidates the line other CPUs read `max` and `parent`
+//! from. [`Packed`] lays the groups end to end from the start of one line —
+//! `usage` shares its line with `min`/`low`/`high`/`max`/`parent`, no
+//! padding at all — and exists so `rstat bench page-counter` can measure
+//! the difference with the very same charge code: the algorithm is written
+//! once, generic over [`Layout`].
 
 use core::fmt;
 use core::ops::Deref;
@@ -41,14 +42,14 @@ pub trait Layout: sealed::Sealed + Sized + Send + Sync + 'static {
 }
 
 /// Each field group on its own cache line(s): the hot `usage` alone, the
-/// read-mostly limits and parent on another (the seed's layout). Costs
+/// read-mostly limits and parent on another (the kernel's layout). Costs
 /// 3 × [`CACHE_LINE`] bytes per counter.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Padded;
 
 /// All fields end to end from the start of one cache line, `usage` next to
-/// `max`, `high` and `parent` (the layout before the seed's patch). For
-/// measurement; prefer [`Padded`].
+/// `max`, `high` and `parent` (no padding). For measurement; prefer
+/// [`Padded`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Packed;
 

@@ -1,5 +1,5 @@
-//! Hierarchical page counter: charge, limit and protect usage up a tree
-//! (seed 002).
+//! Hierarchical page counter: charge, limit and protect usage up a tree,
+//! as the kernel's `page_counter` does.
 //!
 //! A [`PageCounter`] counts generic units ("pages"; the memory controller
 //! counts bytes) for one group and, through its parent pointer, for every
@@ -55,7 +55,8 @@
 //! `usage` is written by every charge from every CPU; `max`, `high` and the
 //! parent pointer are read by every charge. [`Padded`] (the default) keeps
 //! them on different cache lines so those reads hit in every CPU's cache;
-//! [`Packed`] keeps them together, for the seed's benchmark. See [`Layout`].
+//! [`Packed`] keeps them together, so that `rstat bench page-counter` can
+//! measure what the padding buys. See [`Layout`].
 //!
 //! # Synchronization
 //!
@@ -134,6 +135,7 @@ mod charge;
 mod error;
 mod layout;
 mod protection;
+mod range;
 
 #[cfg(all(test, not(rstat_loom)))]
 mod tests;
@@ -152,17 +154,9 @@ use crate::sync::{lock, sc_fence_for_model, AtomicBool, AtomicI64, AtomicU64, Mu
 pub use error::PageCounterError;
 pub use layout::{CachePadded, Layout, LineAligned, Packed, Padded, Unpadded, CACHE_LINE};
 pub use protection::effective_protection;
+pub use range::PAGE_COUNTER_MAX;
 
-/// The largest usage, limit or amount a counter holds: `i64::MAX / 2`
-/// (2⁶² − 1, about 4.6 × 10¹⁸). A limit of `PAGE_COUNTER_MAX` means
-/// "unlimited".
-///
-/// Like the kernel's (`LONG_MAX / PAGE_SIZE`), it leaves headroom in the
-/// signed 64-bit usage word: committed usage is at most `PAGE_COUNTER_MAX`,
-/// and the transient overshoot of speculative charges in flight (at most
-/// 2³² per thread) can never carry the word past `i64::MAX`. Uncharges stop
-/// at zero, so the word is never negative.
-pub const PAGE_COUNTER_MAX: u64 = (i64::MAX / 2) as u64;
+use range::clamp;
 
 /// A hierarchical counter with limits and protections. See the module docs.
 ///
@@ -179,7 +173,7 @@ pub struct PageCounter<L: Layout = Padded> {
     tracking: L::Line<Tracking>,
 }
 
-/// The packed layout, for the seed-002 benchmark.
+/// The packed layout, for `rstat bench page-counter`'s comparison.
 pub type PackedPageCounter = PageCounter<Packed>;
 
 struct ReadMostly<L: Layout> {
@@ -446,14 +440,6 @@ impl<L: Layout> fmt::Debug for PageCounter<L> {
             .field("has_parent", &self.parent().is_some())
             .finish_non_exhaustive()
     }
-}
-
-/// A raw usage word as a value in `0..=PAGE_COUNTER_MAX`. The word is never
-/// negative (uncharges stop at zero); the clamp keeps readers sound should
-/// that ever break.
-#[inline(always)]
-fn clamp(raw: i64) -> u64 {
-    raw.max(0) as u64
 }
 
 /// Let other threads run before `set_max` retries (the kernel's

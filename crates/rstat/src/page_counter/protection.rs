@@ -39,7 +39,8 @@
 
 use crate::sync::{lock, sc_fence_for_model, AtomicI64, AtomicU64, Ordering};
 
-use super::{clamp, Layout, PageCounter, PAGE_COUNTER_MAX};
+use super::range::{clamp, PAGE_COUNTER_MAX};
+use super::{Layout, PageCounter};
 
 impl<L: Layout> PageCounter<L> {
     /// Bring this counter's protected usage (`min_usage`, `low_usage`) in

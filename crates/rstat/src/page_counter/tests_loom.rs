@@ -67,9 +67,9 @@ fn protected_usage_converges_charge_vs_set_min() {
     });
 }
 
-/// An uncharge of more than was charged racing with a `try_charge` (issue
-/// 25): the uncharge must never lower `usage` below what is charged, even
-/// for a moment, or the charge compares a too-low usage with `max` and is
+/// An uncharge of more than was charged racing with a `try_charge`: the
+/// uncharge must never lower `usage` below what is charged, even for a
+/// moment, or the charge compares a too-low usage with `max` and is
 /// admitted. With 2 charged and `max` 3, a charge of 4 exceeds the limit
 /// whichever of the two goes first (2 + 4 before the uncharge, 0 + 4
 /// after), so it must be refused in every interleaving. Whichever way the

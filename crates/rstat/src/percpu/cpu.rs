@@ -6,8 +6,8 @@
 //! 1. **rseq.** glibc (2.35 and later) registers a restartable-sequences area
 //!    for every thread and exports its offset from the thread pointer as
 //!    `__rseq_offset`; the kernel keeps `cpu_id` in it current across
-//!    migrations. Reading it is one load relative to the thread pointer
-//!    (about a nanosecond), with no system call.
+//!    migrations. Reading it is one load relative to the thread pointer,
+//!    with no call at all.
 //! 2. **`sched_getcpu()`**, when rseq is not registered (old glibc, or
 //!    `GLIBC_TUNABLES=glibc.pthread.rseq=0`). A vDSO call on most systems.
 //! 3. **A per-thread hash**: each thread gets a fixed slot, handed out round
@@ -16,6 +16,8 @@
 //!
 //! `RSTAT_CPU_ID=rseq|getcpu|hash` forces a source (for benchmarks and tests);
 //! a forced source that is not available falls back down the list.
+//! `rstat bench update` reports the source it ran with, so running it under
+//! each setting measures what the sources cost an update.
 //!
 //! The answer may be stale by the time it is used (the thread can migrate), so
 //! callers write per-CPU slots with atomic read-modify-writes: a slot is almost
@@ -39,7 +41,7 @@ pub enum CpuIdSource {
 
 impl CpuIdSource {
     /// The short name used in reports and benchmark output.
-    pub fn as_str(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             CpuIdSource::Rseq => "rseq",
             CpuIdSource::SchedGetcpu => "sched_getcpu",
@@ -50,7 +52,7 @@ impl CpuIdSource {
 
 impl fmt::Display for CpuIdSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.name())
     }
 }
 
@@ -103,7 +105,8 @@ pub(crate) fn rseq_cpu_id_offset() -> Option<isize> {
 /// Not folded: may exceed any slot count; pass it through [`fold`].
 ///
 /// Cost with rseq: one load of a process-wide word and one load relative to
-/// the thread pointer (about a nanosecond).
+/// the thread pointer, no call. With `sched_getcpu`, a call (through the
+/// vDSO on most systems); with the hash, a thread-local read.
 #[inline(always)]
 pub fn current() -> usize {
     // loom replays each interleaving by re-running the model, and assumes

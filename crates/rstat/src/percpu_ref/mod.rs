@@ -1,5 +1,4 @@
-//! Per-CPU reference counts (seed 001): the kernel's `percpu_ref`, in
-//! userspace.
+//! Per-CPU reference counts: the kernel's `percpu_ref`, in userspace.
 //!
 //! A [`PercpuRef`] counts references to something that is pinned far more
 //! often than it dies (in rstat, a group). While it is live the count is
@@ -117,11 +116,17 @@
 //!   killed at the rate requests end, and a `membarrier` per removal would
 //!   interrupt every busy CPU.
 //!
-//! On one thread (`rstat bench percpu-ref`, a get, a short copy and a put),
-//! the `Rseq` path is within a few percent of a shared atomic counter and
-//! the `Locked` one about a fifth slower (two locked adds plus the address
-//! arithmetic after each); with two or more CPUs both are many times faster
-//! than the atomic. loom checks the `Rseq` protocol through
+//! On one thread, what separates the two paths from a shared atomic
+//! counter is instructions, not contention: the `Rseq` path drops the lock
+//! prefix but arms a section, reads the CPU id and checks the gate; the
+//! `Locked` path keeps a locked add per get and per put, as the atomic
+//! does, and reads the CPU id and computes the slot's address before each.
+//! With two or more CPUs taking references both pull ahead of the atomic,
+//! whose one line every CPU writes, where each CPU writes only its own
+//! slot's.
+//! `rstat bench percpu-ref` measures the three side by side (a get, a
+//! short copy and a put, on one thread and on every CPU); BENCHMARKS.md
+//! holds a run. loom checks the `Rseq` protocol through
 //! [`FastPath::Simulated`]: the same switch code, with a section modelled
 //! as a per-CPU lock held across "check the gate, add to the slot" and the
 //! `membarrier` as taking every CPU's lock in turn (Miri runs it too). Not
@@ -300,8 +305,9 @@ impl InitFlags {
     /// [`resurrect`](PercpuRef::resurrect), [`reinit`](PercpuRef::reinit)).
     pub const ALLOW_REINIT: InitFlags = InitFlags(4);
     /// Use the [locked](FastPath::Locked) fast path even where restartable
-    /// sections are available: gets and puts cost a locked add (a few
-    /// nanoseconds more on one thread), and in exchange a switch to atomic
+    /// sections are available: gets and puts cost a locked add instead of
+    /// an unlocked one (slower on one thread; `rstat bench percpu-ref`
+    /// measures both paths), and in exchange a switch to atomic
     /// mode never calls `membarrier`, so it disturbs no other CPU and cannot
     /// fail for want of it. For refs killed at a high rate (rstat's groups
     /// are on this path).
@@ -344,7 +350,7 @@ pub enum FastPath {
 
 impl FastPath {
     /// The short name used in reports (`rseq`, `locked`, `simulated`).
-    pub fn as_str(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             FastPath::Rseq => "rseq",
             FastPath::Locked => "locked",

@@ -16,8 +16,8 @@ impl PercpuRef {
     ///
     /// Cost: the ref's lock, on the `Rseq` fast path one `membarrier`
     /// system call (it interrupts every CPU running a thread of this
-    /// process; a few microseconds), one atomic RMW per CPU slot and a CAS on
-    /// the shared count.
+    /// process, so it costs more the more of them are busy), one atomic RMW
+    /// per CPU slot and a CAS on the shared count.
     ///
     /// # Errors
     /// As [`kill_and_confirm`](Self::kill_and_confirm).

@@ -538,7 +538,7 @@ fn the_fast_path_is_the_one_asked_for(kind: InitFlags) {
         FastPath::Locked
     };
     assert_eq!(r.fast_path(), want);
-    eprintln!("fast path: {}", r.fast_path().as_str());
+    eprintln!("fast path: {}", r.fast_path().name());
     assert!(format!("{r:?}").contains(&format!("{want:?}")));
 }
 

@@ -8,12 +8,12 @@
 //!
 //! Run: `RUSTFLAGS="--cfg rstat_loom" cargo test -p rstat --release --lib percpu_ref`.
 //!
-//! Each model's ordering claims in the parent module's "Synchronization"
-//! were checked by mutation: weakening the put's Release, the freeze's
-//! Acquire, the zeroing CAS's Acquire or the fold CAS's Release, splitting
-//! the freeze into a load and an `or`, dropping `tryget_live`'s dying check
-//! or forgetting `BIAS` on the way back to percpu mode each makes at least
-//! one model fail.
+//! The models guard the ordering claims of the parent module's
+//! "Synchronization": weakening the put's Release, the freeze's Acquire,
+//! the zeroing CAS's Acquire or the fold CAS's Release, splitting the
+//! freeze into a load and an `or`, dropping `tryget_live`'s dying check or
+//! forgetting `BIAS` on the way back to percpu mode each makes at least one
+//! model fail.
 
 use super::*;
 use crate::sync::UnsafeCell;

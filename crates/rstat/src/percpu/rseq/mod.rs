@@ -23,8 +23,10 @@
 //! them did. Every section that committed before is then visible to the
 //! caller; every section that had not is restarted and reads the new mode.
 //! That is the grace period of the kernel's percpu_ref, for the price of one
-//! system call (about 0.2 µs with nothing else running, a few microseconds
-//! when it has to interrupt other CPUs).
+//! system call, which costs more the more CPUs it has to interrupt (those
+//! running threads of this process) and which recent kernels serialise
+//! machine-wide: cheap next to a grace period, but not something to make
+//! at a high rate (hence `percpu_ref`'s `LOCKED_SLOTS`).
 //!
 //! Requirements, checked once per process by [`available`]: x86-64 Linux,
 //! glibc's rseq area registered (see [`cpu`](super::cpu)), and the
