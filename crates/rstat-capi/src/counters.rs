@@ -115,7 +115,7 @@ pub unsafe extern "C" fn rstat_counters_item(
         let name = unsafe { str_arg(name, "name")? };
         let idx = TABLE.read(|t| {
             let c = t.counters(cs as usize, "cs")?;
-            c.ctl.item(name).ok_or_else(|| {
+            c.ctl.index_of(name).ok_or_else(|| {
                 CError::from(::rstat::Error::UnknownStatName {
                     controller: c.ctl.name().to_owned(),
                     name: name.to_owned(),

@@ -257,7 +257,7 @@ pub fn run(cfg: &Config) -> Report {
             let h = main.handle.clone();
             move || {
                 for _ in 0..n {
-                    if !h.add(black_box(0), black_box(1)) {
+                    if h.add(black_box(0), black_box(1)).is_err() {
                         panic!("StatHandle::add refused item 0");
                     }
                 }

@@ -69,7 +69,8 @@
 //!
 //! - **Misuse is visible.** [`StatHandle::item`] / [`StatHandle::item_named`]
 //!   check an item once and return a [`StatItem`] whose `add` cannot fail;
-//!   [`StatHandle::add`] (which can) is `#[must_use]`.
+//!   [`ControllerHandle::add`] and [`StatHandle::add`] (which can) return
+//!   the same `Result`, which must be used.
 //! - **No silent wrap.** Totals saturate at the `i64` bounds and each clamp
 //!   is counted per group ([`GroupStats::overflows`]);
 //!   [`Rstat::account_cputime`] refuses values that do not fit. The one

@@ -94,8 +94,11 @@ fn late_updates_are_folded_at_final_release() {
     let leaf = p.create_child("leaf").unwrap();
     leaf.remove().unwrap();
     let h = io.stat_handle(&leaf).unwrap();
-    assert!(h.add(0, 9));
-    assert!(!h.add(1, 9), "an out-of-range item is refused");
+    h.add(0, 9).unwrap();
+    assert!(
+        matches!(h.add(1, 9), Err(rstat::Error::UnknownStat { index: 1, .. })),
+        "an out-of-range item is refused"
+    );
     drop(h);
     drop(leaf); // never read after the update: the release flush folds it
     assert_eq!(io.read(&p).unwrap().hierarchical(), &[9]);
@@ -295,7 +298,7 @@ fn zombies_are_counted_and_freed_when_the_last_handle_drops() {
     let a = p.create_child("a").unwrap();
     let a2 = a.clone();
     let h = io.stat_handle(&a).unwrap();
-    assert!(h.add(0, 5));
+    h.add(0, 5).unwrap();
     a.remove().unwrap();
     assert_eq!(rs.zombie_count(), 1);
     drop(a);
@@ -305,7 +308,7 @@ fn zombies_are_counted_and_freed_when_the_last_handle_drops() {
         &[5],
         "a zombie stays readable"
     );
-    assert!(h.add(0, 1), "and updatable");
+    h.add(0, 1).expect("and updatable");
     drop(a2);
     assert_eq!(rs.zombie_count(), 1);
     drop(h);

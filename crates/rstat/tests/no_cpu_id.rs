@@ -113,7 +113,7 @@ fn updates_of_threads_without_a_cpu_id_are_all_counted() {
             for i in 0..per_thread {
                 let d = [1, 64, 4096][(i % 3) as usize];
                 c.add(&gg, 0, d).unwrap();
-                assert!(handle.add(0, d));
+                handle.add(0, d).unwrap();
                 item.add(d);
             }
             assert_eq!(area_cpu_id(), u32::MAX, "still unregistered");

@@ -133,8 +133,13 @@ impl ControllerHandle {
             .collect()
     }
 
-    /// The index of the item called `name`. Cost: a linear scan; resolve once.
-    pub fn item(&self, name: &str) -> Option<usize> {
+    /// The index of the item called `name`, for [`add`](Self::add). Cost:
+    /// a linear scan; resolve once (or resolve a [`StatItem`] by name with
+    /// [`StatHandle::item_named`]).
+    ///
+    /// [`StatItem`]: crate::StatItem
+    /// [`StatHandle::item_named`]: crate::StatHandle::item_named
+    pub fn index_of(&self, name: &str) -> Option<usize> {
         self.stat_names().iter().position(|n| n == name)
     }
 

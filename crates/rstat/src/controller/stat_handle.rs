@@ -26,32 +26,35 @@ unsafe impl Send for StatHandle {}
 unsafe impl Sync for StatHandle {}
 
 impl StatHandle {
-    /// Add `delta` to stat `item` on this thread's CPU. Same cost and
-    /// guarantees as [`ControllerHandle::add`](crate::ControllerHandle::add), minus the lookups.
-    /// Returns `false` (and changes nothing) if `item` is out of range.
+    /// Add `delta` to stat `item` on this thread's CPU. Same cost,
+    /// guarantees and result as
+    /// [`ControllerHandle::add`](crate::ControllerHandle::add), minus the
+    /// lookups: the two checked ways to update return the same `Result`.
+    /// A [`StatItem`] ([`item`](Self::item),
+    /// [`item_named`](Self::item_named)) checks the index once instead, and
+    /// its `add` cannot fail.
     ///
-    /// Prefer [`item`](Self::item) / [`item_named`](Self::item_named): they
-    /// check the index once and return a [`StatItem`] whose `add` cannot
-    /// fail, so there is no result to forget. Dropping the result is a
-    /// warning:
-    ///
-    /// ```compile_fail
-    /// #![deny(unused_must_use)]
-    /// fn charge(h: &rstat::StatHandle) {
-    ///     h.add(7, 1); // error: an out-of-range item would be lost silently
-    /// }
-    /// ```
-    #[must_use = "an out-of-range item is not counted; check the result, or use a StatItem (StatHandle::item), whose add cannot fail"]
+    /// Errors: [`Error::UnknownStat`] for an item out of range; nothing is
+    /// changed.
     #[inline(always)]
-    pub fn add(&self, item: usize, delta: i64) -> bool {
-        let Some(item) = Item::new(item, self.nr_stats) else {
-            return false;
+    pub fn add(&self, item: usize, delta: i64) -> Result<()> {
+        let Some(it) = Item::new(item, self.nr_stats) else {
+            return Err(self.unknown(item));
         };
         // SAFETY: `self.group` keeps the css alive.
         let css = unsafe { &*self.css };
         let nr_cpus = self.nr_cpus;
-        css.add(self.path, || Slot::this_cpu(nr_cpus), item, delta);
-        true
+        css.add(self.path, || Slot::this_cpu(nr_cpus), it, delta);
+        Ok(())
+    }
+
+    #[cold]
+    fn unknown(&self, index: usize) -> Error {
+        Error::UnknownStat {
+            controller: self.ctl().name.to_string(),
+            index,
+            len: self.nr_stats,
+        }
     }
 
     /// Add several `(item, delta)` pairs with one on-list check. Items out
@@ -70,11 +73,7 @@ impl StatHandle {
     /// Errors: [`Error::UnknownStat`] if the controller has no item `index`.
     pub fn item(&self, index: usize) -> Result<StatItem> {
         let Some(item) = Item::new(index, self.nr_stats) else {
-            return Err(Error::UnknownStat {
-                controller: self.ctl().name.to_string(),
-                index,
-                len: self.nr_stats,
-            });
+            return Err(self.unknown(index));
         };
         Ok(StatItem {
             handle: self.clone(),
