@@ -12,6 +12,7 @@ The library (crates/rstat/src) is built in layers, bottom up:
     controller              controllers and their handles
     engine                  the facade: Builder, Rstat, registration
     attach, memory, report  what is built on the facade
+    testing                 hooks for tests and benchmarks (hidden)
 
 A module may name (`crate::x`) only modules of a lower layer, or itself.
 Test files (`tests*.rs`, `loom_*.rs`) are exempt: a test may drive the
@@ -35,6 +36,7 @@ LAYERS = [
     ["attach"],
     ["memory"],
     ["report"],
+    ["testing"],
 ]
 RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 

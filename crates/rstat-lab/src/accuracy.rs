@@ -12,6 +12,7 @@ pub mod experiment;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use rstat::testing::ControllerHandleExt;
 use serde::Serialize;
 
 use crate::machine::Machine;

@@ -14,6 +14,7 @@ pub mod experiment;
 
 use std::time::Instant;
 
+use rstat::testing::{BuilderExt, ControllerHandleExt};
 use serde::Serialize;
 
 use crate::machine::{median, round, Machine};

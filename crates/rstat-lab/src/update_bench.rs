@@ -103,7 +103,7 @@ pub struct Report {
     pub bare_percpu_mops_2t: f64,
     /// Reference: ns per add of a bare restartable section on this CPU's
     /// slot, one slot per CPU and nothing around it
-    /// ([`rstat::percpu::BareSectionCounter`]), 1 thread: the floor under
+    /// ([`rstat::testing::BareSectionCounter`]), 1 thread: the floor under
     /// every update on the rseq path (`None` where sections are not
     /// available).
     pub bare_section_ns_1t: Option<f64>,
@@ -200,7 +200,7 @@ pub fn run(cfg: &Config) -> Report {
     let mut locked_1t = Vec::new();
     let mut locked_nt = Vec::new();
     let mut bare_section_1t = Vec::new();
-    let section = rstat::percpu::BareSectionCounter::new().map(Arc::new);
+    let section = rstat::testing::BareSectionCounter::new().map(Arc::new);
     let nr = rstat::percpu::cpu::possible_cpus();
     let bare: Arc<Vec<Padded>> = Arc::new((0..nr).map(|_| Padded(AtomicU64::new(0))).collect());
     let bare_loop = |bare: Arc<Vec<Padded>>| {

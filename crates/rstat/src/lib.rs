@@ -131,6 +131,8 @@ pub mod percpu;
 pub mod percpu_ref;
 pub mod report;
 mod stat;
+#[doc(hidden)]
+pub mod testing;
 
 pub use attach::{current_group, EnterGuard};
 pub use controller::{Controller, FlushCtx, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};

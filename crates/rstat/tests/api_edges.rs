@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use common::engine_with;
+use rstat::testing::ControllerHandleExt;
 use rstat::{Controller, Error, FlushCtx, FlushPolicy, ROOT_GROUP_ID};
 
 #[test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::cpu::{burn, burn_in_steps, local_usage, us, usage, usage_user_system};
 use common::{engine, wait_until};
 use rstat::attach::{charge_all_threads, thread_cpu_time};
+use rstat::testing::BuilderExt;
 use rstat::Rstat;
 
 /// Slack for the time enter/exit themselves take around a measured burn

@@ -1,5 +1,6 @@
 //! The engine through its public API: groups, controllers, exact reads.
 
+use rstat::testing::ControllerHandleExt;
 use rstat::{Error, FlushPolicy, Rstat};
 
 /// Engines with the `Always` policy: every read is exact. The periodic

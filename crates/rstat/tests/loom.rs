@@ -8,6 +8,7 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
+use rstat::testing::{BuilderExt, ControllerHandleExt};
 use rstat::{FlushPolicy, Rstat, UpdatePath};
 
 /// The engines of these models: no `cpu` controller (the model's own

@@ -4,6 +4,7 @@
 //! local, in both separate and unified mode.
 
 use proptest::prelude::*;
+use rstat::testing::ControllerHandleExt;
 use rstat::{Error, Group, Rstat};
 
 #[derive(Clone, Debug)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::engine_with;
 use proptest::prelude::*;
+use rstat::testing::ControllerHandleExt;
 use rstat::{Error, FlushPolicy, Group, Rstat};
 
 #[test]

@@ -251,8 +251,13 @@ impl ControllerHandle {
     /// CPU (a restartable section's add is not atomic against another
     /// CPU's); use [`Builder::update_path`](crate::Builder::update_path)
     /// `(Locked)` for such mixes.
-    #[doc(hidden)]
-    pub fn add_on_cpu(&self, group: &Group, cpu: usize, item: usize, delta: i64) -> Result<()> {
+    pub(crate) fn add_on_slot(
+        &self,
+        group: &Group,
+        cpu: usize,
+        item: usize,
+        delta: i64,
+    ) -> Result<()> {
         let item = self.check_item(item)?;
         let css = self.css_of(group.inner())?;
         // SAFETY: as in `add`.

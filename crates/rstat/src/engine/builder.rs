@@ -97,9 +97,9 @@ impl Builder {
         self
     }
 
-    /// Leave out the built-in `cpu` controller (for minimal models).
-    #[doc(hidden)]
-    pub fn cpu_controller(mut self, on: bool) -> Self {
+    /// Leave out the built-in `cpu` controller (for minimal models; see
+    /// [`testing`](crate::testing)).
+    pub(crate) fn with_cpu_controller(mut self, on: bool) -> Self {
         self.cpu_controller = on;
         self
     }

@@ -7,6 +7,7 @@
 
 use super::Group;
 use crate::engine::Rstat;
+use crate::testing::BuilderExt;
 use loom::thread;
 
 fn engine() -> Rstat {

@@ -6,6 +6,3 @@ pub mod cpu;
 pub(crate) mod rseq;
 #[cfg(all(test, not(rstat_loom)))]
 pub(crate) mod testing;
-
-#[doc(hidden)]
-pub use rseq::BareSectionCounter;

@@ -64,30 +64,31 @@ impl PercpuRef {
     /// loom models and tests that pick the CPU. On the `Rseq` fast path,
     /// which can only add on the CPU it runs on, this counts on the shared
     /// count instead (exact in either mode).
-    #[doc(hidden)]
+    #[cfg(test)]
     #[inline]
-    pub fn get_on(&self, cpu: usize) -> Result<(), PercpuRefError> {
+    pub(crate) fn get_on(&self, cpu: usize) -> Result<(), PercpuRefError> {
         self.get_with(Cpu::Given(cpu), 1)
     }
 
     /// [`get_many`](Self::get_many) on `cpu`'s slot.
-    #[doc(hidden)]
+    #[cfg(test)]
+    #[cfg_attr(rstat_loom, allow(dead_code))]
     #[inline]
-    pub fn get_many_on(&self, cpu: usize, n: usize) -> Result<(), PercpuRefError> {
+    pub(crate) fn get_many_on(&self, cpu: usize, n: usize) -> Result<(), PercpuRefError> {
         self.get_with(Cpu::Given(cpu), many(n)?)
     }
 
     /// [`tryget`](Self::tryget) on `cpu`'s slot.
-    #[doc(hidden)]
+    #[cfg(test)]
     #[inline]
-    pub fn tryget_on(&self, cpu: usize) -> bool {
+    pub(crate) fn tryget_on(&self, cpu: usize) -> bool {
         self.get_with(Cpu::Given(cpu), 1).is_ok()
     }
 
     /// [`tryget_live`](Self::tryget_live) on `cpu`'s slot.
-    #[doc(hidden)]
+    #[cfg(test)]
     #[inline]
-    pub fn tryget_live_on(&self, cpu: usize) -> bool {
+    pub(crate) fn tryget_live_on(&self, cpu: usize) -> bool {
         self.tryget_live_with(Cpu::Given(cpu))
     }
 
@@ -182,16 +183,17 @@ impl PercpuRef {
 
     /// [`put`](Self::put) on `cpu`'s slot (folded into range; the shared
     /// count on the `Rseq` path).
-    #[doc(hidden)]
+    #[cfg(test)]
     #[inline]
-    pub fn put_on(&self, cpu: usize) -> Result<(), PercpuRefError> {
+    pub(crate) fn put_on(&self, cpu: usize) -> Result<(), PercpuRefError> {
         self.put_with(Cpu::Given(cpu), 1)
     }
 
     /// [`put_many`](Self::put_many) on `cpu`'s slot.
-    #[doc(hidden)]
+    #[cfg(test)]
+    #[cfg_attr(rstat_loom, allow(dead_code))]
     #[inline]
-    pub fn put_many_on(&self, cpu: usize, n: usize) -> Result<(), PercpuRefError> {
+    pub(crate) fn put_many_on(&self, cpu: usize, n: usize) -> Result<(), PercpuRefError> {
         self.put_with(Cpu::Given(cpu), many(n)?)
     }
 

@@ -366,6 +366,7 @@ enum Cpu {
     Current,
     /// A given CPU's slot (folded into range on the `Locked` path; `count`
     /// on `Rseq`), for models and tests.
+    #[cfg_attr(not(test), allow(dead_code))]
     Given(usize),
 }
 

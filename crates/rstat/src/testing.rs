@@ -1,0 +1,44 @@
+//! Hooks for tests, models and benchmarks: what they need to control that
+//! a program must not (the CPU slot an update lands on, an engine without
+//! the `cpu` controller, a bare restartable section to measure the update
+//! path against). Not part of the API: hidden from the documentation, and
+//! free to change. Each hook is an extension trait, so a test says
+//! `use rstat::testing::*;` and the types' own pages show only what a
+//! program uses.
+
+use crate::controller::ControllerHandle;
+use crate::engine::Builder;
+use crate::error::Result;
+use crate::group::Group;
+
+pub use crate::percpu::rseq::BareSectionCounter;
+
+/// Placement hooks of a [`ControllerHandle`].
+pub trait ControllerHandleExt {
+    /// As [`ControllerHandle::add`], but on an explicit CPU slot (folded
+    /// into range), with a locked add (a simulated section under loom and
+    /// Miri on the rseq path). On the [`Rseq`](crate::UpdatePath::Rseq)
+    /// update path, do not race it with `add`s of threads running on that
+    /// CPU (a restartable section's add is not atomic against another
+    /// CPU's); build the engine with the locked path for such mixes.
+    fn add_on_cpu(&self, group: &Group, cpu: usize, item: usize, delta: i64) -> Result<()>;
+}
+
+impl ControllerHandleExt for ControllerHandle {
+    fn add_on_cpu(&self, group: &Group, cpu: usize, item: usize, delta: i64) -> Result<()> {
+        self.add_on_slot(group, cpu, item, delta)
+    }
+}
+
+/// Engine hooks of a [`Builder`].
+pub trait BuilderExt {
+    /// Build with (`true`, the default) or without the built-in `cpu`
+    /// controller (minimal models: one controller, one item).
+    fn cpu_controller(self, on: bool) -> Builder;
+}
+
+impl BuilderExt for Builder {
+    fn cpu_controller(self, on: bool) -> Builder {
+        self.with_cpu_controller(on)
+    }
+}
