@@ -400,7 +400,7 @@ impl ControllerHandle {
 
     /// The `Threshold` policy's pending-update count of `group` (the sum of
     /// its per-CPU counters):
-    /// units (64 per batch boundary crossed, each in its item's declared
+    /// units ([`UPDATE_BATCH`](crate::controller::UPDATE_BATCH) per batch boundary crossed, each in its item's declared
     /// unit) folded from per-CPU counters and not yet in its totals.
     #[doc(hidden)]
     pub fn pending_updates(&self, group: &Group) -> Result<u64> {

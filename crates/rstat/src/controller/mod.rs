@@ -19,7 +19,7 @@
 //! Each item declares a unit of significance ([`Controller::stat_units`]:
 //! 4096 for bytes charged in pages, 1 by default): the `Threshold` policy
 //! counts changes in it, so the update path walks the ancestors' pending
-//! counters once per 64 units of change of an item on a CPU, however large
+//! counters once per [`UPDATE_BATCH`] units of change of an item on a CPU, however large
 //! the deltas and deep the group (see [`policy`](crate::policy)).
 //!
 //! # Overflow

@@ -284,8 +284,9 @@ impl Rstat {
     /// Register a counter set whose items declare their units
     /// ([`Controller::stat_units`]): `("bytes", 4096)` for a byte counter
     /// charged in pages, `("requests", 1)` for a plain count. Updates of
-    /// an item walk the ancestors' (per-CPU) pending counters once per 64 ×
-    /// unit of change on a CPU, and its `Threshold` staleness bound is in
+    /// an item walk the ancestors' (per-CPU) pending counters once per
+    /// [`UPDATE_BATCH`] × unit of change
+    /// on a CPU, and its `Threshold` staleness bound is in
     /// that unit.
     ///
     /// ```

@@ -250,43 +250,29 @@ impl Css {
         }
     }
 
-    /// The `Threshold` policy's pending-update counting (kernel v6.8's
-    /// per-CPU `stats_updates`, in our own design): the per-CPU counter is
-    /// the stat slot itself. Each time an update moves item `item`'s slot
-    /// across a multiple of [`UPDATE_BATCH`] × its declared unit
-    /// ([`Controller::stat_units`](crate::Controller::stat_units)), 64 units per boundary crossed are
-    /// added to this CPU's [`UPDATES`] counter of the group and of every
-    /// ancestor (lines no other CPU's updates write): the
-    /// count measures significance in the item's unit, not raw magnitude,
-    /// as the kernel counts memcg byte stats in pages. One update folds at
-    /// most once, whatever its delta, so a CPU walks the ancestors at most
-    /// once per 64 × unit of change of an item on it (plus once), at any
-    /// depth: a byte counter declared in pages and charged a page at a time
-    /// walks once per 64 updates, not on each.
+    /// The `Threshold` policy's pending-update counting, whose design and
+    /// bound are explained in one place, the [`policy`](crate::policy)
+    /// module ("Where the `Threshold` bound comes from"): each time an
+    /// update moves `item`'s slot across a multiple of B × its unit (B =
+    /// [`UPDATE_BATCH`]), B units per boundary crossed go to this CPU's
+    /// [`UPDATES`] counter of the group and of every ancestor
+    /// (`fold_updates`).
     ///
     /// Cost: the boundary test uses the value the stat RMW (or section)
-    /// already returned. An update that crosses no multiple of 64 (of any
-    /// unit: every boundary is one) makes no memory access at all; one that
-    /// does loads the item's shift (one load, from the css line the update
+    /// already returned. An update that crosses no multiple of B (every
+    /// item's boundary is one) makes no memory access at all; one that does
+    /// loads the item's shift (one load, from the css line the update
     /// already reads, for the first eight items; three, through the
     /// controller, for later ones), and only a crossing of the item's own
     /// boundary takes the cold walk.
-    /// Unlike a separate racy counter, nothing is lost when a thread
-    /// migrates mid-update. What it gave up: a unit is coarse by design; a
-    /// read may miss up to 64 × unit − 1 of an item per (group, CPU) slot.
-    ///
-    /// Why it bounds staleness: since a slot was last folded (`prev`), its
-    /// value moved by less than 64 × unit × (boundaries crossed + 1), and
-    /// the crossings are in the pending counters (the policy module states
-    /// the bound, per item in its unit, and its proof).
     ///
     /// `old` is what the stat RMW (or section) on slot `at` returned for
     /// `item`.
     #[inline(always)]
     pub(crate) fn count_update(&self, at: Slot, item: Item, old: i64, delta: i64) {
         let new = old.wrapping_add(delta);
-        // Every item's boundary is a multiple of 64: crossing none of
-        // those crosses none of the item's (`old >> 6 == new >> 6`).
+        // Every item's boundary is a multiple of B: crossing none of those
+        // crosses none of the item's (`old >> 6 == new >> 6`).
         if (old ^ new) >> UPDATE_BATCH_SHIFT == 0 {
             return;
         }

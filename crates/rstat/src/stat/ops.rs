@@ -50,8 +50,9 @@ pub trait Controller: Send + Sync + 'static {
     /// Declare the granularity the item's changes come in, as the kernel
     /// counts memcg byte stats in pages: a byte counter charged in pages
     /// declares 4096. The update path then folds a change into the shared
-    /// pending counters (a walk over every ancestor) once per 64 × unit of
-    /// change of the item on a CPU, not once per 64 bytes, and a read's
+    /// pending counters (a walk over every ancestor) once per
+    /// [`UPDATE_BATCH`](crate::controller::UPDATE_BATCH) × unit of
+    /// change of the item on a CPU, not once per batch of bytes, and a read's
     /// staleness bound for the item is stated in its unit
     /// ([`FlushPolicy::staleness_bound`](crate::FlushPolicy::staleness_bound)).
     /// Read once, at registration; a length other than

@@ -8,10 +8,13 @@
 //! (where upstream ended, kernel v6.8) is the default.
 //! [`ControllerHandle::read_exact`] is exact under every policy.
 //!
+//! Below, B is the update batch, [`UPDATE_BATCH`]
+//! (64, the kernel's `MEMCG_CHARGE_BATCH`).
+//!
 //! | policy | a read... | staleness bound, per item |
 //! |---|---|---|
 //! | `Always` | flushes its subtree | 0 |
-//! | `Threshold` | flushes its subtree only if the group's pending-update counter exceeds 64 × nr_cpus units | for an item declared in unit u: u × 64 × nr_cpus + (64 × u − 1) × nr_cpus × groups in the subtree (less than 64 × nr_cpus × (groups + 1) units), plus 64 × u − 1 per update in progress when the read began |
+//! | `Threshold` | flushes its subtree only if the group's pending-update counter exceeds B × nr_cpus units | for an item declared in unit u: u × B × nr_cpus + (B × u − 1) × nr_cpus × groups in the subtree (less than B × nr_cpus × (groups + 1) units), plus B × u − 1 per update in progress when the read began |
 //! | `UnifiedRoot` | flushes the root, or returns at once if a flush is running | unbounded between flushes (the periodic flusher bounds it in time, not units) |
 //! | `Coalesced` | tries the subtree flush without waiting for the lock; if taken, waits for the ongoing root flush (all waiters wake together); beyond nr_cpus waiters, returns at once | 0 when the trylock succeeds or it starts the root flush; when it waits, the updates made after that flush passed their CPU; unbounded beyond nr_cpus waiters |
 //!
@@ -24,12 +27,12 @@
 //!
 //! Where the `Threshold` bound comes from: the per-CPU pending-update
 //! counter is each stat slot itself; every time an update carries a slot of
-//! an item declared in unit u across a multiple of 64 × u, 64 units per
+//! an item declared in unit u across a multiple of B × u, B units per
 //! boundary crossed are added to this CPU's pending-update counter of the
 //! group and of every ancestor (kernel v6.8's `stats_updates`, kept per
-//! CPU: see `UPDATES` in `controller`), and then to the (group, CPU)'s own
+//! CPU: see `UPDATES` in `stat::css`), and then to the (group, CPU)'s own
 //! `counted` slot. One update folds at most once, whatever its delta: a CPU
-//! walks the ancestors at most once per 64 × u of change of the item on it
+//! walks the ancestors at most once per B × u of change of the item on it
 //! (plus once), at any depth. A flush of a (group, CPU) reads `counted`
 //! *before* the stat slots, so the units it reads there belong to changes
 //! its slot reads include; it subtracts exactly those units (plus those its
@@ -40,7 +43,7 @@
 //!
 //! Why per CPU: with one shared counter per group (the kernel's shape), two
 //! threads updating one group contend on the group's and the root's counter
-//! every 64 units, and an exact count cannot take the kernel's way out
+//! every B units, and an exact count cannot take the kernel's way out
 //! (skip ancestors already due for a flush: a skipped unit cannot be
 //! subtracted exactly). Per CPU, a crossing writes only lines its own CPU
 //! owns; a `Threshold` read pays for it by summing nr_cpus counters instead
@@ -48,7 +51,7 @@
 //!
 //! **The bound.** Let a `read` of group G begin after a set of updates
 //! completed. If it does not flush, the sum of G's per-CPU counters, each
-//! as the read loaded it, was at most 64 × nr_cpus; every boundary those
+//! as the read loaded it, was at most B × nr_cpus; every boundary those
 //! updates crossed after the value their slot last contributed to G's
 //! published totals was still in its CPU's counter when the read loaded
 //! that counter (counted before the update completed, subtracted only after
@@ -62,27 +65,27 @@
 //! updating thread; only such an add can land between two completed ones):
 //! such an add may have crossed a boundary it has not counted yet, moving
 //! where the next run crosses. A run of net change L crosses at least
-//! (L − (64 × u − 1)) / (64 × u) multiples of 64 × u, so the completed
-//! updates moved the slot by at most 64 × u × (their crossings) +
-//! (64 × u − 1) × (1 + updates of the slot in progress). Summed over the
+//! (L − (B × u − 1)) / (B × u) multiples of B × u, so the completed
+//! updates moved the slot by at most B × u × (their crossings) +
+//! (B × u − 1) × (1 + updates of the slot in progress). Summed over the
 //! item's nr_cpus × groups slots (`groups` = groups in G's subtree,
 //! including removed ones not yet released), the read is below the
 //! completed updates' sum of that item by at most
 //!
 //! ```text
-//! u × 64 × nr_cpus + (64 × u − 1) × (nr_cpus × groups + in_progress)
+//! u × B × nr_cpus + (B × u − 1) × (nr_cpus × groups + in_progress)
 //! ```
 //!
 //! of the item's value, where `in_progress` counts the updates of the item
 //! in G's subtree in progress when the read began: with none (what
 //! [`FlushPolicy::staleness_bound`] states), less than
-//! 64 × nr_cpus × (groups + 1) units. This holds for every interleaving
+//! B × nr_cpus × (groups + 1) units. This holds for every interleaving
 //! with concurrent flushes and every delta size, and the read never shows
 //! an update that had not started. Each item has its bound whatever the
 //! controller's other items do: they share the first term (their crossings
-//! count against the same 64 × nr_cpus), so with no update in progress the
+//! count against the same B × nr_cpus), so with no update in progress the
 //! items' staleness, each divided by its unit, sums to less than
-//! 64 × nr_cpus × (1 + groups × items).
+//! B × nr_cpus × (1 + groups × items).
 //!
 //! **Wrapping slots and huge deltas.** Slots are modular, so an add may
 //! carry one across `i64::MAX`: its crossings are counted on the unwrapped
@@ -131,7 +134,7 @@ pub enum FlushPolicy {
     /// Every read flushes its subtree: exact.
     Always,
     /// Kernel v6.8 (the default): flush the subtree only when its pending
-    /// updates exceed 64 × nr_cpus units (each item counted in its
+    /// updates exceed B × nr_cpus units (B = [`UPDATE_BATCH`]; each item counted in its
     /// declared unit).
     #[default]
     Threshold,
@@ -166,9 +169,10 @@ impl FlushPolicy {
     /// 1 for plain counts), in the item's own value terms (bytes, for a
     /// byte counter in units of 4096), with or without concurrent flushes,
     /// for a subtree of `groups` groups on `nr_cpus` CPU slots. `Threshold`:
-    /// `unit × 64 × nr_cpus + (64 × unit − 1) × nr_cpus × groups`, less
-    /// than 64 × nr_cpus × (groups + 1) units, whatever the controller's
-    /// other items and their units; add `64 × unit − 1` for each update of
+    /// `unit × B × nr_cpus + (B × unit − 1) × nr_cpus × groups`, less
+    /// than B × nr_cpus × (groups + 1) units (B = [`UPDATE_BATCH`]),
+    /// whatever the controller's other items and their units; add
+    /// `B × unit − 1` for each update of
     /// the item in the subtree in progress when the read began (see the
     /// [module docs](self) for why, and the proof). Saturates at
     /// `u64::MAX`. `None` where the policy has no
