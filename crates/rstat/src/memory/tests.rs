@@ -204,7 +204,7 @@ fn limits_refuse_events_and_failcnt() {
     let held = mem.try_charge(&c, 100).unwrap();
     match mem.try_charge(&c, 1) {
         Err(MemoryError::OverLimit(o)) => {
-            assert_eq!((o.path.as_str(), o.amount, o.max), ("p", 1, 100));
+            assert_eq!((o.path.as_str(), o.amount, o.max), ("/p", 1, 100));
             assert_eq!(o.usage, 100, "the stocks were drained before giving up");
         }
         other => panic!("{other:?}"),
@@ -364,6 +364,38 @@ fn peak_tracks_and_resets() {
     mem.reset_peak(&g).unwrap();
     assert_eq!(mem.peak(&g).unwrap(), 30);
     drop(a);
+}
+
+#[test]
+fn errors_print_paths_absolute_with_the_root_as_slash() {
+    // As the engine's errors do (crate docs, "Errors say where"): a path
+    // that `Rstat::lookup` accepts back.
+    let (rs, mem) = setup(1, 0);
+    let root = rs.root();
+    match mem.uncharge_raw(root, 1) {
+        Err(e @ MemoryError::Underflow { .. }) => {
+            assert!(matches!(&e, MemoryError::Underflow { path, .. } if path == "/"));
+            assert!(e.to_string().contains("group \"/\""), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    mem.set_limit(root, Limit::Max, 10).unwrap();
+    match mem.try_charge(root, 11) {
+        Err(MemoryError::OverLimit(o)) => assert_eq!(o.path, "/"),
+        other => panic!("{other:?}"),
+    }
+    let g = root.create_child("g").unwrap();
+    let c = g.create_child("c").unwrap();
+    mem.set_limit(&g, Limit::Max, 10).unwrap();
+    match mem.try_charge(&c, 11) {
+        Err(MemoryError::OverLimit(o)) => assert_eq!(o.path, "/g"),
+        other => panic!("{other:?}"),
+    }
+    c.remove().unwrap();
+    match mem.set_limit(&c, Limit::Max, 1) {
+        Err(MemoryError::Removed { path }) => assert_eq!(path, "/g/c"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
