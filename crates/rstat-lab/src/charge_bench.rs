@@ -332,7 +332,7 @@ pub fn run(cfg: &Config) -> Report {
     for (mem, rs) in [(&mem_s, &rs_s), (&mem_n, &rs_n)] {
         let _ = mem.drain_stocks(rs.root());
         assert_eq!(mem.current(rs.root()).ok(), Some(0), "units leaked");
-        let s = mem.stat_exact(rs.root()).expect("stat");
+        let s = mem.read_exact(rs.root()).expect("stat");
         assert_eq!(s.get("charged"), s.get("uncharged"));
     }
     assert_eq!(pc_root.usage(), 0);

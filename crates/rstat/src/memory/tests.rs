@@ -30,7 +30,7 @@ pub(super) fn setup(nr_cpus: usize, batch: u64) -> (Rstat, Memory) {
 }
 
 fn stat(mem: &Memory, g: &Group, item: &str) -> (i64, i64) {
-    let s = mem.stat_exact(g).unwrap();
+    let s = mem.read_exact(g).unwrap();
     (s.get_local(item).unwrap(), s.get(item).unwrap())
 }
 
@@ -532,7 +532,7 @@ fn the_guard_borrows_and_into_owned_takes_one_reference() {
     assert_eq!(refs(), before);
     mem.drain_stocks(&g).unwrap();
     assert_eq!(mem.current(&g).unwrap(), 0);
-    let s = mem.stat_exact(&g).unwrap();
+    let s = mem.read_exact(&g).unwrap();
     assert_eq!((s.get("charged"), s.get("uncharged")), (Some(5), Some(5)));
 }
 
@@ -565,7 +565,7 @@ fn an_owned_charge_outlives_the_handles_it_borrowed() {
     t.join().unwrap();
     check.drain_stocks(rs.root()).unwrap();
     assert_eq!(check.current(rs.root()).unwrap(), 0);
-    let s = check.stat_exact(rs.root()).unwrap();
+    let s = check.read_exact(rs.root()).unwrap();
     assert_eq!((s.get("charged"), s.get("uncharged")), (Some(3), Some(3)));
 }
 
@@ -637,7 +637,7 @@ fn stress_charge_uncharge_drain() {
         assert_eq!(mem.current(g).unwrap(), 0, "{g:?}");
     }
     assert_eq!(mem.page_counter(&p).unwrap().cancel_underflows(), 0);
-    let s = mem.stat_exact(rs.root()).unwrap();
+    let s = mem.read_exact(rs.root()).unwrap();
     assert_eq!(s.get("charged"), s.get("uncharged"));
 }
 
@@ -654,16 +654,16 @@ fn stat_units_follow_the_batch() {
     assert_eq!(stat_unit(64 * 4096 + 64 * 1000), 4096, "rounded down");
     assert_eq!(stat_unit(MAX_BATCH), MAX_BATCH / 64);
     let (_rs, mem) = setup(2, MEMCG_CHARGE_BATCH);
-    assert_eq!(mem.stats().stat_units(), [1; 10]);
+    assert_eq!(mem.stat_controller().stat_units(), [1; 10]);
     let (rs, mem) = setup(2, 64 * 4096);
     // heap bytes in the charge unit; failcnt and the heap object counts 1.
     assert_eq!(
-        mem.stats().stat_units(),
+        mem.stat_controller().stat_units(),
         [4096, 4096, 4096, 4096, 1, 4096, 4096, 1, 1, 4096]
     );
     let a = rs.root().create_child("a").unwrap();
     let b = a.create_child("b").unwrap();
-    let pending = || mem.stats().pending_updates(&a).unwrap();
+    let pending = || mem.stat_controller().pending_updates(&a).unwrap();
     for i in 1..=64 {
         mem.charge_raw_on_cpu(&b, 4096, OnOom::Fail, 0).unwrap();
         assert_eq!(pending(), if i < 64 { 0 } else { 64 }, "after {i} pages");

@@ -332,7 +332,7 @@ fn run(parents: Vec<usize>, ops: Vec<Op>) -> Result<(), TestCaseError> {
         prop_assert_eq!(mem.current(g).unwrap(), 0, "group {} at the end", i);
         prop_assert_eq!(mem.page_counter(g).unwrap().cancel_underflows(), 0);
     }
-    let s = mem.stat_exact(rs.root()).unwrap();
+    let s = mem.read_exact(rs.root()).unwrap();
     prop_assert_eq!(s.get("charged"), Some(m.charged as i64));
     prop_assert_eq!(s.get("uncharged"), Some(m.charged as i64));
     Ok(())

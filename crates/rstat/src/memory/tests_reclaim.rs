@@ -87,7 +87,7 @@ fn a_charge_over_max_reclaims_from_the_subtree() {
     assert!(mem.current(&p).unwrap() <= 100);
     let ev = mem.events(&p).unwrap();
     assert_eq!((ev.max, ev.oom, ev.low), (1, 0, 0));
-    let s = mem.stat_exact(&p).unwrap();
+    let s = mem.read_exact(&p).unwrap();
     assert_eq!(s.get("reclaimed"), Some(100 - cache.len() as i64));
     assert_eq!(s.get_local("reclaimed"), Some(0));
     drop(c);
@@ -273,7 +273,7 @@ fn a_reclaimer_charging_over_the_limit_is_forced_not_recursed() {
     let c = mem.try_charge(&g, 5).unwrap();
     assert!(!c.forced());
     assert!(cache.len() <= 15);
-    assert!(mem.stat_exact(&g).unwrap().get("forced").unwrap() >= 1);
+    assert!(mem.read_exact(&g).unwrap().get("forced").unwrap() >= 1);
     drop(c);
 }
 

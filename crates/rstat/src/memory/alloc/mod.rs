@@ -64,11 +64,11 @@
 //!    adds), and added to the group's per-CPU stat items every
 //!    [`HEAP_STAT_BATCH`](crate::memory::stock::HEAP_STAT_BATCH) operations
 //!    or when the slot is emptied. **Reads stay exact:**
-//!    [`Memory::stat`] and [`Memory::stat_exact`] first add every slot's
+//!    [`Memory::read`] and [`Memory::read_exact`] first add every slot's
 //!    pending deltas for the group's subtree
 //!    ([`Memory::flush_heap_stats`]: each CPU's stock lock once); a read
-//!    of the raw stat controller ([`Memory::stats`]) without that may miss
-//!    fewer than 64 operations per (group, CPU).
+//!    through the stat controller ([`Memory::stat_controller`]) without
+//!    that may miss fewer than 64 operations per (group, CPU).
 //!
 //! **Where reclaim runs.** Reclaimers (for `memory.high`, and for
 //! `memory.max` in enforce mode) run on the allocating thread, inside the
@@ -240,10 +240,10 @@
 //! [`Rstat`]: crate::Rstat
 //! [`Memory`]: crate::memory::Memory
 //! [`Memory::reclaim_high`]: crate::memory::Memory::reclaim_high
-//! [`Memory::stat`]: crate::memory::Memory::stat
-//! [`Memory::stat_exact`]: crate::memory::Memory::stat_exact
+//! [`Memory::read`]: crate::memory::Memory::read
+//! [`Memory::read_exact`]: crate::memory::Memory::read_exact
 //! [`Memory::flush_heap_stats`]: crate::memory::Memory::flush_heap_stats
-//! [`Memory::stats`]: crate::memory::Memory::stats
+//! [`Memory::stat_controller`]: crate::memory::Memory::stat_controller
 //! [`Memory::drain_stocks`]: crate::memory::Memory::drain_stocks
 
 // The files, lowest first: `reentry` (the thread's re-entry flag, which
