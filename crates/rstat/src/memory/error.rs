@@ -140,9 +140,10 @@ impl std::error::Error for MemoryError {
     }
 }
 
-/// Parse a limit as cgroup v2 writes it: `"max"` (no limit:
-/// [`PAGE_COUNTER_MAX`]) or a whole number of units with an optional
-/// binary suffix `K`, `M`, `G`, `T`, `P`, `E` (either case; ×1024ⁿ).
+/// Parse a limit as cgroup v2 writes it (the text that
+/// [`Memory::write_limit`](super::Memory::write_limit) takes): `"max"`
+/// (no limit: [`PAGE_COUNTER_MAX`]) or a whole number of units with an
+/// optional binary suffix `K`, `M`, `G`, `T`, `P`, `E` (either case; ×1024ⁿ).
 /// Surrounding whitespace is ignored. Values above [`PAGE_COUNTER_MAX`]
 /// mean "no limit" and are clamped to it, as the kernel does.
 ///

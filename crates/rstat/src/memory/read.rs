@@ -127,8 +127,11 @@ impl Memory {
         Ok(self.memcg(group)?.counter.cancel_underflows())
     }
 
-    /// `group`'s page counter, for what this API does not show (failcnt,
-    /// effective protection, local watermark).
+    /// `group`'s page counter, to read what this API does not show
+    /// (failcnt, effective protection, local watermark). Set limits with
+    /// [`set_limit`](Self::set_limit), not through the counter's own
+    /// setters: those skip the stocks' drain, the reclaim and the stocks'
+    /// over-the-limit flags that `set_limit` keeps.
     pub fn page_counter(&self, group: &Group) -> Result<Arc<PageCounter>, MemoryError> {
         Ok(Arc::clone(&self.memcg(group)?.counter))
     }

@@ -147,7 +147,7 @@ fn overcharge_is_bounded_by_batch_times_cpus() {
     const MAX: u64 = 1000;
     let (rs, mem) = setup(CPUS, BATCH);
     let g = rs.root().create_child("g").unwrap();
-    mem.set_max(&g, MAX).unwrap();
+    mem.set_limit(&g, Limit::Max, MAX).unwrap();
     let mut held = 0u64;
     let mut worst = 0u64;
     // One unit on every CPU: each stocks a batch less one.
@@ -240,7 +240,7 @@ fn over_high_is_flagged_and_counted() {
     let (rs, mem) = setup(1, 8);
     let p = rs.root().create_child("p").unwrap();
     let c = p.create_child("c").unwrap();
-    mem.set_high(&p, 20).unwrap();
+    mem.set_limit(&p, Limit::High, 20).unwrap();
     let a = mem.try_charge(&c, 16).unwrap();
     assert!(!a.over_high());
     let b = mem.try_charge(&c, 8).unwrap(); // usage 24 > 20
@@ -264,11 +264,11 @@ fn limit_writes_drain_the_subtree_stocks() {
         mem.charge_raw_on_cpu(&c, 1, OnOom::Fail, cpu).unwrap();
         mem.charge_raw_on_cpu(&other, 1, OnOom::Fail, cpu).unwrap();
     }
-    let w = mem.set_max(&p, 1000).unwrap();
+    let w = mem.set_limit(&p, Limit::Max, 1000).unwrap();
     assert_eq!((w.drained, w.reached, w.usage_after), (126, true, 2));
     assert_eq!(mem.stocked(&other).unwrap(), 126, "outside the subtree");
     mem.charge_raw_on_cpu(&c, 1, OnOom::Fail, 0).unwrap();
-    let w = mem.set_high(&p, 1000).unwrap();
+    let w = mem.set_limit(&p, Limit::High, 1000).unwrap();
     assert_eq!(w.drained, 63);
     mem.set_limit(&c, Limit::Low, 5).unwrap();
     assert_eq!(mem.stocked(&other).unwrap(), 126);
@@ -315,7 +315,7 @@ fn removal_drains_and_reparents() {
     assert_eq!(mem.current(&p).unwrap(), 15);
     assert_eq!(mem.page_counter(&p).unwrap().children_min_usage(), 0);
     assert!(matches!(
-        mem.set_max(&c, 1),
+        mem.set_limit(&c, Limit::Max, 1),
         Err(MemoryError::Removed { .. })
     ));
     // New charges through the removed group land on the parent.
@@ -402,7 +402,7 @@ fn errors_print_paths_absolute_with_the_root_as_slash() {
 fn bad_input_is_refused_with_a_typed_error() {
     let (rs, mem) = setup(1, 8);
     let g = rs.root().create_child("g").unwrap();
-    mem.set_max(&g, 100).unwrap();
+    mem.set_limit(&g, Limit::Max, 100).unwrap();
     for bad in [
         "-5",
         "abc",
@@ -601,7 +601,7 @@ fn stress_charge_uncharge_drain() {
     let leaves: Vec<Group> = (0..2)
         .map(|i| p.create_child(&format!("l{i}")).unwrap())
         .collect();
-    mem.set_max(&p, 200).unwrap();
+    mem.set_limit(&p, Limit::Max, 200).unwrap();
     std::thread::scope(|s| {
         for t in 0..threads {
             let (mem, leaf) = (&mem, &leaves[t % 2]);
@@ -621,7 +621,7 @@ fn stress_charge_uncharge_drain() {
         s.spawn(|| {
             for i in 0..writes {
                 mem.drain_stocks(&p).unwrap();
-                let _ = mem.set_max(&p, 150 + i % 100);
+                let _ = mem.set_limit(&p, Limit::Max, 150 + i % 100);
             }
         });
     });
