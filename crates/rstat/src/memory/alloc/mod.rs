@@ -193,11 +193,16 @@
 //! a shared atomic add once per 64 objects; the stat deltas: the per-CPU
 //! stat adds once per 64 operations), the trailer store. A free on the
 //! fast path: the trailer and the handle's `stocks` field, the lock, the
-//! same scan and adds. On this machine that is about 22 ns per allocation
-//! and free pair over mimalloc's own, on one thread (`rstat bench alloc`
-//! measures it at two). A stock miss: one atomic add per ancestor's usage. A
-//! group removal: every CPU's stock lock once (the drain it makes anyway
-//! doubles as the handles' grace period, see `memory::objcg`).
+//! same scan and adds. So the fast path adds a cost of its own to each
+//! allocation and free, over the inner allocator's, that does not depend
+//! on the tree's depth; and since it writes lines of this CPU's stock
+//! (a shared line once per 64 objects), not lines every CPU writes, more
+//! threads allocating do not make it dearer, where an eager tracker's
+//! shared counters would. `rstat bench alloc` measures it against the
+//! inner allocator alone and an eager tracker; BENCHMARKS.md keeps the
+//! results. A stock miss: one atomic add per ancestor's usage. A group
+//! removal: every CPU's stock lock once (the drain it makes anyway doubles
+//! as the handles' grace period, see `memory::objcg`).
 //! Drift: at quiescent points, a group's `memory.current` exceeds its live
 //! objects' bytes (plus overhead) by what sits in the stocks, at most
 //! `batch × nr_cpus` ([`drift_bound`]); 0 after
