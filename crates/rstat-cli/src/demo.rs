@@ -51,7 +51,7 @@ pub fn run(opts: &Options) -> Result<bool, Box<dyn std::error::Error>> {
     let mut services: Vec<(Group, u32)> = Vec::new();
     for (t, w, max) in TENANTS {
         let tg = rs.root().create_child(t)?;
-        mem.set_max(&tg, max)?;
+        mem.set_limit(&tg, rstat::memory::Limit::Max, max)?;
         for s in SERVICES {
             services.push((tg.create_child(s)?, w));
         }

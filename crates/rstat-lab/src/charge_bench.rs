@@ -36,7 +36,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use rstat::memory::{Memory, MemoryConfig, OnOom};
+use rstat::memory::{Limit, Memory, MemoryConfig, OnOom};
 use rstat::page_counter::{CachePadded, PageCounter};
 use rstat::{Group, Rstat};
 use serde::Serialize;
@@ -189,7 +189,7 @@ fn tree(batch: u64, leaves: usize) -> (Rstat, Memory, Vec<Group>) {
         .map(|i| mid.create_child(&format!("leaf{i}")).expect("group"))
         .collect();
     // Limits set but never reached.
-    let _ = mem.set_max(&mid, 1 << 50);
+    let _ = mem.set_limit(&mid, Limit::Max, 1 << 50);
     (rs, mem, leaves)
 }
 
@@ -332,7 +332,7 @@ pub fn run(cfg: &Config) -> Report {
     for (mem, rs) in [(&mem_s, &rs_s), (&mem_n, &rs_n)] {
         let _ = mem.drain_stocks(rs.root());
         assert_eq!(mem.current(rs.root()).ok(), Some(0), "units leaked");
-        let s = mem.stat_exact(rs.root()).expect("stat");
+        let s = mem.read_exact(rs.root()).expect("stat");
         assert_eq!(s.get("charged"), s.get("uncharged"));
     }
     assert_eq!(pc_root.usage(), 0);

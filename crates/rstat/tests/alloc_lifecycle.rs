@@ -82,7 +82,7 @@ fn lifecycle() {
     // lives: the object holds the group's owner handle, which removal
     // reparented to the root, not the group. Freeing the object (inside
     // `dealloc`) uncharges the root, counted as reparented there.
-    let heap_local = |g: &Group, item: &str| mem.stat_exact(g).unwrap().get_local(item).unwrap();
+    let heap_local = |g: &Group, item: &str| mem.read_exact(g).unwrap().get_local(item).unwrap();
     let z = rs.root().create_child("zombie").unwrap();
     let obj: Box<[u8; 100]> = {
         let _in = z.enter();

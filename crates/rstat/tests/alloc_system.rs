@@ -75,7 +75,7 @@ fn env() -> &'static (Rstat, Memory) {
 }
 
 fn stat(g: &Group, item: &str) -> (i64, i64) {
-    let s = env().1.stat_exact(g).unwrap();
+    let s = env().1.read_exact(g).unwrap();
     (s.get_local(item).unwrap(), s.get(item).unwrap())
 }
 
@@ -461,14 +461,14 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
                         "round {round} leaf {i} ({})",
                         g.path()
                     );
-                    let hs = mem.stat_exact(g).unwrap();
+                    let hs = mem.read_exact(g).unwrap();
                     let heap =
                         hs.get_local("heap").unwrap() + hs.get_local("heap_overhead").unwrap();
                     check_eq!(heap as u64, per_leaf[i], "round {round} leaf {i} stat");
                 }
                 for (t, g) in tenants.iter().enumerate() {
                     check_eq!(current(mem, g), per_tenant[t], "round {round} tenant {t}");
-                    let hs = mem.stat_exact(g).unwrap();
+                    let hs = mem.read_exact(g).unwrap();
                     let heap = hs.get("heap").unwrap() + hs.get("heap_overhead").unwrap();
                     check_eq!(heap as u64, per_tenant[t], "round {round} tenant {t} stat");
                 }
@@ -523,7 +523,7 @@ fn exact_per_group_with_cross_thread_frees_and_removal() {
         }
     }
     assert_eq!(current(mem, &top), 0);
-    let hs = mem.stat_exact(&top).unwrap();
+    let hs = mem.read_exact(&top).unwrap();
     assert_eq!(hs.get("heap"), Some(0));
     assert_eq!(hs.get("heap_overhead"), Some(0));
     assert_eq!(hs.get("heap_allocs"), hs.get("heap_frees"));
@@ -694,21 +694,21 @@ fn memory_stat_is_exact_without_draining_the_stocks() {
             ptrs.push(Ptr(p));
         }
     }
-    let s = mem.stat_exact(&g).unwrap();
+    let s = mem.read_exact(&g).unwrap();
     assert_eq!(s.get_local("heap"), Some(400));
     assert_eq!(s.get_local("heap_allocs"), Some(10));
     for p in ptrs.drain(..3) {
         // SAFETY: allocated above with `l`.
         unsafe { dealloc(p.0, l) };
     }
-    let s = mem.stat_exact(&g).unwrap();
+    let s = mem.read_exact(&g).unwrap();
     assert_eq!(s.get_local("heap"), Some(280));
     assert_eq!(s.get_local("heap_frees"), Some(3));
     for p in ptrs.drain(..) {
         // SAFETY: as above.
         unsafe { dealloc(p.0, l) };
     }
-    assert_eq!(mem.stat_exact(&g).unwrap().get_local("heap"), Some(0));
+    assert_eq!(mem.read_exact(&g).unwrap().get_local("heap"), Some(0));
     g.remove().unwrap();
 }
 

@@ -390,7 +390,7 @@ fn granularity_never_rounds_into_protection() {
     cache.fill(200 * 4096);
     let min = 200 * 4096 - 2000;
     mem.set_limit(&a, Limit::Min, min).unwrap();
-    mem.set_max(&p, 200 * 4096).unwrap();
+    mem.set_limit(&p, Limit::Max, 200 * 4096).unwrap();
     let e = mem.try_charge(&b, 100).unwrap_err();
     assert!(matches!(e, MemoryError::OverLimit(_)), "{e}");
     assert_eq!(cache.size(), 200 * 4096);
@@ -423,10 +423,10 @@ fn a_charge_retries_while_reclaim_makes_progress() {
     mem.register_reclaimer(&g, OneAtATime(Arc::downgrade(&cache)))
         .unwrap();
     cache.fill(300);
-    mem.set_max(&g, 300).unwrap();
+    mem.set_limit(&g, Limit::Max, 300).unwrap();
     let c = mem.try_charge(&g, 100).expect("300 units are reclaimable");
     assert_eq!(cache.size(), 200);
-    let w = mem.set_max(&g, 200).unwrap();
+    let w = mem.set_limit(&g, Limit::Max, 200).unwrap();
     assert!(w.reached, "{w:?}");
     assert_eq!(cache.size(), 100);
     drop(c);

@@ -2,7 +2,21 @@
 //! `memory.stat` items it counts: their names, indices and declared units.
 //! The lowest layer of `memory/`: it names nothing else of it.
 
-/// The kernel's `MEMCG_CHARGE_BATCH`: the default [`MemoryConfig::batch`].
+/// The kernel's `MEMCG_CHARGE_BATCH`: the default [`MemoryConfig::batch`],
+/// the units a stock refill charges to the page counters at once.
+///
+/// Not the engine's [`UPDATE_BATCH`], though both are 64 (the kernel uses
+/// this one constant for both jobs): `UPDATE_BATCH` is fixed, counts a
+/// stat item's change in the item's declared unit, and sets how often a
+/// CPU's stat updates reach the pending-update counters that decide when
+/// a read flushes; this is a per-controller setting in charge units that
+/// sizes the stocks, which decide how often a charge writes the shared
+/// page counters. [`stat_unit`] ties the two: the items counted in charge
+/// units are declared in units of `batch / UPDATE_BATCH`, so a CPU's
+/// stat updates reach the pending-update counters about as often as its
+/// stock refills, whatever the batch.
+///
+/// [`UPDATE_BATCH`]: crate::controller::UPDATE_BATCH
 pub const MEMCG_CHARGE_BATCH: u64 = 64;
 
 /// The kernel's `MAX_RECLAIM_RETRIES`: the default
@@ -21,10 +35,11 @@ pub const MAX_BATCH: u64 = 1 << 32;
 /// The declared unit ([`Controller::stat_units`](crate::Controller::stat_units))
 /// of the `memory.stat` items counted in charge units (`charged`,
 /// `uncharged`, `reclaimed`, `forced`) for a [`MemoryConfig::batch`]:
-/// `batch / 64` rounded down to a power of two, at least 1.
+/// `batch /` [`UPDATE_BATCH`](crate::controller::UPDATE_BATCH) (64)
+/// rounded down to a power of two, at least 1.
 ///
 /// Why: the batch is the caller's statement of its charge granularity (64
-/// of it, as the kernel's `MEMCG_CHARGE_BATCH` is 64 pages): a caller
+/// of it, as the default [`MEMCG_CHARGE_BATCH`] is 64 pages): a caller
 /// charging bytes sets 64 pages of bytes (256 KiB) and gets 4096, the
 /// kernel's own normalization of byte stats to pages; one charging pages
 /// keeps the default 64 and gets 1. A CPU then walks the ancestors'

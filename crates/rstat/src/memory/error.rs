@@ -11,7 +11,7 @@ use crate::page_counter::PAGE_COUNTER_MAX;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverLimit {
     /// Path of the group whose limit refused (the charged group or an
-    /// ancestor; `""` is the root).
+    /// ancestor), absolute: `/` is the root.
     pub path: String,
     /// The amount asked for.
     pub amount: u64,
@@ -22,7 +22,10 @@ pub struct OverLimit {
 }
 
 /// A refused memory-controller operation. Every variant's `Display` says
-/// what to do next.
+/// what to do next. Group paths in it are absolute, the root `/`, as the
+/// engine's [`Error`]s print them (what [`Rstat::lookup`] accepts back).
+///
+/// [`Rstat::lookup`]: crate::Rstat::lookup
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MemoryError {
@@ -137,9 +140,10 @@ impl std::error::Error for MemoryError {
     }
 }
 
-/// Parse a limit as cgroup v2 writes it: `"max"` (no limit:
-/// [`PAGE_COUNTER_MAX`]) or a whole number of units with an optional
-/// binary suffix `K`, `M`, `G`, `T`, `P`, `E` (either case; ×1024ⁿ).
+/// Parse a limit as cgroup v2 writes it (the text that
+/// [`Memory::write_limit`](super::Memory::write_limit) takes): `"max"`
+/// (no limit: [`PAGE_COUNTER_MAX`]) or a whole number of units with an
+/// optional binary suffix `K`, `M`, `G`, `T`, `P`, `E` (either case; ×1024ⁿ).
 /// Surrounding whitespace is ignored. Values above [`PAGE_COUNTER_MAX`]
 /// mean "no limit" and are clamped to it, as the kernel does.
 ///

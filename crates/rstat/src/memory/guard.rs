@@ -97,9 +97,12 @@ impl Charge<'_> {
 
 impl Drop for Charge<'_> {
     // `inline(always)` here and on the entry points (guarded and raw): the
-    // stock path is a few tens of instructions, and whether it is inlined
-    // into the caller's loop, left to the heuristics, varied from build to
-    // build, moving either path by up to 1.8x against the other.
+    // stock path is a few tens of instructions, so whether it is inlined
+    // into the caller's loop weighs on its cost as much as the path itself;
+    // left to the heuristics, that choice can differ between the guarded
+    // and the raw path and from build to build, so neither path's cost
+    // would be stable against the other's (`rstat bench charge` compares
+    // them; BENCHMARKS.md keeps the results).
     #[inline(always)]
     fn drop(&mut self) {
         let _ = uncharge_guard(self.mem, &self.group, self.amount);

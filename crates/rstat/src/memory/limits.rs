@@ -1,10 +1,14 @@
 //! Limits and protections: `memory.max`, `memory.high`, `memory.low`,
-//! `memory.min`, set as numbers or written as text, and the reclaim a
+//! `memory.min`, set by [`Memory::set_limit`] (or written as text through
+//! its thin wrapper [`Memory::write_limit`]), and the reclaim a
 //! `memory.max` or `memory.high` write makes toward the new value.
+
+use std::sync::Arc;
 
 use super::error::{parse_limit, MemoryError};
 use super::events::MemoryEvent;
 use super::handle::Memory;
+use super::memcg::MemCg;
 use super::reclaim::ReclaimBudget;
 use crate::group::Group;
 use crate::page_counter::PAGE_COUNTER_MAX;
@@ -34,8 +38,9 @@ impl Limit {
     }
 }
 
-/// What a limit write did: the new value stands either way; for
-/// `memory.max` and `memory.high`, whether reclaim brought usage under it.
+/// What a limit write ([`Memory::set_limit`]) did: the new value stands
+/// either way; for `memory.max` and `memory.high`, whether reclaim brought
+/// usage under it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LimitWrite {
     /// The value now in force (clamped to [`PAGE_COUNTER_MAX`]).
@@ -65,22 +70,41 @@ impl Memory {
         })
     }
 
-    /// Set a limit or protection (values above [`PAGE_COUNTER_MAX`] mean
-    /// none). `Max` and `High` drain the subtree's stocks and reclaim toward
-    /// the new value ([`set_max`](Self::set_max), [`set_high`](Self::set_high));
-    /// `Min` and `Low` only set it.
+    /// Set a limit or protection: the one way to write `memory.max`,
+    /// `memory.high`, `memory.low` or `memory.min` (the text form,
+    /// [`write_limit`](Self::write_limit), parses and calls this). Values
+    /// above [`PAGE_COUNTER_MAX`] mean none. Refuses a removed group
+    /// ([`MemoryError::Removed`]).
+    ///
+    /// - `Max` is set even below usage; then the subtree's stocks are
+    ///   drained and reclaim works toward it (while reclaim makes progress,
+    ///   bounded as a charge's:
+    ///   [`max_reclaim_retries`](super::MemoryConfig::max_reclaim_retries)
+    ///   rounds without progress,
+    ///   [`MAX_RECLAIM_ROUNDS`](super::MAX_RECLAIM_ROUNDS) in all); if that
+    ///   falls short, an `oom` is counted, the OOM handler gets a chance,
+    ///   and the limit stays anyway (new charges must fit under it).
+    /// - `High` is set, then the subtree's stocks are drained and reclaim
+    ///   works toward it, bounded as for `Max`, with no OOM: `high` never
+    ///   fails anything.
+    /// - `Min` and `Low` are only set.
+    ///
+    /// The result says how far usage got ([`LimitWrite::reached`]).
+    ///
+    /// Cost: `Min` and `Low`, the counter's setter lock. `Max` and `High`,
+    /// that, every CPU's stock lock, and the reclaimers' work.
     pub fn set_limit(
         &self,
         group: &Group,
         which: Limit,
         value: u64,
     ) -> Result<LimitWrite, MemoryError> {
+        let m = self.live_memcg(group)?;
+        let value = value.min(PAGE_COUNTER_MAX);
         match which {
-            Limit::Max => self.set_max(group, value),
-            Limit::High => self.set_high(group, value),
+            Limit::Max => Ok(self.set_max(group, m, value)),
+            Limit::High => Ok(self.set_high(group, m, value)),
             Limit::Min | Limit::Low => {
-                let m = self.live_memcg(group)?;
-                let value = value.min(PAGE_COUNTER_MAX);
                 if which == Limit::Min {
                     m.counter.set_min(value);
                 } else {
@@ -99,9 +123,13 @@ impl Memory {
         }
     }
 
-    /// Write a limit as text, as to the cgroupfs file: `"max"` or a number
-    /// with an optional K/M/G/T/P/E suffix ([`parse_limit`]). Bad text is
-    /// [`MemoryError::InvalidLimit`] and changes nothing.
+    /// The text form of [`set_limit`](Self::set_limit), for writes as to
+    /// the cgroupfs file (the C ABI's `rstat_memory_set_limit`, a value
+    /// from a command line or a config file): a thin wrapper, exactly
+    /// `self.set_limit(group, which, parse_limit(text)?)`. The text is
+    /// `"max"` or a number with an optional K/M/G/T/P/E suffix
+    /// ([`parse_limit`]); bad text is [`MemoryError::InvalidLimit`] and
+    /// changes nothing.
     pub fn write_limit(
         &self,
         group: &Group,
@@ -112,21 +140,9 @@ impl Memory {
         self.set_limit(group, which, v)
     }
 
-    /// `memory.max` write: set the limit even below usage, drain the
-    /// subtree's stocks, reclaim toward it (while reclaim makes progress,
-    /// bounded as a charge's:
-    /// [`max_reclaim_retries`](super::MemoryConfig::max_reclaim_retries)
-    /// rounds without progress, [`MAX_RECLAIM_ROUNDS`](super::MAX_RECLAIM_ROUNDS)
-    /// in all); if that falls
-    /// short, count `oom`, give the OOM handler a chance, and keep the limit
-    /// anyway (new charges must fit under it). The result says how far
-    /// usage got.
-    ///
-    /// Cost: the counter's setter lock, every CPU's stock lock, and the
-    /// reclaimers' work.
-    pub fn set_max(&self, group: &Group, max: u64) -> Result<LimitWrite, MemoryError> {
-        let m = self.live_memcg(group)?;
-        let max = max.min(PAGE_COUNTER_MAX);
+    /// [`set_limit`](Self::set_limit) of `Max` on `group`, whose live
+    /// state is `m`, with `max` already clamped.
+    fn set_max(&self, group: &Group, m: &Arc<MemCg>, max: u64) -> LimitWrite {
         let usage_before = m.counter.usage();
         m.counter.set_max_forced(max);
         let drained = self.drain_subtree(m);
@@ -159,23 +175,19 @@ impl Memory {
         } else {
             self.inner.shared.stocks.clear_over(m);
         }
-        Ok(LimitWrite {
+        LimitWrite {
             limit: max,
             usage_before,
             usage_after,
             drained,
             reclaimed,
             reached: usage_after <= max,
-        })
+        }
     }
 
-    /// `memory.high` write: set the threshold, drain the subtree's stocks,
-    /// and reclaim toward it (bounded as [`set_max`](Self::set_max)'s, no
-    /// OOM: `high` never fails anything). Cost as
-    /// [`set_max`](Self::set_max).
-    pub fn set_high(&self, group: &Group, high: u64) -> Result<LimitWrite, MemoryError> {
-        let m = self.live_memcg(group)?;
-        let high = high.min(PAGE_COUNTER_MAX);
+    /// [`set_limit`](Self::set_limit) of `High` on `group`, whose live
+    /// state is `m`, with `high` already clamped.
+    fn set_high(&self, group: &Group, m: &Arc<MemCg>, high: u64) -> LimitWrite {
         let usage_before = m.counter.usage();
         m.counter.set_high(high);
         let drained = self.drain_subtree(m);
@@ -191,13 +203,13 @@ impl Memory {
             budget.record(got, any);
         }
         let usage_after = m.counter.usage();
-        Ok(LimitWrite {
+        LimitWrite {
             limit: high,
             usage_before,
             usage_after,
             drained,
             reclaimed,
             reached: usage_after <= high,
-        })
+        }
     }
 }

@@ -46,20 +46,23 @@ impl Memory {
 
     /// `memory.stat`: the [`MEMORY_STAT_NAMES`](super::MEMORY_STAT_NAMES)
     /// items, local and hierarchical, as fresh as the controller's flush
-    /// policy makes them (see [`ControllerHandle::read`]), after adding the
+    /// policy makes them: [`ControllerHandle::read`] of the
+    /// [`stat_controller`](Self::stat_controller), after adding the
     /// accounting allocator's pending deltas
     /// ([`flush_heap_stats`](Self::flush_heap_stats): each CPU's stock lock
     /// once).
-    pub fn stat(&self, group: &Group) -> Result<GroupStats, MemoryError> {
+    pub fn read(&self, group: &Group) -> Result<GroupStats, MemoryError> {
         self.flush_heap_stats(group)?;
         Ok(self.inner.stats.read(group)?)
     }
 
     /// `memory.stat`, exact: every update completed before the call is in,
-    /// the accounting allocator's included. Takes each CPU's stock lock
-    /// once ([`flush_heap_stats`](Self::flush_heap_stats)), then the
+    /// the accounting allocator's included ([`ControllerHandle::read_exact`]
+    /// of the [`stat_controller`](Self::stat_controller), after the heap
+    /// deltas). Takes each CPU's stock lock once
+    /// ([`flush_heap_stats`](Self::flush_heap_stats)), then the
     /// controller's flush lock.
-    pub fn stat_exact(&self, group: &Group) -> Result<GroupStats, MemoryError> {
+    pub fn read_exact(&self, group: &Group) -> Result<GroupStats, MemoryError> {
         self.flush_heap_stats(group)?;
         Ok(self.inner.stats.read_exact(group)?)
     }
@@ -67,9 +70,9 @@ impl Memory {
     /// Add the heap stat deltas the stocks keep for `group`'s subtree to
     /// its groups' stat items (every CPU's stock lock in turn), so a read
     /// of the stat items that follows includes every heap operation
-    /// completed before this call. [`stat`](Self::stat) and
-    /// [`stat_exact`](Self::stat_exact) call it; call it before reading the
-    /// raw controller ([`stats`](Self::stats)) for the same.
+    /// completed before this call. [`read`](Self::read) and
+    /// [`read_exact`](Self::read_exact) call it; call it before reading
+    /// through the [`stat_controller`](Self::stat_controller) for the same.
     pub fn flush_heap_stats(&self, group: &Group) -> Result<(), MemoryError> {
         let t = self.target(group)?;
         self.inner
@@ -79,8 +82,11 @@ impl Memory {
         Ok(())
     }
 
-    /// The controller behind `memory.stat` (flush policy, raw reads).
-    pub fn stats(&self) -> &ControllerHandle {
+    /// The handle of the controller that counts the `memory.stat` items
+    /// (registered as `"memory"`): its flush policy, pending updates and
+    /// raw reads, which do not add the accounting allocator's pending
+    /// deltas ([`flush_heap_stats`](Self::flush_heap_stats)). No cost.
+    pub fn stat_controller(&self) -> &ControllerHandle {
         &self.inner.stats
     }
 
@@ -121,8 +127,11 @@ impl Memory {
         Ok(self.memcg(group)?.counter.cancel_underflows())
     }
 
-    /// `group`'s page counter, for what this API does not show (failcnt,
-    /// effective protection, local watermark).
+    /// `group`'s page counter, to read what this API does not show
+    /// (failcnt, effective protection, local watermark). Set limits with
+    /// [`set_limit`](Self::set_limit), not through the counter's own
+    /// setters: those skip the stocks' drain, the reclaim and the stocks'
+    /// over-the-limit flags that `set_limit` keeps.
     pub fn page_counter(&self, group: &Group) -> Result<Arc<PageCounter>, MemoryError> {
         Ok(Arc::clone(&self.memcg(group)?.counter))
     }

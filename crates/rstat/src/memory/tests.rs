@@ -30,7 +30,7 @@ pub(super) fn setup(nr_cpus: usize, batch: u64) -> (Rstat, Memory) {
 }
 
 fn stat(mem: &Memory, g: &Group, item: &str) -> (i64, i64) {
-    let s = mem.stat_exact(g).unwrap();
+    let s = mem.read_exact(g).unwrap();
     (s.get_local(item).unwrap(), s.get(item).unwrap())
 }
 
@@ -147,7 +147,7 @@ fn overcharge_is_bounded_by_batch_times_cpus() {
     const MAX: u64 = 1000;
     let (rs, mem) = setup(CPUS, BATCH);
     let g = rs.root().create_child("g").unwrap();
-    mem.set_max(&g, MAX).unwrap();
+    mem.set_limit(&g, Limit::Max, MAX).unwrap();
     let mut held = 0u64;
     let mut worst = 0u64;
     // One unit on every CPU: each stocks a batch less one.
@@ -204,7 +204,7 @@ fn limits_refuse_events_and_failcnt() {
     let held = mem.try_charge(&c, 100).unwrap();
     match mem.try_charge(&c, 1) {
         Err(MemoryError::OverLimit(o)) => {
-            assert_eq!((o.path.as_str(), o.amount, o.max), ("p", 1, 100));
+            assert_eq!((o.path.as_str(), o.amount, o.max), ("/p", 1, 100));
             assert_eq!(o.usage, 100, "the stocks were drained before giving up");
         }
         other => panic!("{other:?}"),
@@ -240,7 +240,7 @@ fn over_high_is_flagged_and_counted() {
     let (rs, mem) = setup(1, 8);
     let p = rs.root().create_child("p").unwrap();
     let c = p.create_child("c").unwrap();
-    mem.set_high(&p, 20).unwrap();
+    mem.set_limit(&p, Limit::High, 20).unwrap();
     let a = mem.try_charge(&c, 16).unwrap();
     assert!(!a.over_high());
     let b = mem.try_charge(&c, 8).unwrap(); // usage 24 > 20
@@ -264,11 +264,11 @@ fn limit_writes_drain_the_subtree_stocks() {
         mem.charge_raw_on_cpu(&c, 1, OnOom::Fail, cpu).unwrap();
         mem.charge_raw_on_cpu(&other, 1, OnOom::Fail, cpu).unwrap();
     }
-    let w = mem.set_max(&p, 1000).unwrap();
+    let w = mem.set_limit(&p, Limit::Max, 1000).unwrap();
     assert_eq!((w.drained, w.reached, w.usage_after), (126, true, 2));
     assert_eq!(mem.stocked(&other).unwrap(), 126, "outside the subtree");
     mem.charge_raw_on_cpu(&c, 1, OnOom::Fail, 0).unwrap();
-    let w = mem.set_high(&p, 1000).unwrap();
+    let w = mem.set_limit(&p, Limit::High, 1000).unwrap();
     assert_eq!(w.drained, 63);
     mem.set_limit(&c, Limit::Low, 5).unwrap();
     assert_eq!(mem.stocked(&other).unwrap(), 126);
@@ -315,7 +315,7 @@ fn removal_drains_and_reparents() {
     assert_eq!(mem.current(&p).unwrap(), 15);
     assert_eq!(mem.page_counter(&p).unwrap().children_min_usage(), 0);
     assert!(matches!(
-        mem.set_max(&c, 1),
+        mem.set_limit(&c, Limit::Max, 1),
         Err(MemoryError::Removed { .. })
     ));
     // New charges through the removed group land on the parent.
@@ -367,10 +367,42 @@ fn peak_tracks_and_resets() {
 }
 
 #[test]
+fn errors_print_paths_absolute_with_the_root_as_slash() {
+    // As the engine's errors do (crate docs, "Errors say where"): a path
+    // that `Rstat::lookup` accepts back.
+    let (rs, mem) = setup(1, 0);
+    let root = rs.root();
+    match mem.uncharge_raw(root, 1) {
+        Err(e @ MemoryError::Underflow { .. }) => {
+            assert!(matches!(&e, MemoryError::Underflow { path, .. } if path == "/"));
+            assert!(e.to_string().contains("group \"/\""), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    mem.set_limit(root, Limit::Max, 10).unwrap();
+    match mem.try_charge(root, 11) {
+        Err(MemoryError::OverLimit(o)) => assert_eq!(o.path, "/"),
+        other => panic!("{other:?}"),
+    }
+    let g = root.create_child("g").unwrap();
+    let c = g.create_child("c").unwrap();
+    mem.set_limit(&g, Limit::Max, 10).unwrap();
+    match mem.try_charge(&c, 11) {
+        Err(MemoryError::OverLimit(o)) => assert_eq!(o.path, "/g"),
+        other => panic!("{other:?}"),
+    }
+    c.remove().unwrap();
+    match mem.set_limit(&c, Limit::Max, 1) {
+        Err(MemoryError::Removed { path }) => assert_eq!(path, "/g/c"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn bad_input_is_refused_with_a_typed_error() {
     let (rs, mem) = setup(1, 8);
     let g = rs.root().create_child("g").unwrap();
-    mem.set_max(&g, 100).unwrap();
+    mem.set_limit(&g, Limit::Max, 100).unwrap();
     for bad in [
         "-5",
         "abc",
@@ -500,7 +532,7 @@ fn the_guard_borrows_and_into_owned_takes_one_reference() {
     assert_eq!(refs(), before);
     mem.drain_stocks(&g).unwrap();
     assert_eq!(mem.current(&g).unwrap(), 0);
-    let s = mem.stat_exact(&g).unwrap();
+    let s = mem.read_exact(&g).unwrap();
     assert_eq!((s.get("charged"), s.get("uncharged")), (Some(5), Some(5)));
 }
 
@@ -533,7 +565,7 @@ fn an_owned_charge_outlives_the_handles_it_borrowed() {
     t.join().unwrap();
     check.drain_stocks(rs.root()).unwrap();
     assert_eq!(check.current(rs.root()).unwrap(), 0);
-    let s = check.stat_exact(rs.root()).unwrap();
+    let s = check.read_exact(rs.root()).unwrap();
     assert_eq!((s.get("charged"), s.get("uncharged")), (Some(3), Some(3)));
 }
 
@@ -569,7 +601,7 @@ fn stress_charge_uncharge_drain() {
     let leaves: Vec<Group> = (0..2)
         .map(|i| p.create_child(&format!("l{i}")).unwrap())
         .collect();
-    mem.set_max(&p, 200).unwrap();
+    mem.set_limit(&p, Limit::Max, 200).unwrap();
     std::thread::scope(|s| {
         for t in 0..threads {
             let (mem, leaf) = (&mem, &leaves[t % 2]);
@@ -589,7 +621,7 @@ fn stress_charge_uncharge_drain() {
         s.spawn(|| {
             for i in 0..writes {
                 mem.drain_stocks(&p).unwrap();
-                let _ = mem.set_max(&p, 150 + i % 100);
+                let _ = mem.set_limit(&p, Limit::Max, 150 + i % 100);
             }
         });
     });
@@ -605,7 +637,7 @@ fn stress_charge_uncharge_drain() {
         assert_eq!(mem.current(g).unwrap(), 0, "{g:?}");
     }
     assert_eq!(mem.page_counter(&p).unwrap().cancel_underflows(), 0);
-    let s = mem.stat_exact(rs.root()).unwrap();
+    let s = mem.read_exact(rs.root()).unwrap();
     assert_eq!(s.get("charged"), s.get("uncharged"));
 }
 
@@ -622,16 +654,16 @@ fn stat_units_follow_the_batch() {
     assert_eq!(stat_unit(64 * 4096 + 64 * 1000), 4096, "rounded down");
     assert_eq!(stat_unit(MAX_BATCH), MAX_BATCH / 64);
     let (_rs, mem) = setup(2, MEMCG_CHARGE_BATCH);
-    assert_eq!(mem.stats().stat_units(), [1; 10]);
+    assert_eq!(mem.stat_controller().stat_units(), [1; 10]);
     let (rs, mem) = setup(2, 64 * 4096);
     // heap bytes in the charge unit; failcnt and the heap object counts 1.
     assert_eq!(
-        mem.stats().stat_units(),
+        mem.stat_controller().stat_units(),
         [4096, 4096, 4096, 4096, 1, 4096, 4096, 1, 1, 4096]
     );
     let a = rs.root().create_child("a").unwrap();
     let b = a.create_child("b").unwrap();
-    let pending = || mem.stats().pending_updates(&a).unwrap();
+    let pending = || mem.stat_controller().pending_updates(&a).unwrap();
     for i in 1..=64 {
         mem.charge_raw_on_cpu(&b, 4096, OnOom::Fail, 0).unwrap();
         assert_eq!(pending(), if i < 64 { 0 } else { 64 }, "after {i} pages");

@@ -290,7 +290,7 @@ fn run(parents: Vec<usize>, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 prop_assert!(matches!(e, MemoryError::Underflow { .. }), "{}", e);
                 prop_assert_eq!(mem.current(&groups[t]).unwrap(), before);
             }
-            Op::SetMax(g, v) => match mem.set_max(&groups[g], v) {
+            Op::SetMax(g, v) => match mem.set_limit(&groups[g], Limit::Max, v) {
                 Ok(w) => {
                     prop_assert!(m.live[g]);
                     let real = m.real(g);
@@ -305,7 +305,7 @@ fn run(parents: Vec<usize>, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
             },
             Op::SetHigh(g, v) => {
-                prop_assert_eq!(mem.set_high(&groups[g], v).is_ok(), m.live[g]);
+                prop_assert_eq!(mem.set_limit(&groups[g], Limit::High, v).is_ok(), m.live[g]);
             }
             Op::Remove(g) => {
                 let has_live_children = (0..n).any(|c| m.parent[c] == Some(g) && m.live[c]);
@@ -332,7 +332,7 @@ fn run(parents: Vec<usize>, ops: Vec<Op>) -> Result<(), TestCaseError> {
         prop_assert_eq!(mem.current(g).unwrap(), 0, "group {} at the end", i);
         prop_assert_eq!(mem.page_counter(g).unwrap().cancel_underflows(), 0);
     }
-    let s = mem.stat_exact(rs.root()).unwrap();
+    let s = mem.read_exact(rs.root()).unwrap();
     prop_assert_eq!(s.get("charged"), Some(m.charged as i64));
     prop_assert_eq!(s.get("uncharged"), Some(m.charged as i64));
     Ok(())

@@ -79,7 +79,7 @@ fn family(rs: &Rstat) -> (Group, Group, Group) {
 fn a_charge_over_max_reclaims_from_the_subtree() {
     let (rs, mem) = setup(2, 8);
     let (p, a, b) = family(&rs);
-    mem.set_max(&p, 100).unwrap();
+    mem.set_limit(&p, Limit::Max, 100).unwrap();
     let cache = Cache::new(&mem, &a, 100);
     assert_eq!(mem.current(&p).unwrap(), 100);
     let c = mem.try_charge(&b, 10).unwrap();
@@ -87,7 +87,7 @@ fn a_charge_over_max_reclaims_from_the_subtree() {
     assert!(mem.current(&p).unwrap() <= 100);
     let ev = mem.events(&p).unwrap();
     assert_eq!((ev.max, ev.oom, ev.low), (1, 0, 0));
-    let s = mem.stat_exact(&p).unwrap();
+    let s = mem.read_exact(&p).unwrap();
     assert_eq!(s.get("reclaimed"), Some(100 - cache.len() as i64));
     assert_eq!(s.get_local("reclaimed"), Some(0));
     drop(c);
@@ -127,7 +127,7 @@ fn min_is_never_reclaimed_from() {
     mem.set_limit(&a, Limit::Min, 200).unwrap();
     let ca = Cache::new(&mem, &a, 300);
     let cb = Cache::new(&mem, &b, 100);
-    let w = mem.set_max(&p, 50).unwrap();
+    let w = mem.set_limit(&p, Limit::Max, 50).unwrap();
     assert!(!w.reached);
     assert_eq!(
         (w.usage_before, w.usage_after, w.reclaimed),
@@ -185,16 +185,16 @@ fn limit_writes_reclaim_toward_the_new_value() {
     let (rs, mem) = setup(2, 8);
     let g = rs.root().create_child("g").unwrap();
     let cache = Cache::new(&mem, &g, 100);
-    let w = mem.set_max(&g, 40).unwrap();
+    let w = mem.set_limit(&g, Limit::Max, 40).unwrap();
     assert!(w.reached, "{w:?}");
     assert!(
         w.usage_after <= 40 && w.drained > 0 && w.reclaimed >= 53,
         "{w:?}"
     );
     assert_eq!(cache.len() + mem.stocked(&g).unwrap(), w.usage_after);
-    mem.set_max(&g, PAGE_COUNTER_MAX).unwrap();
+    mem.set_limit(&g, Limit::Max, PAGE_COUNTER_MAX).unwrap();
     cache.fill(60);
-    let w = mem.set_high(&g, 50).unwrap();
+    let w = mem.set_limit(&g, Limit::High, 50).unwrap();
     assert!(w.reached && w.usage_after <= 50, "{w:?}");
     assert_eq!(mem.events(&g).unwrap().oom, 0);
     // Over high: flagged, and reclaim_high brings it back.
@@ -216,7 +216,7 @@ fn limit_writes_reclaim_toward_the_new_value() {
 fn the_oom_handler_gets_one_chance_per_charge() {
     let (rs, mem) = setup(1, 0);
     let g = rs.root().create_child("g").unwrap();
-    mem.set_max(&g, 10).unwrap();
+    mem.set_limit(&g, Limit::Max, 10).unwrap();
     let victim = Arc::new(std::sync::Mutex::new(Some(
         mem.try_charge(&g, 10).unwrap().into_owned(),
     )));
@@ -268,12 +268,12 @@ fn reclaimers_move_to_the_parent_on_removal() {
 fn a_reclaimer_charging_over_the_limit_is_forced_not_recursed() {
     let (rs, mem) = setup(1, 0);
     let g = rs.root().create_child("g").unwrap();
-    mem.set_max(&g, 20).unwrap();
+    mem.set_limit(&g, Limit::Max, 20).unwrap();
     let cache = Cache::with(&mem, &g, 20, 1);
     let c = mem.try_charge(&g, 5).unwrap();
     assert!(!c.forced());
     assert!(cache.len() <= 15);
-    assert!(mem.stat_exact(&g).unwrap().get("forced").unwrap() >= 1);
+    assert!(mem.read_exact(&g).unwrap().get("forced").unwrap() >= 1);
     drop(c);
 }
 

@@ -88,7 +88,7 @@ fn memory_files_follow_cgroupfs() {
     let stat = rep.read(&t, "memory.stat").unwrap();
     let keys: Vec<&str> = stat.lines().map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(keys, crate::memory::MEMORY_STAT_NAMES);
-    let exact = mem.stat_exact(&t).unwrap();
+    let exact = mem.read_exact(&t).unwrap();
     assert_eq!(exact.get("forced"), Some(600));
     let charged = exact.get("charged").unwrap();
     assert!(stat.contains(&format!("charged {charged}\n")), "{stat}");

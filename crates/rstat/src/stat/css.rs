@@ -433,9 +433,13 @@ impl Css {
 }
 
 /// Units of |delta| (each in its item's declared unit, see
-/// [`Controller::stat_units`](crate::Controller::stat_units)) a CPU accumulates on an item before folding
-/// them into the pending-update counters (the kernel's
-/// `MEMCG_CHARGE_BATCH`).
+/// [`Controller::stat_units`](crate::Controller::stat_units)) a CPU
+/// accumulates on an item before folding them into the pending-update
+/// counters: fixed, in each item's declared unit (the kernel's stat
+/// update batch, 64). Not
+/// [`MEMCG_CHARGE_BATCH`](crate::memory::MEMCG_CHARGE_BATCH), the memory
+/// stock's refill size in charge units, a per-controller setting that
+/// shares the kernel's value.
 pub const UPDATE_BATCH: u64 = 1 << UPDATE_BATCH_SHIFT;
 pub(crate) const UPDATE_BATCH_SHIFT: u32 = 6;
 

@@ -9,7 +9,7 @@
 //! [`ControllerHandle::read_exact`] is exact under every policy.
 //!
 //! Below, B is the update batch, [`UPDATE_BATCH`]
-//! (64, the kernel's `MEMCG_CHARGE_BATCH`).
+//! (64, the kernel's stat update batch).
 //!
 //! | policy | a read... | staleness bound, per item |
 //! |---|---|---|

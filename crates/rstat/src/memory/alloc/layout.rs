@@ -5,7 +5,7 @@
 
 use std::alloc::Layout;
 
-use crate::memory::config::MemoryConfig;
+use crate::memory::config::{MemoryConfig, MEMCG_CHARGE_BATCH};
 use crate::memory::handle::Memory;
 use crate::memory::objcg::ObjCg;
 
@@ -23,8 +23,9 @@ pub fn heap_config() -> MemoryConfig {
     }
 }
 
-/// The batch of [`heap_config`]: 64 pages of 4 KiB, in bytes.
-pub const HEAP_BATCH: u64 = 64 * 4096;
+/// The batch of [`heap_config`]: the kernel's batch of
+/// [`MEMCG_CHARGE_BATCH`] pages, in bytes of 4 KiB pages (256 KiB).
+pub const HEAP_BATCH: u64 = MEMCG_CHARGE_BATCH * 4096;
 
 /// The bytes the allocator adds to an object of `size` bytes (any
 /// alignment): its trailer and the padding before it, 8 to 15.

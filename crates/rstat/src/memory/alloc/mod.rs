@@ -64,11 +64,11 @@
 //!    adds), and added to the group's per-CPU stat items every
 //!    [`HEAP_STAT_BATCH`](crate::memory::stock::HEAP_STAT_BATCH) operations
 //!    or when the slot is emptied. **Reads stay exact:**
-//!    [`Memory::stat`] and [`Memory::stat_exact`] first add every slot's
+//!    [`Memory::read`] and [`Memory::read_exact`] first add every slot's
 //!    pending deltas for the group's subtree
 //!    ([`Memory::flush_heap_stats`]: each CPU's stock lock once); a read
-//!    of the raw stat controller ([`Memory::stats`]) without that may miss
-//!    fewer than 64 operations per (group, CPU).
+//!    through the stat controller ([`Memory::stat_controller`]) without
+//!    that may miss fewer than 64 operations per (group, CPU).
 //!
 //! **Where reclaim runs.** Reclaimers (for `memory.high`, and for
 //! `memory.max` in enforce mode) run on the allocating thread, inside the
@@ -193,11 +193,16 @@
 //! a shared atomic add once per 64 objects; the stat deltas: the per-CPU
 //! stat adds once per 64 operations), the trailer store. A free on the
 //! fast path: the trailer and the handle's `stocks` field, the lock, the
-//! same scan and adds. On this machine that is about 22 ns per allocation
-//! and free pair over mimalloc's own, on one thread (`rstat bench alloc`
-//! measures it at two). A stock miss: one atomic add per ancestor's usage. A
-//! group removal: every CPU's stock lock once (the drain it makes anyway
-//! doubles as the handles' grace period, see `memory::objcg`).
+//! same scan and adds. So the fast path adds a cost of its own to each
+//! allocation and free, over the inner allocator's, that does not depend
+//! on the tree's depth; and since it writes lines of this CPU's stock
+//! (a shared line once per 64 objects), not lines every CPU writes, more
+//! threads allocating do not make it dearer, where an eager tracker's
+//! shared counters would. `rstat bench alloc` measures it against the
+//! inner allocator alone and an eager tracker; BENCHMARKS.md keeps the
+//! results. A stock miss: one atomic add per ancestor's usage. A group
+//! removal: every CPU's stock lock once (the drain it makes anyway doubles
+//! as the handles' grace period, see `memory::objcg`).
 //! Drift: at quiescent points, a group's `memory.current` exceeds its live
 //! objects' bytes (plus overhead) by what sits in the stocks, at most
 //! `batch × nr_cpus` ([`drift_bound`]); 0 after
@@ -240,10 +245,10 @@
 //! [`Rstat`]: crate::Rstat
 //! [`Memory`]: crate::memory::Memory
 //! [`Memory::reclaim_high`]: crate::memory::Memory::reclaim_high
-//! [`Memory::stat`]: crate::memory::Memory::stat
-//! [`Memory::stat_exact`]: crate::memory::Memory::stat_exact
+//! [`Memory::read`]: crate::memory::Memory::read
+//! [`Memory::read_exact`]: crate::memory::Memory::read_exact
 //! [`Memory::flush_heap_stats`]: crate::memory::Memory::flush_heap_stats
-//! [`Memory::stats`]: crate::memory::Memory::stats
+//! [`Memory::stat_controller`]: crate::memory::Memory::stat_controller
 //! [`Memory::drain_stocks`]: crate::memory::Memory::drain_stocks
 
 // The files, lowest first: `reentry` (the thread's re-entry flag, which

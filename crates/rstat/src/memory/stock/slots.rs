@@ -16,14 +16,14 @@ use crate::memory::objcg::ObjCg;
 pub const NR_STOCK: usize = if cfg!(rstat_loom) { 2 } else { 7 };
 
 /// Heap operations a slot counts before adding its stat deltas to its
-/// group's items: a read through [`Memory::stat`] or [`stat_exact`] adds
+/// group's items: a read through [`Memory::read`] or [`read_exact`] adds
 /// every slot's first, so it stays exact; a read of the raw stat
-/// controller ([`Memory::stats`]) may miss fewer than this many
+/// controller ([`Memory::stat_controller`]) may miss fewer than this many
 /// operations' deltas per (group, CPU).
 ///
-/// [`Memory::stat`]: crate::memory::Memory::stat
-/// [`stat_exact`]: crate::memory::Memory::stat_exact
-/// [`Memory::stats`]: crate::memory::Memory::stats
+/// [`Memory::read`]: crate::memory::Memory::read
+/// [`read_exact`]: crate::memory::Memory::read_exact
+/// [`Memory::stat_controller`]: crate::memory::Memory::stat_controller
 pub const HEAP_STAT_BATCH: u32 = 64;
 
 /// References on a handle the allocator takes at once into a stock slot,
