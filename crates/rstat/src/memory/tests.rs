@@ -204,7 +204,7 @@ fn limits_refuse_events_and_failcnt() {
     let held = mem.try_charge(&c, 100).unwrap();
     match mem.try_charge(&c, 1) {
         Err(MemoryError::OverLimit(o)) => {
-            assert_eq!((o.path.as_str(), o.amount, o.max), ("p", 1, 100));
+            assert_eq!((o.path.as_str(), o.amount, o.max), ("/p", 1, 100));
             assert_eq!(o.usage, 100, "the stocks were drained before giving up");
         }
         other => panic!("{other:?}"),
