@@ -501,9 +501,11 @@ int rstat_group_put(struct rstat_group *g);
 // `out` must be NULL or valid for one write.
 int rstat_group_id(struct rstat_group *g, uint64_t *out);
 
-// Copy the group's path (`"a/b"`, `""` for the root; the last path it
-// had, if removed) into `buf` of `len` bytes, NUL-terminated. `*out_len`
-// (may be NULL) gets its length, or on `RSTAT_ERANGE` the size needed.
+// Copy the group's absolute path (`"/a/b"`, `"/"` for the root; the
+// last path it had, if removed), the form `rstat_group_lookup` takes and
+// `rstat_last_error` messages print, into `buf` of `len` bytes,
+// NUL-terminated. `*out_len` (may be NULL) gets its length, or on
+// `RSTAT_ERANGE` the size needed.
 //
 // Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_ERANGE` (nothing
 // copied), `RSTAT_EFAULT`.

@@ -185,9 +185,11 @@ pub unsafe extern "C" fn rstat_group_id(g: *mut rstat_group, out: *mut u64) -> c
     })
 }
 
-/// Copy the group's path (`"a/b"`, `""` for the root; the last path it
-/// had, if removed) into `buf` of `len` bytes, NUL-terminated. `*out_len`
-/// (may be NULL) gets its length, or on `RSTAT_ERANGE` the size needed.
+/// Copy the group's absolute path (`"/a/b"`, `"/"` for the root; the
+/// last path it had, if removed), the form `rstat_group_lookup` takes and
+/// `rstat_last_error` messages print, into `buf` of `len` bytes,
+/// NUL-terminated. `*out_len` (may be NULL) gets its length, or on
+/// `RSTAT_ERANGE` the size needed.
 ///
 /// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_ERANGE` (nothing
 /// copied), `RSTAT_EFAULT`.

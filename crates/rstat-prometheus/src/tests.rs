@@ -90,6 +90,41 @@ fn label_values_are_escaped() {
     }
 }
 
+/// The `path` label is what [`rstat::Group::path`] gives and what errors
+/// print: one absolute form, `/` for the root.
+#[test]
+fn path_labels_are_group_paths_as_errors_print_them() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("c", &["n"]).unwrap();
+    let a = rs.root().create_child("a").unwrap();
+    let b = a.create_child("b").unwrap();
+    b.create_child("x").unwrap();
+    c.add(&b, 0, 1).unwrap();
+    // Errors naming the root, /a and /a/b.
+    let errors = [
+        rs.root().create_child("a").unwrap_err(),
+        a.remove().unwrap_err(),
+        b.create_child("x").unwrap_err(),
+    ];
+    let error_paths: Vec<String> = errors
+        .into_iter()
+        .map(|e| match e {
+            rstat::Error::NameExists { parent, .. } => parent,
+            rstat::Error::HasChildren { path, .. } => path,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(error_paths, ["/", "/a", "/a/b"]);
+    for f in [Format::Classic, Format::OpenMetrics] {
+        let body = Exporter::new(&rs).render(f).unwrap().body;
+        for (g, want) in [(rs.root(), "/"), (&a, "/a"), (&b, "/a/b")] {
+            assert_eq!(g.path(), want);
+            let line = format!("rstat_c_n_total{{path=\"{}\"}} 1", g.path());
+            assert!(has(&body, &line), "missing {line:?} in\n{body}");
+        }
+    }
+}
+
 #[test]
 fn a_removed_group_is_reported_once_with_its_final_values() {
     let (rs, _mem, reqs, t) = tree();

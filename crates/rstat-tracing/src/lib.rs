@@ -23,7 +23,7 @@
 //! tracing::subscriber::with_default(subscriber, || {
 //!     let span = tracing::info_span!("request", tenant = "acme");
 //!     let _in = span.enter();
-//!     assert_eq!(rstat::current_group().map(|g| g.path()), Some("tenants/acme".into()));
+//!     assert_eq!(rstat::current_group().map(|g| g.path()), Some("/tenants/acme".into()));
 //! });
 //! assert_eq!(rstat::current_group(), None);
 //! # Ok::<(), rstat::Error>(())

@@ -17,7 +17,7 @@ pub enum Error {
     },
     /// A sibling with this name already exists.
     NameExists {
-        /// Path of the parent.
+        /// Path of the parent, absolute (`/` for the root).
         parent: String,
         /// The duplicate name.
         name: String,
@@ -42,14 +42,14 @@ pub enum Error {
     },
     /// The group still has live children.
     HasChildren {
-        /// Path of the group.
+        /// Path of the group, absolute.
         path: String,
         /// How many live children it has.
         children: usize,
     },
     /// The group has been removed (it is offline).
     Removed {
-        /// Path the group had.
+        /// Path the group had, absolute (`/` for the root).
         path: String,
     },
     /// The root group cannot be removed.

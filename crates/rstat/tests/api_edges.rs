@@ -279,10 +279,10 @@ fn a_flush_knows_which_group_it_is_folding() {
     c.add_on_cpu(&x, 1, 0, 5).unwrap();
     assert_eq!(c.read(rs.root()).unwrap().hierarchical(), &[15]);
     let want = BTreeMap::from([
-        (ROOT_GROUP_ID, (String::new(), 0)),
-        (a.id(), ("a".to_owned(), 0)),
-        (b.id(), ("a/b".to_owned(), 7)),
-        (x.id(), ("x".to_owned(), 5)),
+        (ROOT_GROUP_ID, ("/".to_owned(), 0)),
+        (a.id(), ("/a".to_owned(), 0)),
+        (b.id(), ("/a/b".to_owned(), 7)),
+        (x.id(), ("/x".to_owned(), 5)),
     ]);
     assert_eq!(*seen.lock().unwrap(), want);
 }

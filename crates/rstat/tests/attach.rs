@@ -95,7 +95,7 @@ fn a_group_removed_while_inside_stays_current_and_is_freed_after() {
     assert_eq!(rs.zombie_count(), 1);
     let cur = current_group().unwrap();
     assert!(!cur.is_online());
-    assert_eq!(cur.path(), "a");
+    assert_eq!(cur.path(), "/a");
     drop(cur);
     drop(g);
     assert_eq!(rs.zombie_count(), 0);

@@ -134,7 +134,7 @@ fn names_paths_and_lookups() {
     let a = rs.root().create_child("a").unwrap();
     let b = a.create_child("b").unwrap();
     b.create_child("c").unwrap();
-    assert_eq!(rs.lookup("a/b/c").unwrap().path(), "a/b/c");
+    assert_eq!(rs.lookup("a/b/c").unwrap().path(), "/a/b/c");
     assert_eq!(rs.lookup("").unwrap(), *rs.root());
     assert_eq!(rs.lookup("a/b").unwrap(), b);
     assert_eq!(b.depth(), 2);

@@ -80,7 +80,7 @@ fn run(ops: Vec<Op>, nr_cpus: usize, unified: bool) -> Result<(), TestCaseError>
         parent: None,
         alive: true,
         own: [0; 3],
-        path: String::new(),
+        path: "/".to_owned(),
         handle: Some(rs.root().clone()),
     }];
     let mut next_name = 0;
@@ -97,8 +97,8 @@ fn run(ops: Vec<Op>, nr_cpus: usize, unified: bool) -> Result<(), TestCaseError>
                 let r = h.create_child(&name);
                 if model[p].alive {
                     let child = r.map_err(|e| TestCaseError::fail(e.to_string()))?;
-                    let path = if model[p].path.is_empty() {
-                        name
+                    let path = if model[p].path == "/" {
+                        format!("/{name}")
                     } else {
                         format!("{}/{name}", model[p].path)
                     };

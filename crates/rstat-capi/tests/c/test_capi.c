@@ -192,13 +192,15 @@ static void test_groups(void) {
     char buf[64];
     size_t n = 0;
     CHECK_OK(rstat_group_path(b, buf, sizeof buf, &n));
-    CHECK_STR(buf, "a/b");
-    CHECK_EQ(n, 3);
-    CHECK_RC(rstat_group_path(b, buf, 3, &n), RSTAT_ERANGE);
+    CHECK_STR(buf, "/a/b");
     CHECK_EQ(n, 4);
+    CHECK_RC(rstat_group_path(b, buf, 4, &n), RSTAT_ERANGE);
+    CHECK_EQ(n, 5);
     CHECK_RC(rstat_group_path(b, NULL, 64, NULL), RSTAT_EFAULT);
-    CHECK_OK(rstat_group_path(root, buf, 1, NULL));
-    CHECK_STR(buf, "");
+    CHECK_RC(rstat_group_path(root, buf, 1, &n), RSTAT_ERANGE);
+    CHECK_EQ(n, 2);
+    CHECK_OK(rstat_group_path(root, buf, 2, NULL));
+    CHECK_STR(buf, "/");
 
     int online = -1;
     CHECK_OK(rstat_group_is_online(b, &online));
@@ -215,7 +217,7 @@ static void test_groups(void) {
     CHECK_RC(rstat_group_lookup(rs, "a/b", &x), RSTAT_ENOENT);
     CHECK_RC(rstat_group_create(b, "c", &x), RSTAT_ENODEV);
     CHECK_OK(rstat_group_path(b, buf, sizeof buf, NULL)); /* still answers */
-    CHECK_STR(buf, "a/b");
+    CHECK_STR(buf, "/a/b");
 
     /* Reference get/put: the handle lives until its last put. */
     CHECK_OK(rstat_group_get(b));

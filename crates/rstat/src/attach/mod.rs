@@ -292,7 +292,7 @@ impl Group {
     pub fn try_enter(&self) -> Result<EnterGuard> {
         if !self.is_online() {
             return Err(Error::Removed {
-                path: self.inner().display_path(),
+                path: self.inner().path(),
             });
         }
         Ok(push(self.clone()))

@@ -97,7 +97,7 @@ impl Group {
     /// // Any executor; here the simplest possible one.
     /// let mut fut = std::pin::pin!(fut);
     /// let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    /// assert_eq!(fut.as_mut().poll(&mut cx), std::task::Poll::Ready("tenant".to_string()));
+    /// assert_eq!(fut.as_mut().poll(&mut cx), std::task::Poll::Ready("/tenant".to_string()));
     /// # Ok::<(), rstat::Error>(())
     /// ```
     pub fn scope<F: Future>(&self, fut: F) -> Scoped<F> {

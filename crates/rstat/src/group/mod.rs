@@ -34,7 +34,6 @@ use crate::stat::ops::{NodeOwner, MAX_CONTROLLERS};
 use crate::stat::tree::{lock_domain, TreeNode};
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
 use ext::MAX_EXTS;
-pub(crate) use name::display_path;
 use name::{name_problem, shown, shown_path};
 pub use name::{validate_name, MAX_NAME_LEN};
 use release::release;
@@ -139,6 +138,9 @@ impl GroupInner {
         unsafe { self.tables.as_ref() }
     }
 
+    /// The group's absolute path: `/a/b`, and `/` for the root. The one
+    /// form every path a user sees takes ([`Group::path`], errors,
+    /// snapshots, a flush's [`FlushCtx::group_path`](crate::FlushCtx::group_path)).
     pub(crate) fn path(&self) -> String {
         let mut parts = Vec::new();
         let mut g = self;
@@ -146,13 +148,15 @@ impl GroupInner {
             parts.push(&*g.name);
             g = p.inner();
         }
-        parts.reverse();
-        parts.join("/")
-    }
-
-    /// The path as errors print it: `/a/b`, and `/` for the root.
-    pub(crate) fn display_path(&self) -> String {
-        display_path(&self.path())
+        if parts.is_empty() {
+            return "/".to_owned();
+        }
+        let mut path = String::with_capacity(parts.iter().map(|n| n.len() + 1).sum());
+        for name in parts.iter().rev() {
+            path.push('/');
+            path.push_str(name);
+        }
+        path
     }
 }
 
@@ -214,7 +218,7 @@ impl Drop for Group {
 impl fmt::Debug for Group {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Group")
-            .field("path", &self.inner().display_path())
+            .field("path", &self.inner().path())
             .field("online", &self.is_online())
             .finish()
     }
@@ -374,10 +378,14 @@ impl Group {
         &self.inner().name
     }
 
-    /// Path from the root, `/`-separated, without a leading `/` (`"a/b"`;
-    /// `""` for the root): the form [`lookup`](Self::lookup) takes. Errors
-    /// print paths absolute (`/a/b`, and `/` for the root), which `lookup`
-    /// takes too. Cost: walks the ancestors and allocates.
+    /// The absolute path: `"/a/b"`, and `"/"` for the root. Every group
+    /// path rstat shows takes this one form: errors, report snapshots,
+    /// rstat-prometheus's `path` label,
+    /// [`FlushCtx::group_path`](crate::FlushCtx::group_path).
+    /// [`lookup`](Self::lookup) (from any group of the engine) and
+    /// [`Rstat::lookup`](crate::Rstat::lookup) find a live group by it. A
+    /// removed group keeps the path it had. Cost: walks the ancestors and
+    /// allocates.
     pub fn path(&self) -> String {
         self.inner().path()
     }
@@ -418,13 +426,13 @@ impl Group {
         let topo = sync::lock(&engine.topo);
         if !self.is_online() {
             return Err(Error::Removed {
-                path: self.inner().display_path(),
+                path: self.inner().path(),
             });
         }
         let mut children = sync::lock(&self.inner().children);
         if children.contains_key(name) {
             return Err(Error::NameExists {
-                parent: self.inner().display_path(),
+                parent: self.inner().path(),
                 name: name.to_owned(),
             });
         }
@@ -451,8 +459,9 @@ impl Group {
 
     /// The live descendant at `path`: relative to `self` (`"a/b/c"`; `""`
     /// is `self`), or, with a leading `/`, absolute: resolved from the root
-    /// of this group's engine (`"/"` is the root). Names are separated by
-    /// exactly one `/`; there is no `.` or `..`.
+    /// of this group's engine (`"/"` is the root), the form
+    /// [`path`](Self::path) gives. Names are separated by exactly one `/`;
+    /// there is no `.` or `..`.
     ///
     /// Cost: one child-map lookup per component, under each group's
     /// children lock, and one reference taken per step (an absolute path
@@ -492,7 +501,7 @@ impl Group {
         }
         if !g.is_online() {
             return Err(Error::Removed {
-                path: g.inner().display_path(),
+                path: g.inner().path(),
             });
         }
         if rest.is_empty() {
@@ -504,7 +513,7 @@ impl Group {
                 None => {
                     return Err(Error::NotFound {
                         path: shown_path(path),
-                        parent: g.inner().display_path(),
+                        parent: g.inner().path(),
                         component: part.to_owned(),
                     })
                 }
@@ -542,13 +551,13 @@ impl Group {
         let topo = sync::lock(&self.inner().engine.topo);
         if !self.is_online() {
             return Err(Error::Removed {
-                path: self.inner().display_path(),
+                path: self.inner().path(),
             });
         }
         let live = sync::lock(&self.inner().children).len();
         if live > 0 {
             return Err(Error::HasChildren {
-                path: self.inner().display_path(),
+                path: self.inner().path(),
                 children: live,
             });
         }

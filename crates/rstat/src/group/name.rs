@@ -53,9 +53,3 @@ pub(super) fn shown_path(path: &str) -> String {
 pub(super) fn shown(name: &str) -> String {
     name.chars().take(64).collect()
 }
-
-/// How errors print a path: absolute, so the root is `/` (what
-/// [`Rstat::lookup`](crate::Rstat::lookup) accepts back).
-pub(crate) fn display_path(relative: &str) -> String {
-    format!("/{relative}")
-}

@@ -220,7 +220,7 @@ impl Memory {
         let usage = t.memcg.counter.usage();
         if n > usage {
             return Err(MemoryError::Underflow {
-                path: t.group.inner().display_path(),
+                path: t.group.path(),
                 amount: n,
                 usage,
             });

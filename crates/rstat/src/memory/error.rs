@@ -11,7 +11,8 @@ use crate::page_counter::PAGE_COUNTER_MAX;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverLimit {
     /// Path of the group whose limit refused (the charged group or an
-    /// ancestor), absolute: `/` is the root.
+    /// ancestor), as [`Group::path`](crate::Group::path) gives it: `/a/b`,
+    /// `/` for the root.
     pub path: String,
     /// The amount asked for.
     pub amount: u64,

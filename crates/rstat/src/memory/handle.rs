@@ -113,9 +113,7 @@ impl Memory {
     pub(super) fn live_memcg<'g>(&self, group: &'g Group) -> Result<&'g Arc<MemCg>, MemoryError> {
         let m = self.memcg(group)?;
         if !m.is_online() || !group.is_online() {
-            return Err(MemoryError::Removed {
-                path: group.inner().display_path(),
-            });
+            return Err(MemoryError::Removed { path: group.path() });
         }
         Ok(m)
     }

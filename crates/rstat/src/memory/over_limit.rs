@@ -81,7 +81,7 @@ impl Memory {
                     OnOom::Fail => {
                         self.count(&t.group, STAT_FAILCNT, 1);
                         Err(MemoryError::OverLimit(OverLimit {
-                            path: over_g.inner().display_path(),
+                            path: over_g.path(),
                             amount: n,
                             usage: over_m.counter.usage(),
                             max: over_m.counter.max(),
@@ -117,7 +117,7 @@ impl Memory {
             .charge(n)
             .map_err(|_| MemoryError::Overflow {
                 amount: n,
-                path: t.group.inner().display_path(),
+                path: t.group.path(),
             })?;
         let mut m = Some(&**t.memcg);
         while let Some(c) = m {

@@ -224,10 +224,6 @@ impl Reading {
     }
 }
 
-fn absolute(g: &Group) -> String {
-    format!("/{}", g.path())
-}
-
 impl Reporter {
     /// `top` and every live group below it, parents first, siblings by
     /// name. Exact as of the start for every group, and consistent across
@@ -262,7 +258,7 @@ impl Reporter {
         // paths built from the parent's, not by walking up. Walked before
         // any flush lock is taken: the walk takes each group's child lock,
         // and the references it takes are dropped after the locks.
-        let mut stack = vec![(top.clone(), absolute(top))];
+        let mut stack = vec![(top.clone(), top.path())];
         while let Some((g, path)) = stack.pop() {
             if g.depth() < max_depth {
                 for k in g.children().into_iter().rev() {
@@ -318,7 +314,7 @@ impl Reporter {
             })
             .collect();
         r.groups = groups.to_vec();
-        r.paths = groups.iter().map(absolute).collect();
+        r.paths = groups.iter().map(Group::path).collect();
         r.finish(&tops)
     }
 }

@@ -217,7 +217,7 @@ fn removal_watch_hands_over_removed_groups_once_with_final_values() {
     d1.remove().unwrap();
     let got = shallow.take();
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].path(), "d1");
+    assert_eq!(got[0].path(), "/d1");
     assert_eq!(shallow.lost(), 0);
     assert_eq!(w.take().len(), 2, "the other watch saw both");
     drop((got, d1, shallow));

@@ -127,8 +127,8 @@ impl FlushCtx<'_> {
     }
 
     /// The path of the group being flushed, as
-    /// [`Group::path`](crate::Group::path) gives it (`"a/b"`, `""` for the
-    /// root). Computed on each call: walks the ancestors and allocates, so
+    /// [`Group::path`](crate::Group::path) gives it (`"/a/b"`, `"/"` for
+    /// the root). Computed on each call: walks the ancestors and allocates, so
     /// prefer [`group_id`](Self::group_id) in a flush that runs often.
     pub fn group_path(&self) -> String {
         self.owner.path()
