@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use rstat_lab::lab::command::parse_secs;
 use rstat_lab::lab::{command, BenchError};
 
 mod demo;
@@ -99,18 +100,6 @@ struct BenchArgs {
     /// to it (e.g. `--markdown BENCHMARKS.md`).
     #[arg(long)]
     markdown: Option<std::path::PathBuf>,
-}
-
-fn parse_secs(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !v.is_finite() || v <= 0.0 || v > 86_400.0 {
-        return Err(format!(
-            "{s} is out of range: give a number of seconds above 0 and at most 86400"
-        ));
-    }
-    Ok(v)
 }
 
 /// `rstat bench NAME`: one experiment run as the lab's registry says, or

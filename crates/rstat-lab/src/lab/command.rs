@@ -76,3 +76,18 @@ pub fn run_one(
         matches,
     })
 }
+
+/// A duration flag in seconds (`--seconds`, `--duration`, ...): above 0
+/// and at most a day. The one parser of such flags, for the lab's
+/// experiments and the `rstat` binary alike.
+pub fn parse_secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !v.is_finite() || v <= 0.0 || v > 86_400.0 {
+        return Err(format!(
+            "{s} is out of range: give a number of seconds above 0 and at most 86400"
+        ));
+    }
+    Ok(v)
+}

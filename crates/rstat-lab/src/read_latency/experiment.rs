@@ -12,6 +12,7 @@ use rstat::FlushPolicy;
 use serde_json::Value;
 
 use super::Config;
+use crate::lab::command::parse_secs;
 use crate::lab::experiment::{BenchError, Cpus, Experiment, Output, Params, Seed};
 use crate::lab::figures::{md_table, Fig, View};
 use crate::lab::plot::{figure, Cat, Line, Panel};
@@ -153,19 +154,6 @@ fn parse_policies(name: &str) -> Result<Vec<FlushPolicy>, String> {
     name.parse::<FlushPolicy>()
         .map(|p| vec![p])
         .map_err(|e| format!("{e} (or `all`)"))
-}
-
-/// `--seconds`: above 0 and at most a day.
-fn parse_secs(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if !v.is_finite() || v <= 0.0 || v > 86_400.0 {
-        return Err(format!(
-            "{s} is out of range: give a number of seconds above 0 and at most 86400"
-        ));
-    }
-    Ok(v)
 }
 
 /// `--period-ms`: 0.01 ms to a minute.
