@@ -16,10 +16,24 @@ use rstat_capi::*;
 /// panic: a constant and a match over static strings.
 #[test]
 fn every_exported_function_catches_panics() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+    // Every file under src/, modules in folders included.
+    let mut files = Vec::new();
+    let mut dirs = vec![std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src"
+    ))];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
     let mut checked = 0;
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
+    for path in files {
         let src = std::fs::read_to_string(&path).unwrap();
         for (i, _) in src.match_indices("extern \"C\" fn ") {
             let rest = &src[i..];

@@ -1,0 +1,166 @@
+//! Request parsing: a request head's bytes to a [`Request`] (method,
+//! route, exposition format from `Accept`) or the 4xx to answer with. Pure
+//! functions over bytes, the bottom of the server: no socket here.
+
+use crate::Format;
+
+/// The largest request head (request line and headers) accepted: 8 KiB,
+/// as common servers allow. Larger heads get `431`.
+pub const MAX_REQUEST_HEAD: usize = 8 * 1024;
+
+/// The most headers accepted in a request (more get `431`).
+pub const MAX_HEADERS: usize = 64;
+
+/// What a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// `/metrics`: the exposition.
+    Metrics,
+    /// `/snapshot.json`: the live tree as JSON (what `rstat top` reads).
+    Snapshot,
+    /// `/`: a short index.
+    Index,
+}
+
+/// A parsed request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// What it asks for.
+    pub route: Route,
+    /// `HEAD`: headers only.
+    pub head_only: bool,
+    /// The exposition format negotiated from `Accept`.
+    pub format: Format,
+}
+
+/// A refused request: the status to answer with and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reject {
+    /// A 4xx status code.
+    pub status: u16,
+    /// Said in the response body.
+    pub message: String,
+}
+
+pub(super) fn reject(status: u16, message: impl Into<String>) -> Reject {
+    Reject {
+        status,
+        message: message.into(),
+    }
+}
+
+/// Parse a request head from the bytes received so far: `Ok(None)` if
+/// more bytes are needed (the caller answers `431` once it holds
+/// [`MAX_REQUEST_HEAD`] bytes), `Ok(Some(_))` for a complete, acceptable
+/// request, `Err` with the 4xx to send otherwise. Never panics, whatever
+/// the bytes (fuzzed in CI).
+pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Partial) => {
+            return if buf.len() >= MAX_REQUEST_HEAD {
+                Err(too_large())
+            } else {
+                Ok(None)
+            }
+        }
+        Ok(httparse::Status::Complete(_)) => {}
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(reject(
+                431,
+                format!("more than {MAX_HEADERS} request headers"),
+            ))
+        }
+        Err(e) => return Err(reject(400, format!("malformed HTTP request: {e}"))),
+    }
+    let head_only = match req.method {
+        Some("GET") => false,
+        Some("HEAD") => true,
+        _ => return Err(reject(405, "only GET and HEAD are served")),
+    };
+    let path = origin_path(req.path.unwrap_or(""));
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let route = match path {
+        "/metrics" => Route::Metrics,
+        "/snapshot.json" => Route::Snapshot,
+        "/" => Route::Index,
+        _ => return Err(reject(404, "not found; the metrics are at /metrics")),
+    };
+    let mut accept = String::new();
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("accept") {
+            let Ok(v) = std::str::from_utf8(h.value) else {
+                return Err(reject(400, "the Accept header is not UTF-8"));
+            };
+            if !accept.is_empty() {
+                accept.push(',');
+            }
+            accept.push_str(v);
+        }
+    }
+    Ok(Some(Request {
+        route,
+        head_only,
+        format: negotiate(&accept),
+    }))
+}
+
+/// The path of a request target: origin-form (`/metrics`) as is, and
+/// absolute-form (`http://host:port/metrics`), which HTTP/1.1 servers must
+/// accept (RFC 9112, section 3.2.2), without its scheme and authority (an
+/// empty path is `/`).
+fn origin_path(target: &str) -> &str {
+    let lower = |n: usize| target.get(..n).map(str::to_ascii_lowercase);
+    let rest = if lower(7).as_deref() == Some("http://") {
+        &target[7..]
+    } else if lower(8).as_deref() == Some("https://") {
+        &target[8..]
+    } else {
+        return target;
+    };
+    match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => &rest[i..],
+        _ => "/",
+    }
+}
+
+fn too_large() -> Reject {
+    reject(
+        431,
+        format!("request head larger than {MAX_REQUEST_HEAD} bytes"),
+    )
+}
+
+/// Pick the exposition format from an `Accept` header value: OpenMetrics
+/// if `application/openmetrics-text` is acceptable (q > 0) and preferred at
+/// least as much as `text/plain`, classic text otherwise (also when the
+/// header is absent or unparsable). Prometheus sends OpenMetrics first.
+pub fn negotiate(accept: &str) -> Format {
+    let (mut om, mut text) = (0.0f64, 0.0f64);
+    for part in accept.split(',') {
+        let mut params = part.split(';');
+        let media = params.next().unwrap_or("").trim();
+        let mut q = 1.0;
+        for p in params {
+            if let Some((k, v)) = p.split_once('=') {
+                if k.trim().eq_ignore_ascii_case("q") {
+                    q = match v.trim().parse::<f64>() {
+                        Ok(q) if (0.0..=1.0).contains(&q) => q,
+                        _ => 0.0,
+                    };
+                }
+            }
+        }
+        if media.eq_ignore_ascii_case("application/openmetrics-text") {
+            om = om.max(q);
+        } else if media.eq_ignore_ascii_case("text/plain") {
+            text = text.max(q);
+        }
+    }
+    if om > 0.0 && om >= text {
+        Format::OpenMetrics
+    } else {
+        Format::Classic
+    }
+}
