@@ -42,14 +42,12 @@
 //! takes the read side of the handle table's lock on this thread's shard
 //! (one uncontended atomic read-modify-write each way, no shared cache line
 //! between threads on different shards), checks its handles, and then
-//! costs what the Rust call costs. Measured side by side (`cargo run
-//! --release -p rstat-capi --example add_cost`, three runs on a 2-CPU VM
-//! at a quiet moment): `rstat_add` 8.3-8.4 ns against 2.9-3.0 ns for
-//! `ControllerHandle::add` at one thread (2.7-2.9x), 8.6-12.1 against
-//! 3.4-4.9 ns per thread at two (2.1-2.5x). Of a C call's samples, the
-//! lock's two atomics and the rstat update are about a quarter each. The
-//! 16 shards keep two threads' lock words on different cache lines: a
-//! build with one shard took 46-62 ns per update at two threads (12-18x).
+//! costs what the Rust call costs. So a C update costs more than the same
+//! update from Rust: the lock's two atomics come on top of the rstat
+//! update (`cargo run --release -p rstat-capi --example add_cost` measures
+//! both side by side; see BENCHMARKS.md for the lab's figures). The 16
+//! shards keep two threads' lock words on different cache lines, so the
+//! lock does not become a shared line between threads.
 //! A call that makes or releases a handle (`rstat_group_create`,
 //! `rstat_group_lookup`, `rstat_root`, `rstat_group_get`/`_put`) takes the
 //! write side of all 16 shards. Reads that flush clone what they need and
