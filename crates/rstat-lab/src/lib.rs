@@ -15,6 +15,7 @@ pub mod flush_scaling;
 pub mod lab;
 pub mod machine;
 pub mod page_counter_bench;
+pub mod peers;
 pub mod percpu_ref_bench;
 pub mod read_latency;
 pub mod rseq_aborts;

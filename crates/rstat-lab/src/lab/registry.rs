@@ -9,7 +9,7 @@
 
 use super::experiment::Experiment;
 use crate::{
-    accuracy, alloc_bench, charge_bench, enter_bench, flush_scaling, page_counter_bench,
+    accuracy, alloc_bench, charge_bench, enter_bench, flush_scaling, page_counter_bench, peers,
     percpu_ref_bench, read_latency, scrape_bench, separate_trees, update_bench,
 };
 
@@ -26,6 +26,7 @@ pub static EXPERIMENTS: &[&dyn Experiment] = &[
     &enter_bench::experiment::Enter,
     &alloc_bench::experiment::Alloc,
     &scrape_bench::experiment::Scrape,
+    &peers::experiment::Peers,
 ];
 
 /// The experiment `rstat bench name` runs, if there is one.

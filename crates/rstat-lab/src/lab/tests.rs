@@ -72,6 +72,16 @@ fn real(name: &str) -> Value {
         "scrape" => serde_json::to_value(
             crate::scrape_bench::run(&[150, 300], 1).expect("a scrape of a small tree"),
         ),
+        "peers" => serde_json::to_value(
+            crate::peers::run(&crate::peers::Config {
+                samples: 1,
+                sample: Duration::from_millis(5),
+                period: Duration::from_millis(2),
+                exact_phase: Duration::from_millis(10),
+                groups: 20,
+            })
+            .expect("every contender's totals check exact"),
+        ),
         other => panic!("no real run for {other}"),
     };
     v.expect("serialises")
@@ -89,6 +99,7 @@ fn every_view_finds_its_figures_in_the_real_json() {
         "page-counter",
         "charge",
         "scrape",
+        "peers",
     ];
     // These have a view of their own but no target.
     let no_targets = ["scrape"];
@@ -136,6 +147,13 @@ fn every_view_finds_its_figures_in_the_real_json() {
         assert!(svg.contains("<text"), "{}: a plot without labels", e.name());
         let report = lab.report("");
         assert!(report.contains(&format!("## {}", e.name())));
+        if e.name() == "peers" {
+            // Every sample of every contender was checked exact.
+            assert!(
+                json["exact_checks"].as_u64().is_some_and(|n| n > 0),
+                "{json}"
+            );
+        }
         if let Some(seed) = e.seed() {
             assert!(
                 report.contains(seed.figure),
@@ -296,6 +314,7 @@ fn the_registry_has_every_issue_experiment_once() {
         "enter",
         "alloc",
         "scrape",
+        "peers",
     ] {
         assert!(names.contains(&n), "{n}");
     }

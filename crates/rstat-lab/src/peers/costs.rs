@@ -1,0 +1,222 @@
+//! What a group costs rstat, and the fence an exact read on the rseq path
+//! pays: creating and removing one group, the heap bytes one holds, and
+//! one `membarrier` system call.
+//!
+//! The groups are made on an engine with `Builder::nr_cpus(slots)` and
+//! otherwise default settings (the built-in `cpu` controller), with a
+//! memory controller ([`Memory::register`]) and a 4-item counter set,
+//! under one parent group.
+//!
+//! **Bytes per group** are counted inside the experiment, without a
+//! global allocator: glibc's `mallinfo2` before and after creating N
+//! groups (bytes in use in every malloc arena plus mmapped blocks, so the
+//! allocator's own header and rounding per block are included), less the
+//! per-CPU arena's new chunks (a chunk is address space whose pages are
+//! written only as allocations fill them), plus the per-CPU bytes the
+//! groups took from the arena (`arena_stats`: bytes in use per unit x
+//! units). The handle vector is allocated before the first reading.
+//! Nothing else runs meanwhile but the engine's periodic flusher. `None`
+//! where the C library is not glibc.
+
+use std::time::Instant;
+
+use rstat::memory::Memory;
+use rstat::{ControllerHandle, Group, Rstat};
+use serde::Serialize;
+
+use crate::machine::median;
+
+/// An engine with `slots` per-CPU slots, its controllers and a parent.
+/// Fields drop in order: the parent and controllers before the engine.
+struct Engine {
+    parent: Group,
+    _ctl: ControllerHandle,
+    _mem: Memory,
+    rs: Rstat,
+}
+
+impl Engine {
+    fn new(slots: usize) -> Result<Self, String> {
+        let rs = Rstat::builder()
+            .nr_cpus(slots)
+            .build()
+            .map_err(|e| format!("building an engine with {slots} slots: {e}"))?;
+        let mem = Memory::register(&rs).map_err(|e| format!("registering memory: {e}"))?;
+        let ctl = rs
+            .register_counters("c", &["a", "b", "x", "y"])
+            .map_err(|e| format!("registering a counter set: {e}"))?;
+        let parent = rs
+            .root()
+            .create_child("p")
+            .map_err(|e| format!("creating the parent: {e}"))?;
+        Ok(Engine {
+            parent,
+            _ctl: ctl,
+            _mem: mem,
+            rs,
+        })
+    }
+}
+
+/// Names of equal length, so every group's name costs the same.
+fn names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("g{i:07}")).collect()
+}
+
+/// The median over `samples` of the mean ns to create a group, remove it
+/// and drop its handle, `groups` times in a row, with `slots` slots.
+pub fn create_remove_ns(slots: usize, groups: usize, samples: usize) -> Result<f64, String> {
+    let e = Engine::new(slots)?;
+    let names = names(groups.max(1));
+    let mut ns = Vec::with_capacity(samples);
+    for _ in 0..samples.max(1) {
+        let t0 = Instant::now();
+        for n in &names {
+            let g = e
+                .parent
+                .create_child(n)
+                .map_err(|err| format!("creating group {n}: {err}"))?;
+            g.remove()
+                .map_err(|err| format!("removing group {n}: {err}"))?;
+        }
+        ns.push(t0.elapsed().as_nanos() as f64 / names.len() as f64);
+    }
+    Ok(median(ns))
+}
+
+/// Heap bytes one group holds (see the module doc for the method).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct GroupBytes {
+    /// All of it.
+    pub total: f64,
+    /// Of which per-CPU (arena) bytes, all slots.
+    pub percpu: f64,
+}
+
+/// The bytes per group over `groups` live groups, with `slots` slots
+/// (`None` without glibc's `mallinfo2`).
+pub fn bytes_per_group(slots: usize, groups: usize) -> Result<Option<GroupBytes>, String> {
+    let e = Engine::new(slots)?;
+    let names = names(groups.max(1));
+    let mut live = Vec::with_capacity(names.len());
+    let (arena0, heap0) = (e.rs.arena_stats(), heap_in_use());
+    for n in &names {
+        live.push(
+            e.parent
+                .create_child(n)
+                .map_err(|err| format!("creating group {n}: {err}"))?,
+        );
+    }
+    let (arena1, heap1) = (e.rs.arena_stats(), heap_in_use());
+    for g in &live {
+        g.remove()
+            .map_err(|err| format!("removing a group: {err}"))?;
+    }
+    drop(live);
+    let (Some(h0), Some(h1)) = (heap0, heap1) else {
+        return Ok(None);
+    };
+    let k = names.len() as f64;
+    let chunks = arena1.chunk_bytes as f64 - arena0.chunk_bytes as f64;
+    let percpu = (arena1.bytes_in_use_per_unit as f64 - arena0.bytes_in_use_per_unit as f64)
+        * arena1.nr_units as f64;
+    let other = h1 as f64 - h0 as f64 - chunks;
+    Ok(Some(GroupBytes {
+        total: (other + percpu) / k,
+        percpu: percpu / k,
+    }))
+}
+
+/// Bytes glibc's malloc has handed out and not had back: in use in every
+/// arena, plus mmapped blocks.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn heap_in_use() -> Option<usize> {
+    // SAFETY: mallinfo2 takes no arguments and returns a plain struct.
+    let m = unsafe { libc::mallinfo2() };
+    Some(m.uordblks + m.hblkhd)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn heap_in_use() -> Option<usize> {
+    None
+}
+
+/// The `membarrier` command an exact read on the rseq path issues, or
+/// the plain private expedited one where the kernel lacks it.
+#[derive(Clone, Copy, Debug)]
+pub struct Membarrier {
+    cmd: libc::c_long,
+    /// Its name.
+    pub name: &'static str,
+}
+
+/// `enum membarrier_cmd` values (linux/membarrier.h).
+const CMD_QUERY: libc::c_long = 0;
+const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+const CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
+const CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 8;
+
+#[cfg(target_os = "linux")]
+fn sys_membarrier(cmd: libc::c_long) -> libc::c_long {
+    // SAFETY: membarrier takes (cmd, flags, cpu_id) integers and touches
+    // no user memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            cmd,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        )
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn sys_membarrier(_cmd: libc::c_long) -> libc::c_long {
+    -1
+}
+
+impl Membarrier {
+    /// Register this process for the rseq command (the one rstat's
+    /// restartable sections use), else for the plain private expedited
+    /// one; `None` if the kernel offers neither.
+    pub fn register() -> Option<Self> {
+        let cmds = sys_membarrier(CMD_QUERY);
+        if cmds < 0 {
+            return None;
+        }
+        for (cmd, register, name) in [
+            (
+                CMD_PRIVATE_EXPEDITED_RSEQ,
+                CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
+                "MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ",
+            ),
+            (
+                CMD_PRIVATE_EXPEDITED,
+                CMD_REGISTER_PRIVATE_EXPEDITED,
+                "MEMBARRIER_CMD_PRIVATE_EXPEDITED",
+            ),
+        ] {
+            if cmds & cmd != 0 && sys_membarrier(register) == 0 {
+                let m = Membarrier { cmd, name };
+                if m.call().is_some() {
+                    return Some(m);
+                }
+            }
+        }
+        None
+    }
+
+    /// One call, timed: ns, or `None` if it failed.
+    pub fn call(&self) -> Option<f64> {
+        let t0 = Instant::now();
+        loop {
+            if sys_membarrier(self.cmd) == 0 {
+                return Some(t0.elapsed().as_nanos() as f64);
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return None;
+            }
+        }
+    }
+}
