@@ -1,6 +1,6 @@
 //! `rstat bench peers`: rstat on its default settings against the crates
 //! a Rust service would pick instead, on that service's workload, all
-//! measured in the same run (issue 27 item 1).
+//! measured in the same run.
 //!
 //! **The workload** ("spread"): 64 tenants x 4 services, one leaf group per
 //! service at depth 3 (root / tenant / service / leaf: 256 leaves); T
