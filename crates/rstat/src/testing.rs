@@ -23,11 +23,22 @@ pub trait ControllerHandleExt {
     /// CPU (a restartable section's add is not atomic against another
     /// CPU's); build the engine with the locked path for such mixes.
     fn add_on_cpu(&self, group: &Group, cpu: usize, item: usize, delta: i64) -> Result<()>;
+
+    /// The `Threshold` policy's pending-update count of `group`: the units
+    /// (one [`UPDATE_BATCH`](crate::controller::UPDATE_BATCH) per batch
+    /// boundary crossed, in each item's declared unit) folded from its
+    /// per-CPU counters and not yet in its totals. Cost: the lookup of the
+    /// group's state, then one load per CPU.
+    fn pending_updates(&self, group: &Group) -> Result<u64>;
 }
 
 impl ControllerHandleExt for ControllerHandle {
     fn add_on_cpu(&self, group: &Group, cpu: usize, item: usize, delta: i64) -> Result<()> {
         self.add_on_slot(group, cpu, item, delta)
+    }
+
+    fn pending_updates(&self, group: &Group) -> Result<u64> {
+        ControllerHandle::pending_updates(self, group)
     }
 }
 
