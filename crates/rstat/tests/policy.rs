@@ -210,7 +210,7 @@ fn periods_out_of_range_are_refused() {
         ));
     }
     let rs = Rstat::new();
-    assert_eq!(rs.periodic_flush(), Some(rstat::DEFAULT_PERIOD));
+    assert_eq!(rs.periodic_flush(), Some(rstat::DEFAULT_FLUSH_PERIOD));
     rs.set_periodic_flush(None).unwrap();
     assert_eq!(rs.periodic_flush(), None);
 }
