@@ -51,6 +51,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use rstat::percpu::CachePadded;
 use serde::Serialize;
 
 use crate::machine::{median, per_thread, round, unpin, Machine};
@@ -171,9 +172,6 @@ pub struct Report {
     pub machine: Machine,
 }
 
-#[repr(align(128))]
-struct Padded(AtomicU64);
-
 /// Run the benchmark.
 pub fn run(cfg: &Config) -> Report {
     // The rseq path where available (the default is the locked path; see
@@ -202,13 +200,17 @@ pub fn run(cfg: &Config) -> Report {
     let mut bare_section_1t = Vec::new();
     let section = rstat::testing::BareSectionCounter::new().map(Arc::new);
     let nr = rstat::percpu::cpu::possible_cpus();
-    let bare: Arc<Vec<Padded>> = Arc::new((0..nr).map(|_| Padded(AtomicU64::new(0))).collect());
-    let bare_loop = |bare: Arc<Vec<Padded>>| {
+    let bare: Arc<Vec<CachePadded<AtomicU64>>> = Arc::new(
+        (0..nr)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect(),
+    );
+    let bare_loop = |bare: Arc<Vec<CachePadded<AtomicU64>>>| {
         move || {
             let b = black_box(&bare[..]);
             for _ in 0..n {
                 let c = rstat::percpu::cpu::fold(rstat::percpu::cpu::current(), b.len());
-                b[c].0.fetch_add(black_box(1), Ordering::Relaxed);
+                b[c].fetch_add(black_box(1), Ordering::Relaxed);
             }
         }
     };
