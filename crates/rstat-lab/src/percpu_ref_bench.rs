@@ -29,8 +29,8 @@
 //!   while the measured thread runs on CPU 0. Where CPUs 0 and 1 are
 //!   hyperthreads of one core (this VM's two vCPUs behave so at times) the
 //!   neighbour competes for the core's load/store queues and L1; a thread
-//!   of another VM on a sibling does the same, which is what the "other
-//!   VM state" of issue 10 looked like. The rseq fast path makes more
+//!   of another VM on a sibling does the same (the "VM state" that the
+//!   report's machine line names). The rseq fast path makes more
 //!   memory accesses per get than the atomic's one locked RMW (arm the
 //!   section, read the CPU id and the slot's gate, then add to it), so it
 //!   loses more of its lead there.

@@ -1,6 +1,7 @@
-//! Flush policies (seed 004): every policy keeps its documented staleness
-//! bound, concurrent readers never deadlock or see impossible values, the
-//! periodic flusher runs and stops, and bad input is refused.
+//! Flush policies (who flushes, and when): every policy keeps its
+//! documented staleness bound, concurrent readers never deadlock or see
+//! impossible values, the periodic flusher runs and stops, and bad input
+//! is refused.
 
 mod common;
 
