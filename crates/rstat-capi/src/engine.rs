@@ -109,7 +109,7 @@ fn build(o: &rstat_options) -> Result<Engine, CError> {
     } else if o.periodic_flush_ms != 0 {
         Some(Duration::from_millis(o.periodic_flush_ms))
     } else {
-        Some(::rstat::DEFAULT_PERIOD)
+        Some(::rstat::DEFAULT_FLUSH_PERIOD)
     });
     let rs = b.build()?;
     let memory = if o.flags & RSTAT_OPT_NO_MEMORY != 0 {

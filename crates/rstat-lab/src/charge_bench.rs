@@ -37,7 +37,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use rstat::memory::{Limit, Memory, MemoryConfig, OnOom};
-use rstat::page_counter::{CachePadded, PageCounter};
+use rstat::page_counter::PageCounter;
+use rstat::percpu::CachePadded;
 use rstat::{Group, Rstat};
 use serde::Serialize;
 

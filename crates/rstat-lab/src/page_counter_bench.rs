@@ -30,8 +30,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use rstat::page_counter::{CachePadded, Layout, Packed, Padded, PageCounter};
+use rstat::page_counter::{Layout, Packed, Padded, PageCounter};
 use rstat::percpu::cpu::possible_cpus;
+use rstat::percpu::CachePadded;
 
 /// The seed's measured improvement (netperf TCP_SENDFILE, 72 CPUs).
 pub const SEED_GAIN_PCT: f64 = 18.4;

@@ -29,8 +29,8 @@
 //!   while the measured thread runs on CPU 0. Where CPUs 0 and 1 are
 //!   hyperthreads of one core (this VM's two vCPUs behave so at times) the
 //!   neighbour competes for the core's load/store queues and L1; a thread
-//!   of another VM on a sibling does the same, which is what the "other
-//!   VM state" of issue 10 looked like. The rseq fast path makes more
+//!   of another VM on a sibling does the same (the "VM state" that the
+//!   report's machine line names). The rseq fast path makes more
 //!   memory accesses per get than the atomic's one locked RMW (arm the
 //!   section, read the CPU id and the slot's gate, then add to it), so it
 //!   loses more of its lead there.
@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use rstat::percpu::cpu;
+use rstat::percpu::{cpu, CachePadded};
 use rstat::percpu_ref::{FastPath, InitFlags, PercpuRef};
 
 use crate::machine::Neighbour;
@@ -147,12 +147,9 @@ impl Default for Config {
 #[repr(C, align(128))]
 struct Buf([u8; BUF]);
 
-/// The shared atomic count, alone on its cache lines.
-#[repr(align(128))]
-struct PaddedCount(AtomicUsize);
-
 enum Variant<'a> {
-    Atomic(&'a PaddedCount),
+    /// The shared atomic count, alone on its cache lines.
+    Atomic(&'a CachePadded<AtomicUsize>),
     Percpu(&'a PercpuRef),
 }
 
@@ -177,7 +174,7 @@ pub fn run(cfg: &Config) -> Report {
         blocks.push((all, false));
     }
 
-    let atomic = PaddedCount(AtomicUsize::new(1));
+    let atomic = CachePadded::new(AtomicUsize::new(1));
     let released = Arc::new(AtomicBool::new(false));
     let rel = Arc::clone(&released);
     let pref = PercpuRef::new(move || rel.store(true, Ordering::Release));
@@ -249,7 +246,7 @@ pub fn run(cfg: &Config) -> Report {
 
     // Every get was matched by a put: the kill drops the last reference.
     assert_eq!(
-        atomic.0.load(Ordering::Relaxed),
+        atomic.load(Ordering::Relaxed),
         1,
         "atomic benchmark count drifted"
     );
@@ -289,7 +286,7 @@ fn measure(v: &Variant<'_>, threads: usize, copy_bytes: usize, dur: Duration) ->
                     let mut dst = Box::new(Buf([0; BUF]));
                     start.wait();
                     match v {
-                        Variant::Atomic(a) => loop_atomic(&a.0, src, &mut dst, copy_bytes, stop),
+                        Variant::Atomic(a) => loop_atomic(a, src, &mut dst, copy_bytes, stop),
                         Variant::Percpu(r) => loop_percpu(r, src, &mut dst, copy_bytes, stop),
                     }
                 })

@@ -139,7 +139,7 @@ pub use controller::{Controller, FlushCtx, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT
 pub use controller::{
     ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle, StatItem,
 };
-pub use engine::{Builder, Rstat, UpdatePath, CPU_STAT_NAMES, DEFAULT_PERIOD, ROOT_GROUP_ID};
+pub use engine::{Builder, Rstat, UpdatePath, CPU_STAT_NAMES, DEFAULT_FLUSH_PERIOD, ROOT_GROUP_ID};
 pub use error::{Error, Result};
 pub use group::ext::{Ext, GroupExt};
 pub use group::Group;

@@ -1,15 +1,16 @@
 //! Hooks for tests, models and benchmarks: what they need to control that
-//! a program must not (the CPU slot an update lands on, an engine without
-//! the `cpu` controller, a bare restartable section to measure the update
-//! path against). Not part of the API: hidden from the documentation, and
-//! free to change. Each hook is an extension trait, so a test says
-//! `use rstat::testing::*;` and the types' own pages show only what a
-//! program uses.
+//! a program must not (the CPU slot an update or a charge lands on, an
+//! engine without the `cpu` controller, a bare restartable section to
+//! measure the update path against). Not part of the API: hidden from the
+//! documentation, and free to change. Each hook is an extension trait, so
+//! a test says `use rstat::testing::*;` and the types' own pages show only
+//! what a program uses.
 
 use crate::controller::ControllerHandle;
 use crate::engine::Builder;
 use crate::error::Result;
 use crate::group::Group;
+use crate::memory::{Charge, Charged, Memory, MemoryError, OnOom};
 
 pub use crate::percpu::rseq::BareSectionCounter;
 
@@ -22,11 +23,22 @@ pub trait ControllerHandleExt {
     /// CPU (a restartable section's add is not atomic against another
     /// CPU's); build the engine with the locked path for such mixes.
     fn add_on_cpu(&self, group: &Group, cpu: usize, item: usize, delta: i64) -> Result<()>;
+
+    /// The `Threshold` policy's pending-update count of `group`: the units
+    /// (one [`UPDATE_BATCH`](crate::controller::UPDATE_BATCH) per batch
+    /// boundary crossed, in each item's declared unit) folded from its
+    /// per-CPU counters and not yet in its totals. Cost: the lookup of the
+    /// group's state, then one load per CPU.
+    fn pending_updates(&self, group: &Group) -> Result<u64>;
 }
 
 impl ControllerHandleExt for ControllerHandle {
     fn add_on_cpu(&self, group: &Group, cpu: usize, item: usize, delta: i64) -> Result<()> {
         self.add_on_slot(group, cpu, item, delta)
+    }
+
+    fn pending_updates(&self, group: &Group) -> Result<u64> {
+        ControllerHandle::pending_updates(self, group)
     }
 }
 
@@ -40,5 +52,68 @@ pub trait BuilderExt {
 impl BuilderExt for Builder {
     fn cpu_controller(self, on: bool) -> Builder {
         self.with_cpu_controller(on)
+    }
+}
+
+/// Placement hooks of the memory controller: charges and uncharges through
+/// an explicit CPU's stock slot (folded into range), as if the calling
+/// thread ran there. Each is its placement-free namesake otherwise,
+/// with the same costs and errors.
+pub trait MemoryExt {
+    /// As [`Memory::try_charge_with`], through stock slot `cpu`.
+    fn try_charge_on_cpu<'a>(
+        &'a self,
+        group: &'a Group,
+        amount: u64,
+        on_oom: OnOom,
+        cpu: usize,
+    ) -> Result<Charge<'a>, MemoryError>;
+
+    /// As [`Memory::charge_raw`], through stock slot `cpu`.
+    fn charge_raw_on_cpu(
+        &self,
+        group: &Group,
+        amount: u64,
+        on_oom: OnOom,
+        cpu: usize,
+    ) -> Result<Charged, MemoryError>;
+
+    /// As [`Memory::uncharge_raw`], through stock slot `cpu`.
+    fn uncharge_raw_on_cpu(
+        &self,
+        group: &Group,
+        amount: u64,
+        cpu: usize,
+    ) -> Result<(), MemoryError>;
+}
+
+impl MemoryExt for Memory {
+    fn try_charge_on_cpu<'a>(
+        &'a self,
+        group: &'a Group,
+        amount: u64,
+        on_oom: OnOom,
+        cpu: usize,
+    ) -> Result<Charge<'a>, MemoryError> {
+        self.try_charge_at(group, amount, on_oom, self.check_cpu(cpu))
+    }
+
+    fn charge_raw_on_cpu(
+        &self,
+        group: &Group,
+        amount: u64,
+        on_oom: OnOom,
+        cpu: usize,
+    ) -> Result<Charged, MemoryError> {
+        self.charge_raw_at(group, amount, on_oom, self.check_cpu(cpu))
+    }
+
+    fn uncharge_raw_on_cpu(
+        &self,
+        group: &Group,
+        amount: u64,
+        cpu: usize,
+    ) -> Result<(), MemoryError> {
+        self.uncharge_on(group, amount, self.check_cpu(cpu))
     }
 }

@@ -1,6 +1,7 @@
-//! Flush policies (seed 004): every policy keeps its documented staleness
-//! bound, concurrent readers never deadlock or see impossible values, the
-//! periodic flusher runs and stops, and bad input is refused.
+//! Flush policies (who flushes, and when): every policy keeps its
+//! documented staleness bound, concurrent readers never deadlock or see
+//! impossible values, the periodic flusher runs and stops, and bad input
+//! is refused.
 
 mod common;
 
@@ -210,7 +211,7 @@ fn periods_out_of_range_are_refused() {
         ));
     }
     let rs = Rstat::new();
-    assert_eq!(rs.periodic_flush(), Some(rstat::DEFAULT_PERIOD));
+    assert_eq!(rs.periodic_flush(), Some(rstat::DEFAULT_FLUSH_PERIOD));
     rs.set_periodic_flush(None).unwrap();
     assert_eq!(rs.periodic_flush(), None);
 }

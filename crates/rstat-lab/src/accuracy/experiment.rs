@@ -61,7 +61,7 @@ impl Experiment for Accuracy {
             "/rstat_max_error",
             Op::Le,
             0.0,
-            "issue 5",
+            "exact reads",
         )]
     }
 

@@ -30,7 +30,7 @@ impl Experiment for Alloc {
          alone, `Accounted<inner>`, an eager tracker (owner header, every ancestor's shared \
          atomic) and a per-thread-batch tracker (ClickHouse's shape); drift of the charged \
          bytes from the live bytes at quiescent points, against its documented bound \
-         (`drift_bound_bytes`) (issue 12)."
+         (`drift_bound_bytes`)."
     }
 
     fn run(&self, p: &Params<'_>) -> Result<Output, BenchError> {
@@ -45,14 +45,26 @@ impl Experiment for Alloc {
 
     fn targets(&self, _f: &Fig<'_>) -> Vec<Target> {
         vec![
-            Target::new("overhead_pct", "/overhead_pct", Op::Le, 15.0, "issue 12"),
-            Target::new("ratio_vs_eager", "/ratio_vs_eager", Op::Ge, 2.0, "issue 12"),
+            Target::new(
+                "overhead_pct",
+                "/overhead_pct",
+                Op::Le,
+                15.0,
+                "accounting allocator: low overhead",
+            ),
+            Target::new(
+                "ratio_vs_eager",
+                "/ratio_vs_eager",
+                Op::Ge,
+                2.0,
+                "accounting allocator: beats an eager tracker",
+            ),
             Target::new(
                 "drift_after_drain_bytes_max",
                 "/drift_after_drain_bytes_max",
                 Op::Le,
                 0.0,
-                "issue 12",
+                "accounting allocator: exact after draining",
             ),
         ]
     }

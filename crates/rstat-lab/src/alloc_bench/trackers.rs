@@ -11,7 +11,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use rstat::alloc::{overhead, Accounted};
-use rstat::page_counter::CachePadded;
+use rstat::percpu::CachePadded;
 
 /// The thread batch tracker's per-thread untracked limit.
 pub const THREAD_BATCH: i64 = 4 << 20;

@@ -65,14 +65,14 @@ impl Experiment for Charge {
                 "/ratio_vs_eager_2t",
                 Op::Ge,
                 5.0,
-                "issue 4",
+                "the charge stock beats eager shared atomics",
             ),
             Target::new(
                 "ratio_guard_vs_stock_2t",
                 "/ratio_guard_vs_stock_2t",
                 Op::Ge,
                 0.8,
-                "issue 10",
+                "the `Charge` guard touches no shared line",
             ),
         ]
     }

@@ -31,7 +31,7 @@ impl Experiment for Enter {
          current group reads the thread's CPU clock once) against two \
          `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` calls measured in the same run; a \
          `scope`d future's poll against a bare poll; and the accuracy of a hog's \
-         `usage_usec` against the thread's own clock, exact and sampled (issue 11)."
+         `usage_usec` against the thread's own clock, exact and sampled."
     }
 
     fn run(&self, p: &Params<'_>) -> Result<Output, BenchError> {
@@ -51,14 +51,14 @@ impl Experiment for Enter {
                 "/enter_exit_vs_clock_pair",
                 Op::Le,
                 1.5,
-                "issue 11",
+                "attach: enter + exit cost about their two clock reads",
             ),
             Target::new(
                 "hog_usage_error_pct",
                 "/hog_usage_error_pct",
                 Op::Le,
                 1.0,
-                "issue 11",
+                "attach: CPU time as exact as the kernel's selftest asks",
             ),
         ]
     }

@@ -66,7 +66,7 @@ impl Experiment for FlushScaling {
             "/ratio",
             Op::Le,
             1.5,
-            "issue 2",
+            "flush cost follows the changed groups",
         )]
     }
 

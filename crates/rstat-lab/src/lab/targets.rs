@@ -1,5 +1,5 @@
-//! Targets: a goal on one number of an experiment's JSON (from the issue
-//! that set it), and how the combined figures and each run fared against
+//! Targets: a goal on one number of an experiment's JSON (with the name of
+//! the requirement it checks), and how the combined figures and each run fared against
 //! it. An experiment lists its targets beside its bench
 //! ([`super::Experiment::targets`]); the lab judges them here and the
 //! report prints the [`TargetResult`]s.
@@ -29,7 +29,8 @@ pub struct Target {
     pub op: Op,
     /// The goal.
     pub goal: f64,
-    /// Where the target comes from (an issue).
+    /// The requirement the target checks, by name (the report's "from"
+    /// column): what it asks of rstat, not where it was asked.
     pub source: &'static str,
 }
 
@@ -38,7 +39,7 @@ pub struct Target {
 pub struct TargetResult {
     /// What is compared (`field >= goal`).
     pub what: String,
-    /// Where it comes from.
+    /// The requirement it checks, by name.
     pub source: String,
     /// The median value (null if missing).
     pub median: Option<f64>,

@@ -62,7 +62,13 @@ impl Experiment for PageCounter {
     }
 
     fn targets(&self, _f: &Fig<'_>) -> Vec<Target> {
-        vec![Target::new("gain_pct", "/gain_pct", Op::Gt, 0.0, "issue 4")]
+        vec![Target::new(
+            "gain_pct",
+            "/gain_pct",
+            Op::Gt,
+            0.0,
+            "the padding must not lose",
+        )]
     }
 
     fn plot(&self, f: &Fig<'_>, machine: &str) -> Result<String, String> {

@@ -195,7 +195,7 @@ fn targets(f: &Fig) -> Vec<Target> {
                     &p,
                     Op::Ge,
                     -10.0,
-                    "issue 10",
+                    "percpu_ref on one thread: near the atomic",
                 ))
             } else if c == 0 {
                 Some(Target::new(
@@ -203,7 +203,7 @@ fn targets(f: &Fig) -> Vec<Target> {
                     &p,
                     Op::Ge,
                     300.0,
-                    "issue 3",
+                    "percpu_ref far ahead when CPUs share it",
                 ))
             } else {
                 None

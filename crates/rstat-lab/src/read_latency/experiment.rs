@@ -262,7 +262,7 @@ fn targets(f: &Fig) -> Vec<Target> {
                 &format!("/policies/{i}/max_error_units"),
                 Op::Le,
                 bound,
-                "issue 5",
+                "the policy's documented staleness bound",
             ))
         })
         .collect()

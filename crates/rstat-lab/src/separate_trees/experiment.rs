@@ -66,7 +66,13 @@ impl Experiment for SeparateTrees {
     }
 
     fn targets(&self, _f: &Fig<'_>) -> Vec<Target> {
-        vec![Target::new("speedup", "/speedup", Op::Ge, 3.0, "issue 2")]
+        vec![Target::new(
+            "speedup",
+            "/speedup",
+            Op::Ge,
+            3.0,
+            "separate trees per controller",
+        )]
     }
 
     fn plot(&self, f: &Fig<'_>, machine: &str) -> Result<String, String> {

@@ -213,8 +213,8 @@ fn view(f: &Fig) -> View {
     }
     View {
         ours: format!(
-            "rstat {}x a shared atomic at {t} threads; the bare per-CPU counter {}x (issue 2's \
-             reference machine: 9.2x)",
+            "rstat {}x a shared atomic at {t} threads; the bare per-CPU counter {}x (9.2x on \
+             the machine the per-CPU scaling target was set on)",
             f.f("/ratio_vs_shared_atomic_2t", 2),
             f.f("/bare_ratio_vs_shared_atomic_2t", 2)
         ),
@@ -235,49 +235,49 @@ fn targets(f: &Fig) -> Vec<Target> {
             "/ratio_vs_shared_atomic_2t",
             Op::Ge,
             8.0,
-            "issue 2",
+            "per-CPU updates scale",
         ),
         Target::new(
             "ratio_vs_shared_atomic_1t",
             "/ratio_vs_shared_atomic_1t",
             Op::Le,
             1.0,
-            "issue 10",
+            "update: no dearer than an uncontended atomic",
         ),
         Target::new(
             "ratio_vs_bare_percpu_2t",
             "/ratio_vs_bare_percpu_2t",
             Op::Ge,
             0.9,
-            "issue 10",
+            "update: near a bare per-CPU counter",
         ),
         Target::new(
             "deep_large_vs_update_1t",
             "/deep_large_vs_update_1t",
             Op::Le,
             1.25,
-            "issue 10",
+            "update cost independent of delta and depth",
         ),
         Target::new(
             "deep_large_vs_update_2t",
             "/deep_large_vs_update_2t",
             Op::Ge,
             0.8,
-            "issue 10",
+            "update cost independent of delta and depth",
         ),
         Target::new(
             "controller_handle_vs_update_1t",
             "/controller_handle_vs_update_1t",
             Op::Le,
             1.5,
-            "issue 10",
+            "`ControllerHandle::add` caches its lookups",
         ),
         Target::new(
             "controller_handle_vs_stat_handle_1t",
             "/controller_handle_vs_stat_handle_1t",
             Op::Le,
             1.5,
-            "issue 10 item 3",
+            "`ControllerHandle::add` caches its lookups",
         ),
     ];
     // Measured only where there is a CPU 1 for the neighbour.
@@ -287,7 +287,7 @@ fn targets(f: &Fig) -> Vec<Target> {
             "/ratio_vs_shared_atomic_1t_neighbour",
             Op::Le,
             1.0,
-            "issue 10, beside a busy sibling",
+            "update: no dearer than an uncontended atomic, beside a busy sibling",
         ));
     }
     v

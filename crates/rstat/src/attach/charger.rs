@@ -11,8 +11,14 @@ use std::time::{Duration, Instant};
 use super::feed::{self, Feed};
 use crate::error::{Error, Result};
 
-/// The charger's default period: a thread that stays inside a group shows
-/// its CPU time in the group's `cpu.stat` within this long.
+/// The charger's default period: a thread that stays inside a group is
+/// charged for its CPU time at least this often, so an exact read shows
+/// that time within this long. Set per process ([`set_charge_period`]).
+///
+/// Not the period of the engine's root flusher,
+/// [`DEFAULT_FLUSH_PERIOD`](crate::DEFAULT_FLUSH_PERIOD), which bounds how
+/// long charged updates wait for a flush; ["Two
+/// periods"](super#two-periods) sets the two side by side.
 pub const DEFAULT_CHARGE_PERIOD: Duration = Duration::from_secs(1);
 
 /// The feed of every thread record ever made (records are never freed,

@@ -30,7 +30,8 @@
 //!    group, a guard's drop, thread exit), the group it leaves is charged
 //!    up to now: one clock read per change, and entering the group that
 //!    is already current reads nothing;
-//! 2. a periodic charger thread ([`set_charge_period`], default 1 s)
+//! 2. a periodic charger thread ([`set_charge_period`], default
+//!    [`DEFAULT_CHARGE_PERIOD`], 1 s)
 //!    reads each thread's clock through `pthread_getcpuclockid` and
 //!    charges its group up to then, so a thread that stays inside for
 //!    minutes shows its time within one period ([`charge_all_threads`]
@@ -75,6 +76,24 @@
 //! each figure, about a tenth of its interval at most. Where /proc cannot
 //! be read, long stays keep the split of the thread's last own sample
 //! until its next group change.
+//!
+//! # Two periods
+//!
+//! Two background threads run on a timer, with two separate settings:
+//!
+//! | thread | default period | what the period bounds | set with |
+//! |---|---|---|---|
+//! | the CPU-time charger (this module, one per process) | [`DEFAULT_CHARGE_PERIOD`] (1 s) | how long a thread that stays inside a group runs uncharged: CPU time not yet in any counter | [`set_charge_period`] |
+//! | the root flusher (one per engine) | [`DEFAULT_FLUSH_PERIOD`](crate::DEFAULT_FLUSH_PERIOD) (2 s, the kernel's) | how long charged updates of every controller wait in per-CPU counters before a flush folds them into the totals, whatever the flush policy | [`Builder::periodic_flush`](crate::Builder::periodic_flush), [`Rstat::set_periodic_flush`](crate::Rstat::set_periodic_flush) |
+//!
+//! They are two concepts, not one: the charger turns CPU time into
+//! updates, for every engine at once and only for attached threads; the
+//! flusher turns updates into totals, for one engine and every controller,
+//! attached or not. Turning either off leaves the other's bound intact. An
+//! attached thread's CPU time passes both: it is charged within one charge
+//! period, and from then on an exact read
+//! ([`read_exact`](crate::ControllerHandle::read_exact)) shows it, and any
+//! read does after the next periodic flush.
 //!
 //! # Async tasks
 //!

@@ -402,8 +402,7 @@ impl ControllerHandle {
     /// its per-CPU counters):
     /// units ([`UPDATE_BATCH`](crate::controller::UPDATE_BATCH) per batch boundary crossed, each in its item's declared
     /// unit) folded from per-CPU counters and not yet in its totals.
-    #[doc(hidden)]
-    pub fn pending_updates(&self, group: &Group) -> Result<u64> {
+    pub(crate) fn pending_updates(&self, group: &Group) -> Result<u64> {
         let css = self.css_of(group.inner())?;
         // SAFETY: kept alive by `group`.
         Ok(unsafe { &*css }.pending_units(u64::MAX))

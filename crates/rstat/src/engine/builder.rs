@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{Rstat, CPU_CTL_ID, CPU_STAT_NAMES, DEFAULT_PERIOD, ROOT_GROUP_ID};
+use super::{Rstat, CPU_CTL_ID, CPU_STAT_NAMES, DEFAULT_FLUSH_PERIOD, ROOT_GROUP_ID};
 use crate::controller::CounterSetController;
 use crate::error::Result;
 use crate::group::state::Topology;
@@ -38,7 +38,7 @@ impl Default for Builder {
             periodic: if cfg!(rstat_loom) {
                 None
             } else {
-                Some(DEFAULT_PERIOD)
+                Some(DEFAULT_FLUSH_PERIOD)
             },
         }
     }
@@ -90,8 +90,9 @@ impl Builder {
         self
     }
 
-    /// The periodic root flusher's period (default 2 s); `None` turns it
-    /// off. Checked by [`build`](Self::build): 1 ms to 24 h.
+    /// The periodic root flusher's period (default [`DEFAULT_FLUSH_PERIOD`],
+    /// 2 s); `None` turns it off. Checked by [`build`](Self::build): 1 ms
+    /// to 24 h.
     pub fn periodic_flush(mut self, period: Option<std::time::Duration>) -> Self {
         self.periodic = period;
         self

@@ -69,8 +69,16 @@ pub struct Rstat {
     periodic: std::sync::Mutex<Option<periodic::Periodic>>,
 }
 
-/// The periodic flusher's default period (the kernel's).
-pub const DEFAULT_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+/// The periodic flusher's default period, the kernel's for its memory
+/// stats: how long updates may wait in per-CPU counters before a root
+/// flush folds them into every total, whatever the flush policy. Set per
+/// engine ([`Builder::periodic_flush`], [`Rstat::set_periodic_flush`]).
+///
+/// Not the period of `attach`'s CPU-time charger,
+/// [`DEFAULT_CHARGE_PERIOD`](crate::attach::DEFAULT_CHARGE_PERIOD), which
+/// bounds how long a thread's CPU time goes uncharged; [`attach`'s "Two
+/// periods"](crate::attach#two-periods) sets the two side by side.
+pub const DEFAULT_FLUSH_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Default for Rstat {
     fn default() -> Self {

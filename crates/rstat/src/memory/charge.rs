@@ -107,9 +107,11 @@ impl Memory {
         self.charge_raw_at(group, amount, on_oom, self.this_cpu())
     }
 
-    /// The raw charge: the stock hit inline, everything else out of line.
+    /// The raw charge through stock slot `cpu` (`< nr_cpus`): the stock
+    /// hit inline, everything else out of line. (`rstat::testing` lets
+    /// tests and models pick the slot.)
     #[inline(always)]
-    fn charge_raw_at(
+    pub(crate) fn charge_raw_at(
         &self,
         group: &Group,
         n: u64,
@@ -146,18 +148,6 @@ impl Memory {
         self.charge_target(group, n, on_oom, cpu).map(|(_, f)| f)
     }
 
-    /// As [`charge_raw`](Self::charge_raw) through stock slot `cpu`.
-    #[doc(hidden)]
-    pub fn charge_raw_on_cpu(
-        &self,
-        group: &Group,
-        amount: u64,
-        on_oom: OnOom,
-        cpu: usize,
-    ) -> Result<Charged, MemoryError> {
-        self.charge_raw_at(group, amount, on_oom, self.check_cpu(cpu))
-    }
-
     /// Uncharge `amount` units from `group`, or, if it was removed, from
     /// its nearest live ancestor (which holds its reparented charges).
     /// Uncharging more than that group's whole usage is
@@ -176,8 +166,9 @@ impl Memory {
         self.uncharge_on(group, amount, self.this_cpu())
     }
 
-    /// The common uncharge inline: a live group, at most a batch, no level
-    /// over its max, not reclaiming; everything else out of line.
+    /// The uncharge through stock slot `cpu` (`< nr_cpus`), the common case
+    /// inline: a live group, at most a batch, no level over its max, not
+    /// reclaiming; everything else out of line.
     #[inline(always)]
     pub(crate) fn uncharge_on(&self, group: &Group, n: u64, cpu: usize) -> Result<(), MemoryError> {
         let stocks = &self.inner.shared.stocks;
@@ -195,17 +186,6 @@ impl Memory {
             }
         }
         self.uncharge_slow(group, n, cpu)
-    }
-
-    /// As [`uncharge_raw`](Self::uncharge_raw) through stock slot `cpu`.
-    #[doc(hidden)]
-    pub fn uncharge_raw_on_cpu(
-        &self,
-        group: &Group,
-        amount: u64,
-        cpu: usize,
-    ) -> Result<(), MemoryError> {
-        self.uncharge_on(group, amount, self.check_cpu(cpu))
     }
 
     #[inline(never)]

@@ -225,23 +225,11 @@ impl Memory {
         self.try_charge_at(group, amount, on_oom, self.this_cpu())
     }
 
-    /// As [`try_charge_with`](Self::try_charge_with) through stock slot
-    /// `cpu` (folded into range): for tests and models that control
-    /// placement.
-    #[doc(hidden)]
-    pub fn try_charge_on_cpu<'a>(
-        &'a self,
-        group: &'a Group,
-        amount: u64,
-        on_oom: OnOom,
-        cpu: usize,
-    ) -> Result<Charge<'a>, MemoryError> {
-        self.try_charge_at(group, amount, on_oom, self.check_cpu(cpu))
-    }
-
-    /// The guarded charge: the stock hit inline, as the raw charge's.
+    /// The guarded charge through stock slot `cpu` (`< nr_cpus`): the
+    /// stock hit inline, as the raw charge's. (`rstat::testing` lets tests
+    /// and models pick the slot.)
     #[inline(always)]
-    fn try_charge_at<'a>(
+    pub(crate) fn try_charge_at<'a>(
         &'a self,
         group: &'a Group,
         amount: u64,

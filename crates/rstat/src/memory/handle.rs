@@ -165,7 +165,9 @@ impl Memory {
         crate::percpu::cpu::fold(crate::percpu::cpu::current(), self.inner.nr_cpus)
     }
 
-    pub(super) fn check_cpu(&self, cpu: usize) -> usize {
+    /// `cpu` folded into the stock indices, for a caller that picks the
+    /// slot (`rstat::testing`).
+    pub(crate) fn check_cpu(&self, cpu: usize) -> usize {
         crate::percpu::cpu::fold(cpu, self.inner.nr_cpus)
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::*;
 use crate::error::Error;
 use crate::page_counter::PAGE_COUNTER_MAX;
+use crate::testing::MemoryExt;
 use crate::{Group, Rstat};
 
 pub(super) fn engine(nr_cpus: usize) -> Rstat {

@@ -24,6 +24,7 @@ use proptest::prelude::*;
 use super::tests::setup;
 use super::*;
 use crate::page_counter::PAGE_COUNTER_MAX;
+use crate::testing::MemoryExt;
 use crate::Group;
 
 const CPUS: usize = 2;

@@ -23,6 +23,8 @@
 use core::fmt;
 use core::ops::Deref;
 
+use crate::percpu::CachePadded;
+
 /// How a page counter's three field groups are placed in memory: [`Padded`]
 /// or [`Packed`]. Sealed: the library's code relies on the two layouts it
 /// knows.
@@ -42,8 +44,9 @@ pub trait Layout: sealed::Sealed + Sized + Send + Sync + 'static {
 }
 
 /// Each field group on its own cache line(s): the hot `usage` alone, the
-/// read-mostly limits and parent on another (the kernel's layout). Costs
-/// 3 × [`CACHE_LINE`] bytes per counter.
+/// read-mostly limits and parent on another (the kernel's layout), each
+/// group a [`CachePadded`]. Costs 3 ×
+/// [`CACHE_LINE`](crate::percpu::CACHE_LINE) bytes per counter.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Padded;
 
@@ -58,7 +61,7 @@ impl Layout for Padded {
     type Align = ();
     #[inline(always)]
     fn line<T: Send + Sync>(value: T) -> CachePadded<T> {
-        CachePadded(value)
+        CachePadded::new(value)
     }
     const NAME: &'static str = "padded";
 }
@@ -77,65 +80,6 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for super::Padded {}
     impl Sealed for super::Packed {}
-}
-
-/// The unit of false sharing we pad to, in bytes.
-///
-/// 128 on x86-64: Intel's spatial prefetcher fetches 64-byte lines in
-/// aligned 128-byte pairs, so a line written by one CPU also disturbs its
-/// pair partner in other CPUs' caches (crossbeam's `CachePadded` makes the
-/// same choice). 128 is also the line size of Apple's and several server
-/// aarch64 cores and of powerpc64. 64 elsewhere.
-pub const CACHE_LINE: usize = if cfg!(any(
-    target_arch = "x86_64",
-    target_arch = "aarch64",
-    target_arch = "powerpc64"
-)) {
-    128
-} else {
-    64
-};
-
-/// `T` aligned and padded to [`CACHE_LINE`] bytes, so nothing else shares
-/// its line(s).
-#[cfg_attr(
-    any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "powerpc64"
-    ),
-    repr(align(128))
-)]
-#[cfg_attr(
-    not(any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "powerpc64"
-    )),
-    repr(align(64))
-)]
-#[derive(Default)]
-pub struct CachePadded<T>(T);
-
-impl<T> CachePadded<T> {
-    /// Pad `value`.
-    pub fn new(value: T) -> Self {
-        CachePadded(value)
-    }
-}
-
-impl<T> Deref for CachePadded<T> {
-    type Target = T;
-    #[inline(always)]
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for CachePadded<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
 }
 
 /// `T` as is: no padding, no extra alignment. The [`Packed`] layout's

@@ -152,7 +152,7 @@ use std::sync::Arc;
 use crate::sync::{lock, sc_fence_for_model, AtomicBool, AtomicI64, AtomicU64, Mutex, Ordering};
 
 pub use error::PageCounterError;
-pub use layout::{CachePadded, Layout, LineAligned, Packed, Padded, Unpadded, CACHE_LINE};
+pub use layout::{Layout, LineAligned, Packed, Padded, Unpadded};
 pub use protection::effective_protection;
 pub use range::PAGE_COUNTER_MAX;
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::percpu::CACHE_LINE;
 
 type Pc = PageCounter;
 

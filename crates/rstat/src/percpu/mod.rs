@@ -1,8 +1,12 @@
 //! Per-CPU building blocks: which CPU am I on ([`cpu`]), and where does
-//! per-CPU state live ([`arena`]).
+//! per-CPU state live ([`arena`], densely, one unit per CPU; or
+//! [`CachePadded`], one value on cache lines of its own).
 
 pub mod arena;
+mod cache_padded;
 pub mod cpu;
 pub(crate) mod rseq;
 #[cfg(all(test, not(rstat_loom)))]
 pub(crate) mod testing;
+
+pub use cache_padded::{CachePadded, CACHE_LINE};

@@ -143,11 +143,12 @@
 //! | `kill`, `switch_to_atomic` | the ref's lock + (`Rseq`) one `membarrier` system call + one RMW per CPU + one CAS | the lock |
 //! | `switch_to_percpu`, `resurrect`, `reinit` | the lock | the lock + one RMW per CPU |
 //!
-//! Memory: the slots are padded to 128 bytes each (`nr_cpus × 128` bytes), or
-//! 16 bytes per CPU in the caller's per-CPU arena
-//! ([`with_arena_slots`](PercpuRef::with_arena_slots)); plus one allocation of
-//! 256 bytes for the shared count (on its own cache line), the lock and the
-//! release callback.
+//! Memory: the slots are padded to a cache line each
+//! (`nr_cpus ×` [`CACHE_LINE`](crate::percpu::CACHE_LINE) bytes, 128 per CPU
+//! on x86-64), or 16 bytes per CPU in the caller's per-CPU arena
+//! ([`with_arena_slots`](PercpuRef::with_arena_slots)); plus one allocation
+//! (256 bytes on x86-64) for the shared count (on its own cache line), the
+//! lock and the release callback.
 //!
 //! # Synchronization
 //!
@@ -278,10 +279,10 @@ pub use slots::{PercpuRefSlot, MAX_SLOTS};
 pub use state::{ReleaseFn, MAX_MANY, VALUE_LIMIT};
 
 use crate::percpu::arena::PcpuPtr;
-use crate::percpu::{cpu, rseq};
+use crate::percpu::{cpu, rseq, CachePadded};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::sync::{AtomicBool, AtomicU64, Mutex};
-use slots::{Padded, Slots};
+use slots::Slots;
 use state::{Ctl, Shared, BIAS, DEAD, FROZEN, VALUE};
 
 /// How a [`PercpuRef`] starts (the kernel's `PERCPU_REF_INIT_*` flags).
@@ -392,7 +393,8 @@ impl PercpuRef {
     /// possible CPU. `release` runs when the count reaches zero after a
     /// [`kill`](Self::kill). The first ref of a process detects the fast
     /// path (and registers the process with `membarrier`). Cost: one
-    /// allocation of `nr_cpus × 128` bytes and one of the shared count.
+    /// allocation of `nr_cpus × CACHE_LINE` bytes and one of the shared
+    /// count.
     pub fn new(release: impl Fn() + Send + Sync + 'static) -> Self {
         Self::with_flags(InitFlags::PERCPU, release)
     }
@@ -405,7 +407,7 @@ impl PercpuRef {
     /// As [`with_flags`](Self::with_flags) with `nr_cpus` slots (clamped to
     /// `1..=MAX_SLOTS`; CPU ids beyond share slots on the `Locked` path and
     /// use the shared count on the `Rseq` path). Cost: one allocation
-    /// of `nr_cpus × 128` bytes and one of the shared count.
+    /// of `nr_cpus × CACHE_LINE` bytes and one of the shared count.
     pub fn with_nr_cpus(
         nr_cpus: usize,
         flags: InitFlags,
@@ -467,7 +469,7 @@ impl PercpuRef {
         // Relaxed: as the slot stores above.
         slots.set_gates(fast != FastPath::Locked && !atomic, Relaxed);
         let shared = Box::new(Shared {
-            count: Padded(AtomicU64::new(word)),
+            count: CachePadded::new(AtomicU64::new(word)),
             percpu_hint: AtomicBool::new(!atomic),
             #[cfg(any(rstat_loom, miri))]
             sim: (0..slots.nr()).map(|_| Mutex::new(())).collect(),

@@ -3,7 +3,8 @@
 //! Two placements, one access path (`base + (cpu << shift)`, no branch):
 //!
 //! - **owned**: a private array of cache-line-padded slots, one per CPU, so
-//!   no two CPUs' slots share a line (the default; `nr_cpus` × 128 bytes).
+//!   no two CPUs' slots share a line (the default; `nr_cpus` ×
+//!   [`CACHE_LINE`](crate::percpu::CACHE_LINE) bytes).
 //!   Each also holds the *gate* that restartable sections read on the same
 //!   line as the count they add to (see [`OwnedSlot`]);
 //! - **arena**: one [`PercpuRefSlot`] allocated by the caller from the
@@ -12,31 +13,16 @@
 //!   state (8 bytes rounded to the 16-byte granule, per CPU).
 
 use crate::percpu::arena::{PcpuPtr, UNIT_SIZE};
-use crate::percpu::cpu;
+use crate::percpu::{cpu, CachePadded};
 use crate::sync::AtomicU64;
-
-/// Padding to a 128-byte boundary: two 64-byte lines, because x86's
-/// adjacent-line prefetcher pulls lines in pairs (crossbeam's `CachePadded`
-/// makes the same choice on x86-64 and aarch64).
-#[repr(C, align(128))]
-#[derive(Debug)]
-pub(super) struct Padded<T>(pub(super) T);
-
-impl<T> core::ops::Deref for Padded<T> {
-    type Target = T;
-    #[inline(always)]
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
 
 // Both strides must be powers of two for `shift`.
 const _: () = assert!(UNIT_SIZE.is_power_of_two());
-const _: () = assert!(core::mem::size_of::<Padded<OwnedSlot>>().is_power_of_two());
+const _: () = assert!(core::mem::size_of::<CachePadded<OwnedSlot>>().is_power_of_two());
 // Restartable sections address owned slots with this constant stride, and
 // find the gate at this offset from the count.
 const _: () =
-    assert!(core::mem::size_of::<Padded<OwnedSlot>>() == 1 << crate::percpu::rseq::SLOT_SHIFT);
+    assert!(core::mem::size_of::<CachePadded<OwnedSlot>>() == 1 << crate::percpu::rseq::SLOT_SHIFT);
 const _: () = assert!(core::mem::offset_of!(OwnedSlot, gate) == crate::percpu::rseq::GATE_OFFSET);
 
 /// An owned slot: the count, and beside it on the same line this CPU's
@@ -93,7 +79,7 @@ pub(super) struct Slots {
     /// The boxed slice to free on drop, for owned slots. Kept as a raw
     /// pointer (from `Box::leak`) rather than a `Box`, so moving the ref does
     /// not retag a unique pointer under `base`.
-    owned: Option<*mut [Padded<OwnedSlot>]>,
+    owned: Option<*mut [CachePadded<OwnedSlot>]>,
 }
 
 // SAFETY: `Slots` hands out only `&AtomicU64`s (which are `Sync`) into memory
@@ -108,19 +94,20 @@ impl Slots {
     /// allocation.
     pub(super) fn owned(nr: usize) -> Self {
         let nr = nr.clamp(1, MAX_SLOTS);
-        let boxed: Box<[Padded<OwnedSlot>]> = (0..nr)
+        let boxed: Box<[CachePadded<OwnedSlot>]> = (0..nr)
             .map(|_| {
-                Padded(OwnedSlot {
+                CachePadded::new(OwnedSlot {
                     slot: PercpuRefSlot::new(),
                     gate: AtomicU64::new(0),
                 })
             })
             .collect();
-        let owned: *mut [Padded<OwnedSlot>] = Box::leak(boxed);
+        let owned: *mut [CachePadded<OwnedSlot>] = Box::leak(boxed);
         Slots {
-            // `repr(C)`: the count is at offset 0 of each element.
+            // `repr(C)` (`CachePadded`'s and `OwnedSlot`'s): the count is at
+            // offset 0 of each element.
             base: owned as *const PercpuRefSlot,
-            shift: core::mem::size_of::<Padded<OwnedSlot>>().trailing_zeros(),
+            shift: core::mem::size_of::<CachePadded<OwnedSlot>>().trailing_zeros(),
             nr,
             owned: Some(owned),
         }
@@ -191,9 +178,12 @@ impl Slots {
         let owned = self.owned?;
         let cpu = cpu::fold(cpu, self.nr);
         // SAFETY: `owned` is the live boxed slice of `nr` elements this
-        // `Slots` frees only on drop; `cpu < nr`; a shared reference to an
-        // atomic field.
-        Some(unsafe { &(*owned.cast::<Padded<OwnedSlot>>().add(cpu)).0.gate })
+        // `Slots` frees only on drop; `cpu < nr`; the element holds only
+        // atomics (and padding), so a shared reference to it may coexist
+        // with other threads' atomic accesses.
+        let slot: &CachePadded<OwnedSlot> =
+            unsafe { &*owned.cast::<CachePadded<OwnedSlot>>().add(cpu) };
+        Some(&slot.gate)
     }
 
     /// Set every gate (owned slots; nothing for arena slots) to `open`,

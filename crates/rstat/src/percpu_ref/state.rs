@@ -6,7 +6,7 @@
 //! words; the parent module's "Synchronization" says who writes each one,
 //! and with which ordering.
 
-use super::slots::Padded;
+use crate::percpu::CachePadded;
 use crate::sync::{AtomicBool, AtomicU64, Mutex};
 
 /// Slot bit 0: this slot has been folded into `count`; operations that find
@@ -62,7 +62,7 @@ pub(super) enum Fold {
 pub(super) struct Shared {
     /// On its own cache line: contended in atomic mode, and on the `Rseq`
     /// path by CPUs without a slot.
-    pub(super) count: Padded<AtomicU64>,
+    pub(super) count: CachePadded<AtomicU64>,
     /// `Ctl::percpu`, readable without the lock: a snapshot for
     /// `is_percpu`.
     pub(super) percpu_hint: AtomicBool,

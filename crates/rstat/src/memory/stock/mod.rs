@@ -104,7 +104,7 @@ use slots::Slots;
 
 use super::memcg::MemCg;
 use super::objcg::ObjCg;
-use crate::page_counter::CachePadded;
+use crate::percpu::CachePadded;
 use crate::sync::{AtomicUsize, Ordering};
 
 /// Every CPU's stock, and the batch.

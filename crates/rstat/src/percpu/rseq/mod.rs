@@ -86,11 +86,12 @@ pub(crate) fn membarrier() -> Result<(), i32> {
     imp::membarrier()
 }
 
-/// log2 of the distance between two CPUs' slots for [`add_on_this_cpu`]
-/// (128 bytes: two cache lines, so no two CPUs' slots share a line or an
-/// adjacent-line prefetch pair). A constant, so the section shifts by an
-/// immediate.
-pub(crate) const SLOT_SHIFT: u32 = 7;
+/// log2 of the distance between two CPUs' slots for [`add_on_this_cpu`]:
+/// one [`CACHE_LINE`](super::CACHE_LINE), the stride of an array of
+/// [`CachePadded`](super::CachePadded) slots (128 bytes on x86-64, two
+/// 64-byte lines, so no two CPUs' slots share a line or an adjacent-line
+/// prefetch pair). A constant, so the section shifts by an immediate.
+pub(crate) const SLOT_SHIFT: u32 = super::CACHE_LINE.trailing_zeros();
 
 /// Where [`add_on_this_cpu`] finds a slot's gate: this many bytes after
 /// its count, on the same line.

@@ -5,17 +5,19 @@
 
 use super::*;
 use crate::percpu::testing::rseq_for_test;
+use crate::percpu::CachePadded;
 use std::sync::atomic::AtomicU64;
 
-/// A count and its gate, as `percpu_ref`'s owned slots.
-#[repr(C, align(128))]
-struct Slot(AtomicU64, AtomicU64);
+/// A count and its gate, padded as `percpu_ref`'s owned slots.
+#[repr(C)]
+struct Gated(AtomicU64, AtomicU64);
+type Slot = CachePadded<Gated>;
 const _: () = assert!(core::mem::size_of::<Slot>() == 1 << SLOT_SHIFT);
-const _: () = assert!(core::mem::offset_of!(Slot, 1) == GATE_OFFSET);
+const _: () = assert!(core::mem::offset_of!(Gated, 1) == GATE_OFFSET);
 
 fn open_slots(nr: usize) -> Vec<Slot> {
     (0..nr)
-        .map(|_| Slot(AtomicU64::new(0), AtomicU64::new(1)))
+        .map(|_| CachePadded::new(Gated(AtomicU64::new(0), AtomicU64::new(1))))
         .collect()
 }
 
