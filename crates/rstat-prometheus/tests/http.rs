@@ -393,8 +393,8 @@ fn every_scraper_gets_an_answer_when_there_are_more_than_the_server_serves() {
         // Many more scrapers than the server serves at once, each sending
         // its whole request as soon as it is connected and reading no
         // answer until all are: the server fills up while requests wait
-        // unread in its sockets (it used to close the oldest of those as
-        // "idle", with no answer at all).
+        // unread in its sockets, which must not be closed as "idle" with
+        // no answer at all.
         let mut scrapers: Vec<TcpStream> = (0..8 * max_connections)
             .map(|_| {
                 let mut s = TcpStream::connect(srv.addr()).unwrap();

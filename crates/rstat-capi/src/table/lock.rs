@@ -14,8 +14,8 @@ use crate::error::{CError, CResult};
 /// Reader shards of the table lock.
 pub(crate) const SHARDS: usize = if cfg!(miri) { 2 } else { 16 };
 
-#[repr(align(128))]
-struct Shard(RwLock<()>);
+/// One reader shard on its own cache line.
+type Shard = rstat::percpu::CachePadded<RwLock<()>>;
 
 /// The process-wide table behind its sharded lock (the table's module
 /// docs).
@@ -37,7 +37,7 @@ const _: () = {
 };
 
 pub(crate) static TABLE: HandleTable = HandleTable {
-    shards: [const { Shard(RwLock::new(())) }; SHARDS],
+    shards: [const { Shard::new(RwLock::new(())) }; SHARDS],
     table: UnsafeCell::new(Table::new(None)),
 };
 
@@ -67,7 +67,6 @@ impl HandleTable {
     #[inline(always)]
     pub(crate) fn read<R>(&self, f: impl FnOnce(&Table) -> R) -> R {
         let _guard: RwLockReadGuard<'_, ()> = self.shards[my_shard()]
-            .0
             .read()
             .unwrap_or_else(PoisonError::into_inner);
         // SAFETY: a read lock is held, so no writer (which needs every
@@ -87,7 +86,7 @@ impl HandleTable {
         let _guards: Vec<RwLockWriteGuard<'_, ()>> = self
             .shards
             .iter()
-            .map(|s| s.0.write().unwrap_or_else(PoisonError::into_inner))
+            .map(|s| s.write().unwrap_or_else(PoisonError::into_inner))
             .collect();
         // SAFETY: every shard's write lock is held (taken in index order,
         // so two writers cannot deadlock): no reader or other writer runs.

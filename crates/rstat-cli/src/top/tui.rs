@@ -294,8 +294,8 @@ mod tests {
         let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(100, 12)).unwrap();
         term.draw(|f| app.draw(f)).unwrap();
         app.apply(Ok(fewer), t0 + Duration::from_secs(1));
-        // What the screen does after a refresh (it used to index past the
-        // headers here).
+        // What the screen does after a refresh: the sort column must not
+        // index past the headers.
         term.draw(|f| app.draw(f)).unwrap();
         assert_eq!(app.error, None);
         assert_eq!(app.sort, SortKey::Path, "the sort column is gone");

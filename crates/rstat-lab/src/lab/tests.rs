@@ -300,7 +300,7 @@ fn unknown_names_in_only_are_refused_with_the_known_ones() {
 }
 
 #[test]
-fn the_registry_has_every_issue_experiment_once() {
+fn the_registry_has_every_experiment_once() {
     let mut names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.name()).collect();
     for n in [
         "update",

@@ -429,8 +429,7 @@ impl PerRequest for MetricsC {
 
 // ----------------------------------------------------------------- eager
 
-#[repr(align(128))]
-struct Padded(AtomicU64);
+type Padded = rstat::percpu::CachePadded<AtomicU64>;
 
 /// A hand-rolled tracker's group: its own total, on its own cache line,
 /// and its parent.
@@ -442,7 +441,7 @@ struct Node {
 impl Node {
     fn new(parent: Option<&Arc<Node>>) -> Arc<Node> {
         Arc::new(Node {
-            bytes: Padded(AtomicU64::new(0)),
+            bytes: Padded::new(AtomicU64::new(0)),
             parent: parent.map(Arc::clone),
         })
     }
@@ -452,7 +451,7 @@ impl Node {
     fn add(&self, n: u64) {
         let mut at = self;
         loop {
-            at.bytes.0.fetch_add(n, Ordering::Relaxed);
+            at.bytes.fetch_add(n, Ordering::Relaxed);
             match &at.parent {
                 Some(p) => at = p,
                 None => return,
@@ -461,7 +460,7 @@ impl Node {
     }
 
     fn get(&self) -> u64 {
-        self.bytes.0.load(Ordering::Relaxed)
+        self.bytes.load(Ordering::Relaxed)
     }
 }
 

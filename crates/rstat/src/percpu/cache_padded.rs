@@ -65,7 +65,7 @@ const _: () = assert!(core::mem::align_of::<CachePadded<u8>>() == CACHE_LINE);
 
 impl<T> CachePadded<T> {
     /// Pad `value`.
-    pub fn new(value: T) -> Self {
+    pub const fn new(value: T) -> Self {
         CachePadded(value)
     }
 }
