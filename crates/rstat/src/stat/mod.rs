@@ -26,6 +26,9 @@
 //!   before a read began is in that read's result; see [`backlog`]'s
 //!   `# Synchronization`.
 //!
+//! loom models of these protocols drive this layer's own types (a domain,
+//! nodes, css and a test controller; no engine above): `tests_loom`.
+//!
 //! Layers, bottom up: `backlog` → `tree` (nodes, domains, the flush's
 //! walk) → `css` (per-group state) → `update` and `fold` → `policy`; `ops`
 //! is the op table they call up through.
@@ -42,3 +45,5 @@ pub(crate) mod update;
 
 #[cfg(test)]
 mod tests;
+#[cfg(all(test, rstat_loom))]
+mod tests_loom;
