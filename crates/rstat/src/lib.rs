@@ -108,8 +108,10 @@
 //!
 //! # Verification
 //!
-//! loom models of every lock-free protocol (`tests/loom.rs`, and beside
-//! `percpu_ref` and `page_counter`), a proptest against a sequential model
+//! loom models of every lock-free protocol, each beside its mechanism
+//! (`stat`, `group`, `percpu_ref`, `page_counter` and `memory`, in their
+//! `tests_loom.rs`; group lifetime in `tests/loom.rs`), a proptest against
+//! a sequential model
 //! (`tests/model.rs`), stress tests with known totals, Miri on the unsafe
 //! code (`.ci/run`).
 #![warn(

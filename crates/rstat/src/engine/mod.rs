@@ -38,7 +38,7 @@ pub const ROOT_GROUP_ID: u64 = 1;
 /// and so walks the ancestors' pending-update counters on most updates.
 /// That is cheap here: CPU time is charged at scheduling rate (hundreds to
 /// a few thousand charges per second per CPU), not on a hot path. And the
-/// unit is what a `Threshold` read may miss per (group, CPU): 64 µs per
+/// unit is what a `Threshold` read may miss per (group, CPU): [`UPDATE_BATCH`] µs per
 /// slot keeps `cpu.stat` good for rates sampled over milliseconds, where a
 /// coarser unit would not (at 1024 µs, a read could miss 65 ms of CPU time
 /// per (group, CPU), 6.5% of a 1 s sample per CPU per group).

@@ -14,11 +14,11 @@
 //! children, then a child's children, then domain locks, then the arena.
 
 pub mod ext;
-#[cfg(all(test, rstat_loom))]
-mod loom_deferred;
 mod name;
 mod release;
 pub(crate) mod state;
+#[cfg(all(test, rstat_loom))]
+mod tests_loom;
 pub mod watch;
 
 use std::collections::BTreeMap;

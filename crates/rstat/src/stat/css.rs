@@ -35,7 +35,7 @@ use crate::stat::ops::{CtlEntry, Totals};
 use crate::stat::tree::TreeNode;
 use crate::sync::{AtomicI64, AtomicU64, Ordering, UnsafeCell};
 
-/// The pending units an update from `old` to `new` adds: 64 per boundary
+/// The pending units an update from `old` to `new` adds: [`UPDATE_BATCH`] per boundary
 /// of the item's unit (`1 << shift`) it crossed, 0 if none (see
 /// `Css::count_update`).
 ///
@@ -368,7 +368,7 @@ impl Css {
     }
 
     /// Whether the `Threshold` policy wants a flush before reading: more
-    /// than 64 × nr_cpus units pending (see
+    /// than [`UPDATE_BATCH`] × nr_cpus units pending (see
     /// [`pending_units`](Self::pending_units)).
     pub(crate) fn needs_flush(&self) -> bool {
         self.pending_units(self.ctl.flush_threshold) > self.ctl.flush_threshold
@@ -436,7 +436,7 @@ impl Css {
 /// [`Controller::stat_units`](crate::Controller::stat_units)) a CPU
 /// accumulates on an item before folding them into the pending-update
 /// counters: fixed, in each item's declared unit (the kernel's stat
-/// update batch, 64). Not
+/// update batch). Not
 /// [`MEMCG_CHARGE_BATCH`](crate::memory::MEMCG_CHARGE_BATCH), the memory
 /// stock's refill size in charge units, a per-controller setting that
 /// shares the kernel's value.
@@ -458,14 +458,14 @@ pub(crate) const MAX_FOLD: u64 = 1 << 32;
 /// (read by the flusher *before* the stat slots).
 pub(crate) const COUNTED: usize = 0;
 /// Per (css, CPU): the `Threshold` policy's pending-update counter, kernel
-/// v6.8's `stats_updates` made per-CPU: units (64 per batch boundary
+/// v6.8's `stats_updates` made per-CPU: units ([`UPDATE_BATCH`] per batch boundary
 /// crossed, in each item's declared unit) counted on this CPU by this
 /// group or a descendant and not yet in this group's hierarchical totals.
 /// A flush of (group, CPU) subtracts exactly the units it folded, never
 /// resets, so a unit counted while it runs stays counted. Per-CPU so that
 /// a crossing writes no line another CPU's updates write (a shared
 /// counter per ancestor made two threads on one group contend on the
-/// group's and the root's counter every 64 units); a `Threshold` read sums
+/// group's and the root's counter every [`UPDATE_BATCH`] units); a `Threshold` read sums
 /// nr_cpus of them.
 pub(crate) const UPDATES: usize = 1;
 /// Per (css, CPU): units that flushes of this group's children on the CPU

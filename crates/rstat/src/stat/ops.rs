@@ -321,7 +321,7 @@ pub(crate) struct CtlEntry {
     /// `UPDATE_BATCH_SHIFT + log2(unit)` (see `Css::count_update`). Each
     /// css keeps a pointer to it.
     pub(crate) unit_shifts: Box<[u8]>,
-    /// 64 × nr_cpus: a css's `updates` beyond this makes a `Threshold`
+    /// [`UPDATE_BATCH`](crate::stat::css::UPDATE_BATCH) × nr_cpus: a css's `updates` beyond this makes a `Threshold`
     /// read flush.
     pub(crate) flush_threshold: u64,
     pub(crate) imp: Box<dyn Controller>,
