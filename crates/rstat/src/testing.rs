@@ -95,7 +95,7 @@ impl MemoryExt for Memory {
         on_oom: OnOom,
         cpu: usize,
     ) -> Result<Charge<'a>, MemoryError> {
-        self.try_charge_at(group, amount, on_oom, self.check_cpu(cpu))
+        self.try_charge_at(group, amount, on_oom, self.fold_cpu(cpu))
     }
 
     fn charge_raw_on_cpu(
@@ -105,7 +105,7 @@ impl MemoryExt for Memory {
         on_oom: OnOom,
         cpu: usize,
     ) -> Result<Charged, MemoryError> {
-        self.charge_raw_at(group, amount, on_oom, self.check_cpu(cpu))
+        self.charge_raw_at(group, amount, on_oom, self.fold_cpu(cpu))
     }
 
     fn uncharge_raw_on_cpu(
@@ -114,6 +114,6 @@ impl MemoryExt for Memory {
         amount: u64,
         cpu: usize,
     ) -> Result<(), MemoryError> {
-        self.uncharge_on(group, amount, self.check_cpu(cpu))
+        self.uncharge_on(group, amount, self.fold_cpu(cpu))
     }
 }

@@ -162,12 +162,14 @@ impl Memory {
     /// This CPU's stock index.
     #[inline(always)]
     pub(super) fn this_cpu(&self) -> usize {
-        crate::percpu::cpu::fold(crate::percpu::cpu::current(), self.inner.nr_cpus)
+        self.fold_cpu(crate::percpu::cpu::current())
     }
 
-    /// `cpu` folded into the stock indices, for a caller that picks the
-    /// slot (`rstat::testing`).
-    pub(crate) fn check_cpu(&self, cpu: usize) -> usize {
+    /// `cpu` folded into the stock indices (CPU ids past them share them),
+    /// for this CPU's index or a caller that picks the slot
+    /// (`rstat::testing`).
+    #[inline(always)]
+    pub(crate) fn fold_cpu(&self, cpu: usize) -> usize {
         crate::percpu::cpu::fold(cpu, self.inner.nr_cpus)
     }
 }
