@@ -35,9 +35,10 @@ use crate::stat::ops::{CtlEntry, Totals};
 use crate::stat::tree::TreeNode;
 use crate::sync::{AtomicI64, AtomicU64, Ordering, UnsafeCell};
 
-/// The pending units an update from `old` to `new` adds: [`UPDATE_BATCH`] per boundary
-/// of the item's unit (`1 << shift`) it crossed, 0 if none (see
-/// `Css::count_update`).
+/// The pending units an update from `old` to `new` adds: [`UPDATE_BATCH`]
+/// per boundary it crossed, the boundaries being the multiples of
+/// `1 << shift` (B × the item's unit: `shift` is the item's
+/// `UPDATE_BATCH_SHIFT + log2(unit)`), 0 if none (see `Css::count_update`).
 ///
 /// Slots are modular: the update moved the slot by `new - old` in wrapping
 /// arithmetic (its delta, an `i64`), and the boundaries are counted on the
@@ -55,6 +56,20 @@ pub(super) fn units_to_fold(old: i64, new: i64, shift: u8) -> u64 {
     u64::try_from(crossed.unsigned_abs())
         .unwrap_or(u64::MAX)
         .saturating_mul(UPDATE_BATCH)
+}
+
+/// Whether an update whose old and new slot values differ in the bits
+/// `changed` (`old ^ new`) may have crossed a boundary of an item whose
+/// boundaries are the multiples of `1 << shift` (B × its unit, the shift
+/// [`units_to_fold`] takes): whether they differ at or above that bit. Sound for every delta: an `i64` delta moves the
+/// slot by less than 2^63, so a move that wraps changes a bit at or above
+/// any boundary bit up to 63 (the test's cap; boundaries above 2^63 are
+/// multiples of it). A byte counter in pages then takes the cheap path on
+/// all but the rare update that crosses a multiple of B pages, not on
+/// every update that changes a bit above B bytes.
+#[inline(always)]
+pub(crate) fn may_cross(changed: u64, shift: u8) -> bool {
+    changed >> u32::from(shift).min(63) != 0
 }
 
 /// A CPU slot of an engine's per-CPU state: an index below its `nr_cpus`,
@@ -263,8 +278,9 @@ impl Css {
     /// item's boundary is one) makes no memory access at all; one that does
     /// loads the item's shift (one load, from the css line the update
     /// already reads, for the first eight items; three, through the
-    /// controller, for later ones), and only a crossing of the item's own
-    /// boundary takes the cold walk.
+    /// controller, for later ones) and tests the bits at and above the
+    /// item's own boundary ([`may_cross`]): only a change there counts the
+    /// crossings, and only a crossing takes the cold walk.
     ///
     /// `old` is what the stat RMW (or section) on slot `at` returned for
     /// `item`.
@@ -273,10 +289,14 @@ impl Css {
         let new = old.wrapping_add(delta);
         // Every item's boundary is a multiple of B: crossing none of those
         // crosses none of the item's (`old >> 6 == new >> 6`).
-        if (old ^ new) >> UPDATE_BATCH_SHIFT == 0 {
+        let changed = (old ^ new) as u64;
+        if changed >> UPDATE_BATCH_SHIFT == 0 {
             return;
         }
-        self.count_crossing(at, old, new, self.item_shift(item))
+        let shift = self.item_shift(item);
+        if may_cross(changed, shift) {
+            self.count_crossing(at, old, new, shift)
+        }
     }
 
     /// [`count_update`](Self::count_update) past the cheap test, with

@@ -25,3 +25,54 @@ fn css_keeps_the_updates_line_apart_from_the_counters_folds_write() {
         "published_overflows at {at}: near the updates' line"
     );
 }
+
+mod crossing {
+    use super::super::css::{may_cross, units_to_fold};
+    use proptest::prelude::*;
+
+    /// The cheap test never skips an update that crosses a boundary: if it
+    /// says "no crossing", the exact count is 0, for every old value, delta
+    /// (wrapping ones included) and boundary shift (B × a unit of at most
+    /// 2^63: shifts up to 69).
+    fn check(old: i64, delta: i64, shift: u8) {
+        let new = old.wrapping_add(delta);
+        if !may_cross((old ^ new) as u64, shift) {
+            assert_eq!(
+                units_to_fold(old, new, shift),
+                0,
+                "old {old}, delta {delta}, shift {shift}: skipped a crossing"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn never_skips_a_crossing(old: i64, delta: i64, shift in 0u8..=69) {
+            check(old, delta, shift);
+        }
+
+        #[test]
+        fn never_skips_a_crossing_near_a_boundary(
+            k in 0u32..=62, below in 0i64..4, delta in -(1i64 << 20)..(1i64 << 20), shift in 0u8..=63
+        ) {
+            // Start just below a multiple of 2^k, the edges the test is made of.
+            check((1i64 << k).wrapping_sub(below), delta, shift);
+            check((-(1i64 << k)).wrapping_sub(below), delta, shift);
+        }
+    }
+
+    #[test]
+    fn the_edges() {
+        for shift in [0u8, 6, 12, 18, 56, 57, 58, 63, 64, 69] {
+            for old in [i64::MIN, -1, 0, 1, i64::MAX, i64::MAX - 4095] {
+                for delta in [i64::MIN, -1, 1, 4096, 1 << 18, i64::MAX] {
+                    check(old, delta, shift);
+                }
+            }
+        }
+        // And it skips what it should: a byte counter in pages (boundaries
+        // every B pages, shift 6 + 12), an add of two pages.
+        assert!(!may_cross(4096u64 ^ (4096 + 8192), 18));
+        assert!(may_cross(((1u64 << 18) - 1) ^ (1 << 18), 18));
+    }
+}

@@ -12,10 +12,10 @@
 //! [`UpdatePath::Rseq`]: crate::UpdatePath::Rseq
 
 use crate::stat::backlog;
-#[cfg(not(any(rstat_loom, miri)))]
+#[cfg(not(rstat_loom))]
 use crate::stat::backlog::PcpuLinks;
-#[cfg(not(any(rstat_loom, miri)))]
-use crate::stat::css::{units_to_fold, UPDATE_BATCH_SHIFT};
+#[cfg(not(rstat_loom))]
+use crate::stat::css::{may_cross, units_to_fold, UPDATE_BATCH_SHIFT};
 use crate::stat::css::{Css, Item, Slot};
 use crate::sync::Ordering;
 
@@ -42,14 +42,13 @@ pub(crate) struct PathCopy {
 #[derive(Clone, Copy)]
 pub(crate) struct ItemPath {
     css: *const Css,
-    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    #[cfg_attr(rstat_loom, allow(dead_code))]
     slot: *const u8,
-    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    #[cfg_attr(rstat_loom, allow(dead_code))]
     links: *const u8,
-    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
     path: PathCopy,
     item: Item,
-    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    #[cfg_attr(rstat_loom, allow(dead_code))]
     shift: u8,
 }
 
@@ -84,19 +83,48 @@ impl ItemPath {
             // addresses for `item` on CPU 0, `shift` the item's.
             return unsafe { section_update(self.path, self.slot, self.links, self, delta) };
         }
+        #[cfg(not(rstat_loom))]
+        if self.path.section_limit == 0 {
+            // SAFETY: as above; `nr_cpus` is the engine's (caller).
+            return unsafe { self.add_locked(nr_cpus, delta) };
+        }
         // SAFETY: the css is live (caller).
         let css = unsafe { &*self.css };
         css.add(self.path, || Slot::this_cpu(nr_cpus), self.item, delta)
     }
+
+    /// [`Css::add_locked`] through the resolved addresses: the locked RMW
+    /// on this CPU's copy of the item's slot, then the same crossing test
+    /// and on-list check as a section's, so the common path loads the
+    /// handle, the slot and the links, and not the css.
+    ///
+    /// # Safety
+    /// As [`add`](Self::add), on an engine of the locked path
+    /// (`section_limit == 0`: no section writes any slot).
+    #[cfg(not(rstat_loom))]
+    #[inline(always)]
+    unsafe fn add_locked(&self, nr_cpus: usize, delta: i64) {
+        let at = Slot::this_cpu(nr_cpus).get() << crate::percpu::arena::UNIT_SHIFT;
+        // SAFETY: `slot` is CPU 0's address of the item's slot, whose
+        // first field is its `AtomicI64` (`StatSlot` is `repr(C)`); CPU
+        // `c`'s copy is `c << UNIT_SHIFT` bytes on, and `at` is a slot of
+        // the engine, live while the css is (caller).
+        let cur = unsafe { &*self.slot.add(at).cast::<crate::sync::AtomicI64>() };
+        let old = cur.fetch_add(delta, Ordering::SeqCst);
+        let new = old.wrapping_add(delta);
+        // SAFETY: as above, for the links; `at` is a unit offset below
+        // `nr_cpus`.
+        unsafe { after_update(self, self.links, at, old, new, (old ^ new) as u64) }
+    }
 }
 
-/// What the rare steps of a section update need (the css, to fold a
-/// crossing or to queue the node, and the item's unit shift), reached only
-/// when one is taken: the common path then loads nothing but the slot,
-/// links and path words. A [`StatItem`](crate::StatItem)'s resolved path
+/// What the rare steps of an update through resolved addresses need (the
+/// css, to fold a crossing or to queue the node, and the item's unit
+/// shift), reached only when one is taken: the common path then loads
+/// nothing but the slot, links and path words. A [`StatItem`](crate::StatItem)'s resolved path
 /// gives them from the handle; [`Css::add`] from the css and the
 /// item index.
-#[cfg(not(any(rstat_loom, miri)))]
+#[cfg(not(rstat_loom))]
 trait Rare: Copy {
     /// The css updated.
     fn css(self) -> *const Css;
@@ -107,7 +135,7 @@ trait Rare: Copy {
     unsafe fn shift(self) -> u8;
 }
 
-#[cfg(not(any(rstat_loom, miri)))]
+#[cfg(not(rstat_loom))]
 impl Rare for &ItemPath {
     fn css(self) -> *const Css {
         self.css
@@ -117,7 +145,7 @@ impl Rare for &ItemPath {
     }
 }
 
-#[cfg(not(any(rstat_loom, miri)))]
+#[cfg(not(rstat_loom))]
 impl Rare for (&Css, Item) {
     fn css(self) -> *const Css {
         self.0
@@ -163,16 +191,49 @@ unsafe fn section_update(
     // be in this CPU's store buffer; the flusher's membarrier stands in
     // for the barrier we do not execute.
     core::sync::atomic::compiler_fence(Ordering::SeqCst);
-    // As `count_update`: the shift only past the cheap test, the css only
-    // for a crossing of the item's own boundary.
+    // SAFETY: caller's guarantees; `at` is the unit offset of a slot below
+    // `nr_cpus`; `changed` is `old ^ new`.
+    unsafe {
+        after_update(
+            rare,
+            links,
+            at,
+            new.wrapping_sub(delta),
+            new,
+            changed as u64,
+        )
+    }
+}
+
+/// After the add that moved the slot at unit offset `at` from `old` to
+/// `new` (`changed` is `old ^ new`):
+/// if it crossed a batch boundary, the crossing count, then the on-list
+/// check on this CPU's copy of `links` (CPU 0's links of the css's node).
+/// As `Css::count_update`: the shift only past the cheap test, the css
+/// only for a crossing of the item's own boundary or to queue the node.
+///
+/// # Safety
+/// The css is live; `links` and `rare` are its for the item; `at` is the
+/// unit offset of a slot below the engine's `nr_cpus`.
+#[cfg(not(rstat_loom))]
+#[inline(always)]
+unsafe fn after_update(
+    rare: impl Rare,
+    links: *const u8,
+    at: usize,
+    old: i64,
+    new: i64,
+    changed: u64,
+) {
     if changed >> UPDATE_BATCH_SHIFT != 0 {
-        let old = new.wrapping_sub(delta);
         // SAFETY: the css is live.
-        let v = units_to_fold(old, new, unsafe { rare.shift() });
-        if v != 0 {
-            // SAFETY: caller's guarantees; `at` is a unit offset below
-            // `nr_cpus`.
-            unsafe { section_fold(rare, at, v) };
+        let shift = unsafe { rare.shift() };
+        if may_cross(changed, shift) {
+            let v = units_to_fold(old, new, shift);
+            if v != 0 {
+                // SAFETY: caller's guarantees.
+                unsafe { fold_crossings(rare, at, v) };
+            }
         }
     }
     // SAFETY: `at` is the unit offset of a slot below `nr_cpus`: the links
@@ -194,10 +255,10 @@ unsafe fn section_update(
 /// # Safety
 /// As [`section_update`]; `at` is the unit offset the section returned,
 /// `v` what [`units_to_fold`] gave (not 0).
-#[cfg(not(any(rstat_loom, miri)))]
+#[cfg(not(rstat_loom))]
 #[cold]
 #[inline(never)]
-unsafe fn section_fold(rare: impl Rare, at: usize, v: u64) {
+unsafe fn fold_crossings(rare: impl Rare, at: usize, v: u64) {
     // SAFETY: the css is live (caller), and so is its controller's domain.
     let css = unsafe { &*rare.css() };
     // SAFETY: as above.
