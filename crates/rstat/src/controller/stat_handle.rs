@@ -76,9 +76,9 @@ impl StatHandle {
             return Err(self.unknown(index));
         };
         Ok(StatItem {
-            handle: self.clone(),
             // SAFETY: the handle keeps the css alive.
             path: unsafe { &*self.css }.item_path(item),
+            handle: self.clone(),
         })
     }
 
@@ -116,7 +116,9 @@ impl StatHandle {
 /// [`add`](Self::add) cannot fail and returns nothing to check.
 ///
 /// Holds a reference on the group, like [`StatHandle`]; cheap to clone (one
-/// per-CPU reference get).
+/// per-CPU reference get). Aligned to and sized as one cache line: an
+/// update reads its handle from one line, whatever array holds it (a
+/// struct holding one is padded to that alignment).
 ///
 /// ```
 /// let rs = rstat::Rstat::new();
@@ -129,10 +131,11 @@ impl StatHandle {
 /// # Ok::<(), rstat::Error>(())
 /// ```
 #[derive(Clone)]
+#[repr(C, align(64))]
 pub struct StatItem {
-    handle: StatHandle,
     /// The item's slot and links, resolved once (see `ItemPath`).
     path: ItemPath,
+    handle: StatHandle,
 }
 
 // SAFETY: `path` points into the css that `handle` keeps alive; the update
@@ -162,7 +165,14 @@ impl StatItem {
     pub fn add(&self, delta: i64) {
         // SAFETY: `self.handle` keeps the css alive, and its engine's
         // `nr_cpus` is the handle's.
-        unsafe { self.path.add(self.handle.nr_cpus, delta) };
+        unsafe {
+            self.path.add(
+                self.handle.css,
+                self.handle.path,
+                self.handle.nr_cpus,
+                delta,
+            )
+        };
     }
 
     /// The item's index in its controller's list.

@@ -113,20 +113,26 @@ impl Slot {
 /// A stat item of a controller: an index below its `nr_stats`, which
 /// every css of the controller has. Built only by a range check
 /// ([`new`](Self::new)).
+/// Four bytes, so a resolved item fits a handle's line (controllers have
+/// at most [`MAX_STAT_ITEMS`](crate::MAX_STAT_ITEMS) items).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Item(usize);
+pub(crate) struct Item(u32);
 
 impl Item {
     /// `item`, if it is one of a controller of `nr_stats` items.
     #[inline(always)]
     pub(crate) fn new(item: usize, nr_stats: usize) -> Option<Item> {
-        (item < nr_stats).then_some(Item(item))
+        if item < nr_stats {
+            u32::try_from(item).ok().map(Item)
+        } else {
+            None
+        }
     }
 
     /// The index.
     #[inline(always)]
     pub(crate) fn get(self) -> usize {
-        self.0
+        self.0 as usize
     }
 }
 

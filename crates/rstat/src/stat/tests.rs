@@ -76,3 +76,11 @@ mod crossing {
         assert!(may_cross(((1u64 << 18) - 1) ^ (1 << 18), 18));
     }
 }
+
+/// A `StatItem` is one cache line: an update loads only it, the slot and
+/// the links (`stat::update::ItemPath`).
+#[test]
+fn a_stat_item_is_one_line() {
+    assert_eq!(align_of::<crate::StatItem>(), 64);
+    assert_eq!(size_of::<crate::StatItem>(), 64);
+}

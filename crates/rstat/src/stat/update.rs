@@ -30,23 +30,21 @@ pub(crate) struct PathCopy {
 }
 
 /// One item's update path, resolved from its css once and kept by a
-/// [`StatItem`](crate::StatItem): CPU 0's addresses of the item's slot and
-/// of the node's links (CPU `c`'s are `c << UNIT_SHIFT` further), the
-/// update path's copies and the item's unit shift. An update then loads
-/// these words from the handle and, on the common path, nothing from the
-/// css: the css is reached only to fold a crossing or to queue the node.
-/// (A restartable section's `asm!` may write any memory as far as the
-/// compiler knows, so every word an update needs is reloaded on each call:
-/// the fewer, the cheaper, above all when a busy sibling hyperthread
-/// shares the core.)
+/// [`StatItem`](crate::StatItem) beside its handle's css pointer and path
+/// copy: CPU 0's addresses of the item's slot and of the node's links (CPU
+/// `c`'s are `c << UNIT_SHIFT` further), the item and its boundary shift,
+/// in 24 bytes, so that a `StatItem` is one cache line. An update then
+/// loads these words from the handle and, on the common path, nothing from
+/// the css: the css is reached only to fold a crossing or to queue the
+/// node. (A restartable section's `asm!` may write any memory as far as
+/// the compiler knows, so every word an update needs is reloaded on each
+/// call: the fewer lines, the cheaper.)
 #[derive(Clone, Copy)]
 pub(crate) struct ItemPath {
-    css: *const Css,
     #[cfg_attr(rstat_loom, allow(dead_code))]
     slot: *const u8,
     #[cfg_attr(rstat_loom, allow(dead_code))]
     links: *const u8,
-    path: PathCopy,
     item: Item,
     #[cfg_attr(rstat_loom, allow(dead_code))]
     shift: u8,
@@ -70,27 +68,31 @@ impl ItemPath {
     }
 
     /// [`Css::add`] through the resolved addresses: on the rseq path one
-    /// restartable section on the item's slot of this CPU, the boundary
-    /// test in registers, and one load of this CPU's on-list flag.
+    /// restartable section on the item's slot of this CPU, on the locked
+    /// path one locked RMW on it; then the boundary test in registers and
+    /// one load of this CPU's on-list flag.
     ///
     /// # Safety
-    /// The css is live (its group is held) and `nr_cpus` is its engine's.
+    /// `css` is the css this path was resolved from ([`Css::item_path`]),
+    /// live (its group is held); `path` and `nr_cpus` are its engine's.
     #[inline(always)]
-    pub(crate) unsafe fn add(&self, nr_cpus: usize, delta: i64) {
+    pub(crate) unsafe fn add(&self, css: *const Css, path: PathCopy, nr_cpus: usize, delta: i64) {
+        let rare = Resolved { path: self, css };
         #[cfg(not(any(rstat_loom, miri)))]
-        if self.path.section_limit != 0 {
+        if path.section_limit != 0 {
             // SAFETY: the css is live (caller); `slot` and `links` are its
             // addresses for `item` on CPU 0, `shift` the item's.
-            return unsafe { section_update(self.path, self.slot, self.links, self, delta) };
+            return unsafe { section_update(path, self.slot, self.links, rare, delta) };
         }
         #[cfg(not(rstat_loom))]
-        if self.path.section_limit == 0 {
+        if path.section_limit == 0 {
             // SAFETY: as above; `nr_cpus` is the engine's (caller).
-            return unsafe { self.add_locked(nr_cpus, delta) };
+            return unsafe { self.add_locked(rare, nr_cpus, delta) };
         }
+        let _ = rare;
         // SAFETY: the css is live (caller).
-        let css = unsafe { &*self.css };
-        css.add(self.path, || Slot::this_cpu(nr_cpus), self.item, delta)
+        let css = unsafe { &*css };
+        css.add(path, || Slot::this_cpu(nr_cpus), self.item, delta)
     }
 
     /// [`Css::add_locked`] through the resolved addresses: the locked RMW
@@ -103,7 +105,7 @@ impl ItemPath {
     /// (`section_limit == 0`: no section writes any slot).
     #[cfg(not(rstat_loom))]
     #[inline(always)]
-    unsafe fn add_locked(&self, nr_cpus: usize, delta: i64) {
+    unsafe fn add_locked(&self, rare: Resolved<'_>, nr_cpus: usize, delta: i64) {
         let at = Slot::this_cpu(nr_cpus).get() << crate::percpu::arena::UNIT_SHIFT;
         // SAFETY: `slot` is CPU 0's address of the item's slot, whose
         // first field is its `AtomicI64` (`StatSlot` is `repr(C)`); CPU
@@ -114,8 +116,18 @@ impl ItemPath {
         let new = old.wrapping_add(delta);
         // SAFETY: as above, for the links; `at` is a unit offset below
         // `nr_cpus`.
-        unsafe { after_update(self, self.links, at, old, new, (old ^ new) as u64) }
+        unsafe { after_update(rare, self.links, at, old, new, (old ^ new) as u64) }
     }
+}
+
+/// A resolved path with its css: what [`Rare`] needs of a
+/// [`StatItem`](crate::StatItem)'s update.
+#[derive(Clone, Copy)]
+struct Resolved<'a> {
+    #[cfg_attr(rstat_loom, allow(dead_code))]
+    path: &'a ItemPath,
+    #[cfg_attr(rstat_loom, allow(dead_code))]
+    css: *const Css,
 }
 
 /// What the rare steps of an update through resolved addresses need (the
@@ -136,12 +148,12 @@ trait Rare: Copy {
 }
 
 #[cfg(not(rstat_loom))]
-impl Rare for &ItemPath {
+impl Rare for Resolved<'_> {
     fn css(self) -> *const Css {
         self.css
     }
     unsafe fn shift(self) -> u8 {
-        self.shift
+        self.path.shift
     }
 }
 
@@ -416,10 +428,8 @@ impl Css {
     /// [`ItemPath`]).
     pub(crate) fn item_path(&self, item: Item) -> ItemPath {
         ItemPath {
-            css: self,
             slot: self.stats.raw(0).wrapping_add(item.get()).cast(),
             links: self.links.raw(0).cast(),
-            path: self.path(),
             item,
             shift: self.item_shift(item),
         }
