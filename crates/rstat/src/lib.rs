@@ -63,7 +63,7 @@
 //! | the periodic flusher | one root flush (as `read_exact` of the root) per period |
 //! | [`Group`] clone / drop | one per-CPU reference get / put |
 //! | [`Group::enter`] + drop, a [`Group::scope`]d poll | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` per change of the current group, an uncontended lock and a three-item charge; nothing but the stack push/pop when the group is already current |
-//! | [`Group::create_child`], [`Group::remove`] | the topology lock, arena allocations / one subtree flush per controller |
+//! | [`Group::create_child`], [`Group::remove`] | the topology lock, arena allocations / a reference-count switch (the last handle's drop folds the group into its parent: a flush of that group alone) |
 //!
 //! # At the edges
 //!

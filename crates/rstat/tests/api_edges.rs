@@ -570,11 +570,14 @@ fn a_panic_at_a_groups_final_flush_still_reaches_its_parent() {
         .target
         .store(leaf.id(), std::sync::atomic::Ordering::SeqCst);
     c.add(&leaf, 0, 5).unwrap();
-    // Removal flushes into the parent: that panic is left for later...
+    // Removal flushes nothing (the zombie stays in its parent's tree)...
     leaf.remove().unwrap();
+    assert_eq!(c.flush_panics(), 0);
+    // ...a flush of the parent folds the zombie (its deltas count towards
+    // p), and panics: left for later...
+    assert_eq!(c.read(&p).unwrap().hierarchical(), &[0]);
     assert_eq!(c.flush_panics(), 1);
-    // ...a flush of the parent retries the zombie (its late deltas still
-    // count towards p), and panics again...
+    // ...the next one retries it, and panics again...
     assert_eq!(c.read(&p).unwrap().hierarchical(), &[0]);
     assert_eq!(c.flush_panics(), 2);
     // ...and the final release's flush, which panics too, has no later

@@ -47,6 +47,37 @@ fn group_handles_vs_removal() {
     });
 }
 
+/// Removal flushes nothing: a zombie stays in its parent's subtree. An
+/// update made before the removal, and a late one racing an exact read of
+/// the parent, are in that parent's exact reads while the zombie is still
+/// held (the late one once it completed), and stay there, exactly once,
+/// after its final release folds it.
+#[test]
+fn a_zombies_updates_stay_in_its_parents_exact_reads() {
+    loom::model(|| {
+        let rs = model_engine(2);
+        let c = rs.register_counters("c", &["n"]).unwrap();
+        let p = rs.root().create_child("p").unwrap();
+        let g = p.create_child("g").unwrap();
+        c.add_on_cpu(&g, 0, 0, 1).unwrap();
+        g.remove().unwrap();
+        assert_eq!(c.read_exact(&p).unwrap().hierarchical()[0], 1);
+        let t = {
+            let (c, g) = (c.clone(), g.clone());
+            thread::spawn(move || c.add_on_cpu(&g, 1, 0, 2).unwrap())
+        };
+        let racing = c.read_exact(&p).unwrap().hierarchical()[0];
+        assert!(racing == 1 || racing == 3, "read {racing}");
+        t.join().unwrap();
+        assert_eq!(c.read_exact(&p).unwrap().hierarchical()[0], 3);
+        assert_eq!(rs.zombie_count(), 1);
+        drop(g);
+        assert_eq!(rs.zombie_count(), 0);
+        assert_eq!(c.read_exact(&p).unwrap().hierarchical()[0], 3);
+        assert_eq!(c.read_exact(rs.root()).unwrap().hierarchical()[0], 3);
+    });
+}
+
 /// Under loom the CPU id is the model thread's number: the same in every
 /// replay of an interleaving (a machine CPU id would change when the OS
 /// migrates the thread running the model, and steer replays to other slots),

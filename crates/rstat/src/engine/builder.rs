@@ -65,10 +65,9 @@ impl Builder {
     /// slow), and costs every flush that reads slots one `membarrier`
     /// system call, which interrupts the CPUs running the process's
     /// threads: exact reads, `Threshold` reads that flush, the periodic
-    /// flusher, and each group removal. Work that creates and removes a
-    /// group per request pays that call on every removal, more than it
-    /// saves on updates, so the default is the locked path; choose rseq
-    /// for update-heavy work with few groups created and few exact reads.
+    /// flusher (a group's removal and final release pay none). Choose rseq
+    /// for update-heavy work with few exact reads; the default is the
+    /// locked path.
     /// `rstat bench update` and `rstat demo` measure both on your machine;
     /// BENCHMARKS.md has the latest figures and the machine they ran on.
     pub fn update_path(mut self, p: UpdatePath) -> Self {

@@ -91,12 +91,11 @@ pub(crate) struct GroupTables {
 }
 
 impl GroupTables {
-    /// Flush the group's subtree in every domain it has a node in (its
-    /// deltas move into its parent's pending). Takes each domain's lock in
-    /// turn. `final_release`: this is the group's last flush (it has no
-    /// children and no references), so a controller flush that panics must
-    /// not leave it for a later one.
-    fn flush_nodes(&self, final_release: bool) {
+    /// The group's final flush, in every domain it has a node in (its
+    /// deltas move into its parent's pending), at its release: it has no
+    /// children and no references, so a controller flush that panics must
+    /// not leave it for a later one. Takes each domain's lock in turn.
+    fn flush_nodes(&self) {
         for slot in self.nodes.iter() {
             let node = slot.load(Ordering::Acquire);
             if node.is_null() {
@@ -106,17 +105,13 @@ impl GroupTables {
             // them (after this); a node's domain outlives the engine's groups.
             let (node, domain) = unsafe { (&*node, &*(*node).domain) };
             let mut scratch = lock_domain(domain);
-            if final_release {
-                // SAFETY: lock held.
-                node.releasing.with_mut(|r| unsafe { *r = true });
-            }
-            // The heavy fence is skipped at the final release only: every
-            // update to the group happened before it (each updater held a
-            // handle, dropped before the count reached zero), and the flush
-            // folds only this group. Any earlier flush needs it: without it
-            // an update could be neither read nor re-marked.
+            // SAFETY: lock held.
+            node.releasing.with_mut(|r| unsafe { *r = true });
+            // Without the heavy fence: every update to the group happened
+            // before this (each updater held a reference, dropped before the
+            // count reached zero), and the flush folds only this group.
             // SAFETY: lock held; `node` is live and in `domain`.
-            unsafe { domain.flush_locked_fenced(&mut scratch, node, !final_release) };
+            unsafe { domain.flush_locked_fenced(&mut scratch, node, false) };
         }
     }
 }
@@ -534,15 +529,17 @@ impl Group {
     }
 
     /// Take the group offline: it disappears from lookups and iteration,
-    /// its stats are flushed into its parent in every controller, and its
-    /// base reference is dropped (`percpu_ref` kill). It is an error if it
-    /// still has live children. Handles keep working: the group is a zombie
-    /// until the last one is dropped (reads return its final totals plus any
-    /// late updates; see
-    /// [`ControllerHandle::add`](crate::ControllerHandle::add)); then it is
-    /// flushed once more and freed. Cost: the topology lock, then one
-    /// subtree flush per domain and a switch of its reference count to
-    /// atomic mode.
+    /// and its base reference is dropped (`percpu_ref` kill). It is an
+    /// error if it still has live children. Its counts stay part of its
+    /// parent's: until its last handle is dropped it is a zombie, still in
+    /// its parent's subtree, so every read of an ancestor (exact or within
+    /// its policy's bound) includes its updates, late ones too (reads of
+    /// the zombie itself return its totals; see
+    /// [`ControllerHandle::add`](crate::ControllerHandle::add)); then its
+    /// final release folds what is left into the parent and frees it.
+    /// Cost: the topology lock and a switch of its reference count to
+    /// atomic mode; no flush and no system call (a group nobody else holds
+    /// is released here, which flushes only the group itself).
     pub fn remove(&self) -> Result<()> {
         let Some(parent) = self.inner().parent.as_ref() else {
             return Err(Error::RootNotRemovable);
@@ -565,7 +562,11 @@ impl Group {
         sync::lock(&parent.inner().children).remove(&self.inner().name);
         self.inner().engine.zombies.fetch_add(1, Ordering::Relaxed);
         drop(topo);
-        self.flush_into_parent();
+        // No flush here: the zombie's node stays in its parent's updated
+        // tree, so every flush of an ancestor still folds it, and its final
+        // release folds what is left (without the heavy fence: every
+        // update happened before that release). Removal thus makes no
+        // system call on either update path.
         self.inner().offline_exts();
         self.inner().engine.notify_removed(self);
         // Drop the hierarchy's base reference; `self` still holds one.
@@ -575,16 +576,10 @@ impl Group {
         Ok(())
     }
 
-    /// Flush this group's subtree in every domain (its deltas move into the
-    /// parent's pending).
-    fn flush_into_parent(&self) {
-        self.inner().tables().flush_nodes(false);
-    }
-
     /// Take the whole tree under (and including) this root offline: used
-    /// when the engine handle is dropped. Children go first; each is
-    /// flushed into its parent and its base reference dropped, so groups
-    /// nobody holds are freed now and held ones become zombies.
+    /// when the engine handle is dropped. Children go first; each has its
+    /// base reference dropped, so groups nobody holds are folded into
+    /// their parents and freed now, and held ones become zombies.
     pub(crate) fn detach_all(&self) {
         release_deferred(&self.inner().engine);
         let mut stack = vec![self.clone()];

@@ -22,7 +22,7 @@ impl GroupInner {
         // The flush drains every backlog first, so after it no list holds
         // these nodes, and it cuts them from every CPU's tree (they have no
         // children: those would hold this group).
-        tables.flush_nodes(true);
+        tables.flush_nodes();
         let mut arena = sync::lock(&self.engine.arena);
         for slot in self.css.iter() {
             let css = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
