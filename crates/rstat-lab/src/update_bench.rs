@@ -174,7 +174,7 @@ pub struct Report {
 
 /// Run the benchmark.
 pub fn run(cfg: &Config) -> Report {
-    // The rseq path where available (the default is the locked path; see
+    // The rseq path where available (the default; see
     // `Builder::update_path`), beside the locked one.
     let main = Bench::new(rstat::Rstat::builder().update_path(rstat::UpdatePath::Rseq));
     let locked = Bench::new(rstat::Rstat::builder().update_path(rstat::UpdatePath::Locked));

@@ -31,7 +31,7 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             nr_cpus: None,
-            update_path: UpdatePath::Locked,
+            update_path: UpdatePath::Rseq,
             unified: false,
             cpu_controller: true,
             policy: FlushPolicy::default(),
@@ -55,21 +55,25 @@ impl Builder {
         self
     }
 
-    /// The update path to use (default [`UpdatePath::Locked`]).
+    /// The update path to use (default [`UpdatePath::Rseq`]).
     /// [`UpdatePath::Rseq`] falls back to the locked path where restartable
-    /// sequences are not available or slots are shared between CPUs
-    /// ([`Rstat::update_path`] tells which one the engine got).
+    /// sequences or `membarrier`'s rseq command are not available, or where
+    /// slots are shared between CPUs ([`Rstat::update_path`] tells which one
+    /// the engine got).
     ///
-    /// Which to choose: the rseq path makes each update cheaper by what a
-    /// locked add costs on the core (more on cores whose locked adds are
-    /// slow), and costs every flush that reads slots one `membarrier`
-    /// system call, which interrupts the CPUs running the process's
-    /// threads: exact reads, `Threshold` reads that flush, the periodic
-    /// flusher (a group's removal and final release pay none). Choose rseq
-    /// for update-heavy work with few exact reads; the default is the
-    /// locked path.
-    /// `rstat bench update` and `rstat demo` measure both on your machine;
-    /// BENCHMARKS.md has the latest figures and the machine they ran on.
+    /// The trade-off: the rseq path makes each update cheaper by what a
+    /// locked add costs on the core (a locked add also orders every later
+    /// load of the thread behind it), and costs every flush that reads
+    /// slots one `membarrier` system call, which interrupts the CPUs
+    /// running the process's threads: exact reads, `Threshold` reads that
+    /// flush, the periodic flusher. A group's removal and final release
+    /// pay none, so a group per request costs the same on both paths.
+    /// Choose [`UpdatePath::Locked`] where exact reads are frequent and
+    /// their latency matters more than the updates' cost, or where
+    /// interrupting the process's other CPUs is not acceptable.
+    /// `rstat bench update`, `rstat bench peers` and `rstat demo` measure
+    /// the two on your machine; BENCHMARKS.md has the latest figures and
+    /// the machine they ran on.
     pub fn update_path(mut self, p: UpdatePath) -> Self {
         self.update_path = p;
         self
