@@ -14,6 +14,8 @@ use crate::stat::tree::{Domain, TreeNode};
 use crate::sync::Ordering;
 
 /// Fold every css of `node`'s group that belongs to `domain`, for `cpu`.
+/// Returns whether a fold was undone (a user controller's flush panicked:
+/// its deltas wait for the next flush), so the flush is not whole.
 ///
 /// # Safety
 /// The domain lock is held; `node` is a live node of `domain`; `cpu <
@@ -23,10 +25,11 @@ pub(crate) unsafe fn fold_node(
     node: &TreeNode,
     cpu: usize,
     deltas: &mut Vec<i64>,
-) {
+) -> bool {
     // SAFETY: a node's group, which holds its css table, is live while the
     // node is.
     let (table, owner) = unsafe { (&*node.css, &*node.owner) };
+    let mut undone = false;
     for slot in table.iter() {
         let css = slot.load(Ordering::Acquire);
         if css.is_null() {
@@ -75,6 +78,7 @@ pub(crate) unsafe fn fold_node(
             // changes behind `units` and `consumed` are not in the totals
             // (they will be at the next flush), so nothing is subtracted
             // and a `Threshold` read keeps asking for that flush.
+            undone = true;
             continue;
         }
         // Subtract exactly the units now in this group's hierarchical
@@ -105,6 +109,7 @@ pub(crate) unsafe fn fold_node(
             }
         }
     }
+    undone
 }
 
 /// Call the controller's flush for one (group, CPU) whose deltas are in

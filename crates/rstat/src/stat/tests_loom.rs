@@ -29,13 +29,15 @@ use super::css::{
     Css, CssTable, Item, Slot, StatSlot, EXTRA_SLOTS, UPDATE_BATCH, UPDATE_BATCH_SHIFT,
 };
 use super::ops::{Controller, CtlEntry, FlushCtx, NodeOwner, Totals};
-use super::policy::{self, Coalescer, FlushPolicy};
-use super::tree::{Domain, FlushScratch, TreeNode};
+use super::pace::{Clock, ManualTime};
+use super::policy::{self, FlushPolicy};
+use super::tree::{Domain, Pace, TreeNode};
 use super::update::UpdatePath;
 use crate::percpu::arena::Arena;
 use crate::sync::UnsafeCell;
-use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use loom::thread;
+use std::time::Duration;
 
 /// A group of a model, as the flush sees it: what its tree node's `owner`
 /// and `css` point at.
@@ -124,6 +126,36 @@ impl Model {
         unit: u64,
         contain_panics: bool,
     ) -> Model {
+        let pace = Pace {
+            pace: None,
+            clock: Clock::Manual(Arc::new(ManualTime::new(0))),
+            nudge: Arc::default(),
+        };
+        Model::with_pace(nr_cpus, path, imp, unit, contain_panics, pace)
+    }
+
+    /// A model of `nr_cpus` slots on `path` with [`Sum`] registered, whose
+    /// domain has read pace `pace` on a manual clock (at 0), returned with
+    /// it.
+    fn paced(nr_cpus: usize, path: UpdatePath, pace: Duration) -> (Model, Arc<ManualTime>) {
+        let clock = Arc::new(ManualTime::new(0));
+        let pace = Pace {
+            pace: Some(pace),
+            clock: Clock::Manual(Arc::clone(&clock)),
+            nudge: Arc::default(),
+        };
+        let m = Model::with_pace(nr_cpus, path, Box::new(Sum::new()), 1, false, pace);
+        (m, clock)
+    }
+
+    fn with_pace(
+        nr_cpus: usize,
+        path: UpdatePath,
+        imp: Box<dyn Controller>,
+        unit: u64,
+        contain_panics: bool,
+        pace: Pace,
+    ) -> Model {
         let mut arena = Arena::new(nr_cpus);
         let backlog = arena
             .alloc::<BacklogHead>(1, |_, _| BacklogHead::new())
@@ -134,17 +166,7 @@ impl Model {
             UpdatePath::Rseq => nr_cpus,
             UpdatePath::Locked => 0,
         };
-        let domain = Box::new(Domain {
-            nr_cpus,
-            section_limit,
-            rseq_off: 0,
-            sim: (0..nr_cpus).map(|_| Mutex::new(())).collect(),
-            lock: Mutex::new(FlushScratch::default()),
-            backlog,
-            root: AtomicPtr::new(core::ptr::null_mut()),
-            root_flush_ongoing: AtomicBool::new(false),
-            coalescer: Coalescer::default(),
-        });
+        let domain = Box::new(Domain::new(nr_cpus, section_limit, 0, backlog, pace));
         let nr_stats = imp.stat_names().len();
         let ctl = Arc::new(CtlEntry {
             id: 0,
@@ -208,6 +230,7 @@ impl Model {
                 domain: &*self.domain,
                 links,
                 releasing: UnsafeCell::new(false),
+                flushed_at: AtomicU64::new(0),
             })
         };
         if parent.is_none() {
@@ -663,3 +686,5 @@ fn a_panicking_flush_requeues_its_group_while_an_updater_pushes() {
         assert_eq!(m.read_exact(ROOT).hierarchical[0], 11);
     });
 }
+
+mod pace;
