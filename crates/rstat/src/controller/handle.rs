@@ -147,6 +147,17 @@ impl ControllerHandle {
     /// this controller was registered has none: its nearest ancestor's is
     /// used (the root always has one).
     fn css_of(&self, group: &GroupInner) -> Result<*const Css> {
+        // The common case, one line of the group and one of the css: a css
+        // whose controller entry is ours is of this engine (another
+        // engine's group has other entries).
+        let css = group.css[self.ctl.id].load(Ordering::Acquire);
+        // SAFETY: an installed css lives as long as its group, which the
+        // caller holds.
+        if let Some(c) = unsafe { css.as_ref() } {
+            if Arc::ptr_eq(&c.ctl, &self.ctl) {
+                return Ok(css);
+            }
+        }
         if !Arc::ptr_eq(&group.engine, &self.engine) {
             return Err(Error::ForeignGroup);
         }
@@ -330,7 +341,7 @@ impl ControllerHandle {
     /// of updates), that is all it loads before the copy; otherwise it sums
     /// the group's nr_cpus pending counters, and past the threshold asks
     /// the periodic flusher for a root flush (a flag test, and a wake-up
-    /// for the first asker). Allocates the returned arrays.
+    /// for the first asker). One allocation, for the returned copy.
     pub fn read(&self, group: &Group) -> Result<GroupStats> {
         let css = self.css_of(group.inner())?;
         // SAFETY: kept alive by `group`; a controller's domain lives as long
@@ -347,7 +358,7 @@ impl ControllerHandle {
     /// every update that completed before the call is included.
     ///
     /// Cost: this controller's flush lock and a flush of `group`'s subtree
-    /// (see [`read`](Self::read)); allocates the returned arrays.
+    /// (see [`read`](Self::read)); one allocation, for the returned copy.
     pub fn read_exact(&self, group: &Group) -> Result<GroupStats> {
         let css = self.css_of(group.inner())?;
         // SAFETY: as in `read`.

@@ -63,13 +63,16 @@ pub(crate) unsafe fn fold_node(
         css.totals.with(|t| {
             // SAFETY: lock held.
             let t = unsafe { &*t };
-            let n = t.local.len();
-            for (a, v) in css.published[n..].iter().zip(t.hierarchical.iter()) {
+            let n = css.ctl.nr_stats;
+            let (local, rest) = css.published.split_at(n);
+            let (hierarchical, overflows) = rest.split_at(n);
+            for (a, v) in hierarchical.iter().zip(t.hierarchical.iter()) {
                 a.store(*v, Ordering::Relaxed);
             }
-            css.published_overflows
-                .store(t.overflows, Ordering::Relaxed);
-            for (a, v) in css.published[..n].iter().zip(t.local.iter()) {
+            if let Some(o) = overflows.first() {
+                o.store(t.overflows as i64, Ordering::Relaxed);
+            }
+            for (a, v) in local.iter().zip(t.local.iter()) {
                 a.store(*v, Ordering::Release);
             }
         });

@@ -208,7 +208,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::stat::css::{Css, UPDATE_BATCH};
-use crate::stat::ops::Totals;
+use crate::stat::ops::TotalsCopy;
 use crate::stat::tree::{lock_domain, Domain};
 use crate::sync::Ordering;
 use crate::sync::{self, Condvar, Mutex};
@@ -348,7 +348,7 @@ impl FlushPolicy {
     /// policy's whole read side, so a controller handle only resolves the
     /// css and calls this (see the module's table for each policy's cost
     /// and bound).
-    pub(crate) fn read(self, domain: &Domain, css: &Css) -> Totals {
+    pub(crate) fn read(self, domain: &Domain, css: &Css) -> TotalsCopy {
         match self {
             FlushPolicy::Always => read_flushed(domain, css),
             FlushPolicy::Threshold => read_threshold(domain, css).0,
@@ -416,7 +416,7 @@ pub(crate) enum ReadBy {
 ///    that ran while this read waited for the lock left a fresh stamp).
 ///
 /// Returns the totals and what they rely on.
-pub(crate) fn read_threshold(domain: &Domain, css: &Css) -> (Totals, ReadBy) {
+pub(crate) fn read_threshold(domain: &Domain, css: &Css) -> (TotalsCopy, ReadBy) {
     // SAFETY: a css's node is live as long as the css (the caller holds
     // its group).
     let fresh = domain.fresh_stamp(unsafe { &*css.node });
@@ -448,7 +448,7 @@ pub(crate) fn read_threshold(domain: &Domain, css: &Css) -> (Totals, ReadBy) {
 /// read after the read began, so the time part of the bound holds as for
 /// [`read_threshold`]'s copies. Returns the totals, and the start of the flush they
 /// come from if this read did not flush.
-pub(crate) fn read_flushed_unless_paced(domain: &Domain, css: &Css) -> (Totals, Option<u64>) {
+pub(crate) fn read_flushed_unless_paced(domain: &Domain, css: &Css) -> (TotalsCopy, Option<u64>) {
     let mut scratch = lock_domain(domain);
     // SAFETY: `css.node` is live (the caller holds the css's group) and in
     // `domain`.
@@ -464,7 +464,7 @@ pub(crate) fn read_flushed_unless_paced(domain: &Domain, css: &Css) -> (Totals, 
 
 /// An exact read of `css`'s totals: flush its subtree under the domain's
 /// lock and copy them (every policy's `read_exact`).
-pub(crate) fn read_flushed(domain: &Domain, css: &Css) -> Totals {
+pub(crate) fn read_flushed(domain: &Domain, css: &Css) -> TotalsCopy {
     let mut scratch = lock_domain(domain);
     // SAFETY: we hold the domain's lock; `css.node` is live (the caller
     // holds the css's group) and in `domain`.

@@ -28,7 +28,7 @@ use super::backlog::{BacklogHead, PcpuLinks};
 use super::css::{
     Css, CssTable, Item, Slot, StatSlot, EXTRA_SLOTS, UPDATE_BATCH, UPDATE_BATCH_SHIFT,
 };
-use super::ops::{Controller, CtlEntry, FlushCtx, NodeOwner, Totals};
+use super::ops::{Controller, CtlEntry, FlushCtx, NodeOwner, TotalsCopy};
 use super::pace::{Clock, ManualTime};
 use super::policy::{self, FlushPolicy};
 use super::tree::{Domain, Pace, TreeNode};
@@ -269,12 +269,12 @@ impl Model {
     }
 
     /// An exact read: flush `g`'s subtree, copy its totals.
-    fn read_exact(&self, g: G) -> Totals {
+    fn read_exact(&self, g: G) -> TotalsCopy {
         policy::read_flushed(&self.domain, self.css(g))
     }
 
     /// A read of `g` under `policy`.
-    fn read(&self, g: G, policy: FlushPolicy) -> Totals {
+    fn read(&self, g: G, policy: FlushPolicy) -> TotalsCopy {
         policy.read(&self.domain, self.css(g))
     }
 
@@ -338,7 +338,7 @@ fn claim_push_vs_drain_flushes_every_update_exactly_once_on(path: UpdatePath) {
             .zip(done.iter())
             .map(|(v, d)| if d.load(Ordering::SeqCst) { *v } else { 0 })
             .sum();
-        let seen = m.read_exact(ROOT).hierarchical[0];
+        let seen = m.read_exact(ROOT).hierarchical()[0];
         assert!(
             [0, 1, 10, 11].contains(&seen),
             "a read saw {seen}, a value that was never true"
@@ -350,8 +350,8 @@ fn claim_push_vs_drain_flushes_every_update_exactly_once_on(path: UpdatePath) {
         );
         u1.join().unwrap();
         u2.join().unwrap();
-        assert_eq!(m.read_exact(g).local[0], 11);
-        assert_eq!(m.read_exact(ROOT).hierarchical[0], 11);
+        assert_eq!(m.read_exact(g).local()[0], 11);
+        assert_eq!(m.read_exact(ROOT).hierarchical()[0], 11);
     });
 }
 
@@ -396,7 +396,7 @@ fn sibling_pushes_on_two_cpus_vs_flush() {
             done[0].load(Ordering::SeqCst),
             done[1].load(Ordering::SeqCst),
         );
-        let seen = m.read_exact(p).hierarchical[0];
+        let seen = m.read_exact(p).hierarchical()[0];
         assert!((0..=3).contains(&seen), "a read of p saw {seen}");
         if a_done {
             assert!(seen & 1 == 1, "a's completed update is not in {seen}");
@@ -406,9 +406,9 @@ fn sibling_pushes_on_two_cpus_vs_flush() {
         }
         ta.join().unwrap();
         tb.join().unwrap();
-        assert_eq!(m.read_exact(p).hierarchical[0], 3);
-        assert_eq!(m.read_exact(b).local[0], 2);
-        assert_eq!(m.read_exact(a).local[0], 1);
+        assert_eq!(m.read_exact(p).hierarchical()[0], 3);
+        assert_eq!(m.read_exact(b).local()[0], 2);
+        assert_eq!(m.read_exact(a).local()[0], 1);
     });
 }
 
@@ -425,7 +425,7 @@ fn an_update_that_happened_before_a_read_is_in_it_on(path: UpdatePath) {
             let w = Arc::clone(&w);
             thread::spawn(move || {
                 let completed = w.1.load(Ordering::SeqCst);
-                let seen = w.0.read_exact(g).local[0];
+                let seen = w.0.read_exact(g).local()[0];
                 assert!(!completed || seen == 2, "completed update missing: {seen}");
                 seen
             })
@@ -438,7 +438,7 @@ fn an_update_that_happened_before_a_read_is_in_it_on(path: UpdatePath) {
             })
         };
         updater.join().unwrap(); // the update happens-before the next read
-        assert_eq!(w.0.read_exact(g).local[0], 2);
+        assert_eq!(w.0.read_exact(g).local()[0], 2);
         let seen = flusher.join().unwrap();
         assert!(seen == 1 || seen == 2);
     });
@@ -469,13 +469,13 @@ fn shared_slot_completed_update_is_in_the_next_exact_read_on(path: UpdatePath) {
             thread::spawn(move || m.add(g, 0, 1))
         };
         m.add(g, 0, 10);
-        let seen = m.read_exact(g).local[0];
+        let seen = m.read_exact(g).local()[0];
         assert!(
             seen == 10 || seen == 11,
             "an exact read after our own completed add of 10 saw {seen}"
         );
         a.join().unwrap();
-        assert_eq!(m.read_exact(g).local[0], 11);
+        assert_eq!(m.read_exact(g).local()[0], 11);
     });
 }
 
@@ -499,20 +499,20 @@ fn shared_slot_after_a_flush_parent_read_sees_child_update() {
         let p = m.child(ROOT, "p");
         let g = m.child(p, "g");
         m.add(g, 0, 100);
-        assert_eq!(m.read_exact(p).hierarchical[0], 100);
+        assert_eq!(m.read_exact(p).hierarchical()[0], 100);
         let m = Arc::new(m);
         let a = {
             let m = Arc::clone(&m);
             thread::spawn(move || m.add(g, 0, 1))
         };
         m.add(g, 0, 10);
-        let seen = m.read_exact(p).hierarchical[0];
+        let seen = m.read_exact(p).hierarchical()[0];
         assert!(
             seen == 110 || seen == 111,
             "an exact read of the parent after our completed add saw {seen}"
         );
         a.join().unwrap();
-        assert_eq!(m.read_exact(p).hierarchical[0], 111);
+        assert_eq!(m.read_exact(p).hierarchical()[0], 111);
     });
 }
 
@@ -533,7 +533,7 @@ fn coalesced_readers_wait_and_wake_together() {
                 let m = Arc::clone(&m);
                 thread::spawn(move || {
                     let target = if i == 2 { ROOT } else { g };
-                    m.read(target, FlushPolicy::Coalesced).hierarchical[0]
+                    m.read(target, FlushPolicy::Coalesced).hierarchical()[0]
                 })
             })
             .collect();
@@ -541,7 +541,7 @@ fn coalesced_readers_wait_and_wake_together() {
             let seen = r.join().unwrap();
             assert!(seen == 0 || seen == 5, "a read saw {seen}");
         }
-        assert_eq!(m.read_exact(ROOT).hierarchical[0], 5);
+        assert_eq!(m.read_exact(ROOT).hierarchical()[0], 5);
     });
 }
 
@@ -578,7 +578,7 @@ fn threshold_fold_vs_reader_on(path: UpdatePath, unit: i64) {
             .collect();
         let (m, done) = (&w.0, &w.1);
         let completed = done.load(Ordering::SeqCst) as i64 * unit;
-        let seen = m.read(g, FlushPolicy::Threshold).hierarchical[0];
+        let seen = m.read(g, FlushPolicy::Threshold).hierarchical()[0];
         assert!(
             seen == 0 || (seen >= completed && seen % (200 * unit) == 0 && seen <= 800 * unit),
             "a threshold read saw {seen} with {completed} completed before it"
@@ -592,15 +592,15 @@ fn threshold_fold_vs_reader_on(path: UpdatePath, unit: i64) {
         assert!(pg <= 12 * 64 && pg % 64 == 0, "pending {pg}");
         // What the group's published totals miss is covered by its count
         // plus less than a batch per slot (two slots), in units.
-        let stale = 800 * unit - m.read(g, FlushPolicy::Threshold).hierarchical[0];
+        let stale = 800 * unit - m.read(g, FlushPolicy::Threshold).hierarchical()[0];
         let u = unit as u64;
         assert!(
             stale as u64 <= pg * u + 2 * (64 * u - 1),
             "stale by {stale} with {pg} pending"
         );
-        assert_eq!(m.read_exact(g).hierarchical[0], 800 * unit);
+        assert_eq!(m.read_exact(g).hierarchical()[0], 800 * unit);
         assert_eq!(m.pending(g), 0, "units outlived the flush");
-        assert_eq!(m.read_exact(ROOT).hierarchical[0], 800 * unit);
+        assert_eq!(m.read_exact(ROOT).hierarchical()[0], 800 * unit);
         assert_eq!(m.pending(ROOT), 0, "root units left");
     });
 }
@@ -678,12 +678,12 @@ fn a_panicking_flush_requeues_its_group_while_an_updater_pushes() {
             let m = Arc::clone(&m);
             thread::spawn(move || m.add(g, 0, 10))
         };
-        let seen = m.read_exact(g).local[0];
+        let seen = m.read_exact(g).local()[0];
         assert_eq!(seen, 0, "the panicking fold was undone");
         assert_eq!(m.ctl.flush_panics.load(Ordering::Relaxed), 1);
         updater.join().unwrap();
-        assert_eq!(m.read_exact(g).local[0], 11);
-        assert_eq!(m.read_exact(ROOT).hierarchical[0], 11);
+        assert_eq!(m.read_exact(g).local()[0], 11);
+        assert_eq!(m.read_exact(ROOT).hierarchical()[0], 11);
     });
 }
 

@@ -23,6 +23,7 @@ use core::ptr;
 use std::sync::Arc;
 
 use crate::percpu::arena::PcpuPtr;
+use crate::percpu::CachePadded;
 use crate::stat::backlog::{self, BacklogHead, PcpuLinks};
 use crate::stat::css::CssTable;
 use crate::stat::fold::fold_node;
@@ -105,7 +106,10 @@ pub(crate) struct Domain {
     /// on this CPU": one lock per slot, held around a simulated section.
     #[cfg(any(rstat_loom, miri))]
     pub(crate) sim: Box<[Mutex<()>]>,
-    pub(crate) lock: Mutex<FlushScratch>,
+    /// On lines of its own: a flush writes its scratch (counters, vectors)
+    /// for every node it folds, and must not take the line of the fields
+    /// lock-free reads load (`root`, the pace, the clock) meanwhile.
+    pub(crate) lock: CachePadded<Mutex<FlushScratch>>,
     pub(crate) backlog: PcpuPtr<BacklogHead>,
     /// The root group's node (set when the root is attached; the root
     /// outlives every other group, and every read holds a group).
@@ -170,7 +174,7 @@ impl Domain {
             rseq_off,
             #[cfg(any(rstat_loom, miri))]
             sim: (0..nr_cpus).map(|_| Mutex::new(())).collect(),
-            lock: Mutex::new(FlushScratch::default()),
+            lock: CachePadded::new(Mutex::new(FlushScratch::default())),
             backlog,
             root: AtomicPtr::new(ptr::null_mut()),
             root_flush_ongoing: AtomicBool::new(false),

@@ -48,7 +48,7 @@ fn paced_copy_on(path: UpdatePath, flush_root: bool) {
         };
         let before = clock.now() as i64;
         let (copy, by) = policy::read_threshold(&m.domain, m.css(g));
-        let seen = copy.hierarchical[0];
+        let seen = copy.hierarchical()[0];
         assert!(seen <= 2, "a read saw {seen}, more than ever started");
         match by {
             ReadBy::Stamp(start) => assert!(
@@ -62,7 +62,7 @@ fn paced_copy_on(path: UpdatePath, flush_root: bool) {
         }
         writer.join().unwrap();
         flusher.join().unwrap();
-        assert_eq!(m.read_exact(ROOT).hierarchical[0], 2);
+        assert_eq!(m.read_exact(ROOT).hierarchical()[0], 2);
     });
 }
 
@@ -107,7 +107,7 @@ fn a_read_that_waited_for_the_lock_copies_what_a_racing_flush_stamped() {
         };
         let before = clock.now() as i64;
         let (copy, stamp) = policy::read_flushed_unless_paced(&m.domain, m.css(g));
-        let seen = copy.hierarchical[0];
+        let seen = copy.hierarchical()[0];
         let must = stamp.map_or(before, |s| s as i64);
         assert!(
             seen >= must && seen <= 2,
