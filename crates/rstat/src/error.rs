@@ -126,6 +126,12 @@ pub enum Error {
         /// The period given.
         period: std::time::Duration,
     },
+    /// A `Threshold` read pace out of range
+    /// ([`Builder::read_pace`](crate::Builder::read_pace)).
+    InvalidReadPace {
+        /// The pace given.
+        pace: std::time::Duration,
+    },
     /// A periodic CPU-time charger period out of range
     /// ([`attach::set_charge_period`](crate::attach::set_charge_period)).
     InvalidChargePeriod {
@@ -256,6 +262,10 @@ impl fmt::Display for Error {
             Error::InvalidPeriod { period } => write!(
                 f,
                 "periodic flush period {period:?} is out of range; give 1 ms to 24 h, or turn the periodic flusher off"
+            ),
+            Error::InvalidReadPace { pace } => write!(
+                f,
+                "read pace {pace:?} is out of range; give 1 ms to 24 h, or None for threshold reads bounded in units only"
             ),
             Error::Thread { reason } => write!(
                 f,

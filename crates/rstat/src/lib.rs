@@ -20,8 +20,10 @@
 //!   `membarrier` on the reading side only; proven with loom on both
 //!   paths).
 //! - **[`policy`]**: who flushes and when: `Threshold`
-//!   (v6.8, default), `Always`, `UnifiedRoot`, `Coalesced`, plus a periodic
-//!   root flusher; each with a documented staleness bound.
+//!   (v6.8, default, paced in time so that reads under a steady stream
+//!   copy a recent flush instead of flushing), `Always`, `UnifiedRoot`,
+//!   `Coalesced`, plus a periodic root flusher; each with a documented
+//!   staleness bound.
 //! - **[`percpu`]**: CPU identity from glibc's rseq area, restartable
 //!   per-CPU sections (the userspace "preemption disabled": an unlocked add
 //!   the kernel restarts if the thread moves, and `membarrier` to stop them
@@ -59,7 +61,7 @@
 //! | [`StatItem::add`], [`StatHandle::add`] | [`UpdatePath::Rseq`]: one restartable section (an unlocked load, add and store on this CPU's slot) + one load; [`UpdatePath::Locked`]: one uncontended locked add + one load; no lock, no allocation, no fence; once per [`UPDATE_BATCH`](controller::UPDATE_BATCH) × the item's [unit](Controller::stat_units) of change on a CPU, one uncontended add per ancestor to that CPU's pending counters (no line another CPU's updates write) |
 //! | [`ControllerHandle::add`] | the same, plus a range check, an engine check and two dependent loads to find the group's state (a [`StatItem`] resolves these once and keeps the item's slot and links addresses: its `add` loads nothing from the group or its state on the common path) |
 //! | [`ControllerHandle::read_exact`] | the controller's lock; per CPU, drain the backlog; on the rseq path one `membarrier` system call (more when it must interrupt CPUs running our threads; the locked path has none); then fold the changed groups under the target |
-//! | [`ControllerHandle::read`] | by policy; `Threshold`: nr_cpus loads of the group's per-CPU pending counters, then a lock-free copy (no lock, no system call) unless more than [`UPDATE_BATCH`](controller::UPDATE_BATCH) × nr_cpus units (each item in its declared unit) are pending, then as `read_exact` |
+//! | [`ControllerHandle::read`] | by policy; `Threshold`: nr_cpus loads of the group's per-CPU pending counters, then a lock-free copy (no lock, no system call) unless more than [`UPDATE_BATCH`](controller::UPDATE_BATCH) × nr_cpus units (each item in its declared unit) are pending; then still a copy if a flush of the group's subtree or of the root's started within the read pace ([`Builder::read_pace`]), else as `read_exact` |
 //! | the periodic flusher | one root flush (as `read_exact` of the root) per period |
 //! | [`Group`] clone / drop | one per-CPU reference get / put |
 //! | [`Group::enter`] + drop, a [`Group::scope`]d poll | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` per change of the current group, an uncontended lock and a three-item charge; nothing but the stack push/pop when the group is already current |
@@ -141,7 +143,10 @@ pub use controller::{Controller, FlushCtx, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT
 pub use controller::{
     ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle, StatItem,
 };
-pub use engine::{Builder, Rstat, UpdatePath, CPU_STAT_NAMES, DEFAULT_FLUSH_PERIOD, ROOT_GROUP_ID};
+pub use engine::{
+    Builder, Rstat, UpdatePath, CPU_STAT_NAMES, DEFAULT_FLUSH_PERIOD, DEFAULT_READ_PACE,
+    ROOT_GROUP_ID,
+};
 pub use error::{Error, Result};
 pub use group::ext::{Ext, GroupExt};
 pub use group::Group;

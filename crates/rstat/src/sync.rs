@@ -15,8 +15,6 @@
 //!   allocator's bindings (`memory::alloc`), and `attach`'s thread-record
 //!   pool and periodic charger, whose per-thread feed locks are `std`'s as
 //!   well (`attach` has no loom model);
-//! - the lock and condvar that stop the engine's periodic flusher, a real
-//!   thread that no model starts;
 //! - what loom cannot run: the words restartable sections write
 //!   (`percpu::rseq`'s bare counter), and the compiler fence that is the
 //!   section update's half of its asymmetric fence with `membarrier`.
@@ -130,6 +128,26 @@ impl<'a, T> Locked<'a, T> {
             Ok(g) => g,
             #[cfg(not(rstat_loom))]
             Err(p) => p.into_inner(),
+            #[cfg(rstat_loom)]
+            Err(_) => panic!("loom mutex poisoned"),
+        };
+        Locked {
+            guard: core::mem::ManuallyDrop::new(g),
+        }
+    }
+
+    /// As [`wait`](Self::wait), returning after `dur` at the latest (or
+    /// spuriously: callers re-check their condition). loom has no time:
+    /// there it waits for a notification.
+    #[cfg_attr(rstat_loom, allow(dead_code))]
+    pub(crate) fn wait_timeout(mut self, cv: &Condvar, dur: std::time::Duration) -> Self {
+        // SAFETY: as in `wait`: taken once, `self` forgotten right after.
+        let g = unsafe { core::mem::ManuallyDrop::take(&mut self.guard) };
+        core::mem::forget(self);
+        let g = match cv.wait_timeout(g, dur) {
+            Ok((g, _)) => g,
+            #[cfg(not(rstat_loom))]
+            Err(p) => p.into_inner().0,
             #[cfg(rstat_loom)]
             Err(_) => panic!("loom mutex poisoned"),
         };

@@ -1,7 +1,7 @@
 //! Hooks for tests, models and benchmarks: what they need to control that
 //! a program must not (the CPU slot an update or a charge lands on, an
 //! engine without the `cpu` controller, a bare restartable section to
-//! measure the update path against). Not part of the API: hidden from the
+//! measure the update path against, a clock the test moves). Not part of the API: hidden from the
 //! documentation, and free to change. Each hook is an extension trait, so
 //! a test says `use rstat::testing::*;` and the types' own pages show only
 //! what a program uses.
@@ -11,6 +11,10 @@ use crate::engine::Builder;
 use crate::error::Result;
 use crate::group::Group;
 use crate::memory::{Charge, Charged, Memory, MemoryError, OnOom};
+use crate::stat::pace::{as_ns, Clock, ManualTime};
+
+use std::sync::Arc;
+use std::time::Duration;
 
 pub use crate::percpu::rseq::BareSectionCounter;
 
@@ -47,11 +51,55 @@ pub trait BuilderExt {
     /// Build with (`true`, the default) or without the built-in `cpu`
     /// controller (minimal models: one controller, one item).
     fn cpu_controller(self, on: bool) -> Builder;
+
+    /// Stamp flushes, and judge the age of stamps in paced `Threshold`
+    /// reads, by `clock` instead of the monotonic clock (the periodic
+    /// flusher still sleeps by the monotonic clock).
+    fn manual_clock(self, clock: &ManualClock) -> Builder;
 }
 
 impl BuilderExt for Builder {
     fn cpu_controller(self, on: bool) -> Builder {
         self.with_cpu_controller(on)
+    }
+
+    fn manual_clock(self, clock: &ManualClock) -> Builder {
+        self.with_clock(Clock::Manual(Arc::clone(&clock.0)))
+    }
+}
+
+/// A clock that moves only when the test moves it, for an engine built
+/// with [`BuilderExt::manual_clock`]: it starts at 0, and whatever a
+/// thread did before moving it to t happens before any flush that reads t
+/// or later. Move it forward only. Cheap to clone (shares the time).
+#[derive(Clone)]
+pub struct ManualClock(Arc<ManualTime>);
+
+impl ManualClock {
+    /// A clock at 0.
+    pub fn new() -> Self {
+        ManualClock(Arc::new(ManualTime::new(0)))
+    }
+
+    /// The time shown.
+    pub fn now(&self) -> Duration {
+        Duration::from_nanos(self.0.now())
+    }
+
+    /// Show `t`.
+    pub fn set(&self, t: Duration) {
+        self.0.set(as_ns(t));
+    }
+
+    /// Move the clock `d` forward (one thread moves a clock at a time).
+    pub fn advance(&self, d: Duration) {
+        self.0.set(self.0.now().saturating_add(as_ns(d)));
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

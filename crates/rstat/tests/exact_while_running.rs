@@ -13,7 +13,9 @@
 //! (preemption shares rseq slots), and group churn (children created,
 //! updated, removed and released while the parent is read). The `Threshold`
 //! staleness bound is checked the same way with deltas up to 10^6 units, on
-//! items in units of 1 and of 4096.
+//! items in units of 1 and of 4096: its unit part alone with no read pace,
+//! and with a pace the combined bound (within the unit part, or everything
+//! completed a pace before the read), on a clock the reader moves.
 //!
 //! Each configuration runs for `RSTAT_STRESS_SECS` seconds (default 2; the
 //! loop script `scripts/stress-loop.sh` shortens it); under Miri a few
@@ -27,6 +29,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::xorshift;
+use rstat::testing::{BuilderExt, ManualClock};
 use rstat::{FlushPolicy, Group, Rstat, UpdatePath};
 
 fn run_for() -> Duration {
@@ -238,14 +241,35 @@ fn more_threads_than_slots_with_group_churn() {
 /// slots.
 #[test]
 fn threshold_bound_holds_with_large_deltas_while_flushes_race() {
-    threshold_bound_while_flushes_race(&[("n", 1)], UpdatePath::Locked, Via::Handle);
+    threshold_bound_while_flushes_race(&[("n", 1)], UpdatePath::Locked, Via::Handle, Time::Off);
 }
 
 /// As above on the rseq update path (where the machine has it), every
 /// update through a resolved [`rstat::StatItem`] (its own update path).
 #[test]
 fn threshold_bound_holds_with_large_deltas_through_items_on_the_rseq_path() {
-    threshold_bound_while_flushes_race(&[("n", 1)], UpdatePath::Rseq, Via::Items);
+    threshold_bound_while_flushes_race(&[("n", 1)], UpdatePath::Rseq, Via::Items, Time::Off);
+}
+
+/// With a read pace, every `read` is within the unit bound (as above) or
+/// includes every update completed a pace before it began: the combined
+/// bound, checked while the updaters, a flusher of the children, the
+/// periodic flusher (answering the paced reads' asks, and every
+/// millisecond) and the reader run. The reader moves a manual clock a
+/// quarter pace every few reads, recording what had completed before each
+/// move: what a read must include is what completed before the clock
+/// showed a pace less than when the read began.
+#[test]
+fn threshold_combined_bound_holds_with_a_read_pace_while_flushes_race() {
+    threshold_bound_while_flushes_race(&[("n", 1)], UpdatePath::Locked, Via::Handle, Time::Paced);
+}
+
+/// As above, on the rseq path through items, with items in units of 4096
+/// and 1.
+#[test]
+fn threshold_combined_bound_holds_per_item_with_a_read_pace_on_the_rseq_path() {
+    let items = [("bytes", 4096), ("n", 1)];
+    threshold_bound_while_flushes_race(&items, UpdatePath::Rseq, Via::Both, Time::Paced);
 }
 
 /// As above with two items sharing the threshold: bytes declared in pages
@@ -266,7 +290,7 @@ fn threshold_bound_holds_per_item_in_its_unit_while_flushes_race() {
         ("pages", 4096),
         ("kb", 1024),
     ];
-    threshold_bound_while_flushes_race(&items, UpdatePath::Rseq, Via::Both);
+    threshold_bound_while_flushes_race(&items, UpdatePath::Rseq, Via::Both, Time::Off);
 }
 
 /// Which update calls a threshold test makes.
@@ -280,15 +304,43 @@ enum Via {
     Both,
 }
 
-fn threshold_bound_while_flushes_race(items: &[(&str, u64)], path: UpdatePath, via: Via) {
+/// Whether a threshold test's engine has a read pace.
+#[derive(Clone, Copy, PartialEq)]
+enum Time {
+    /// None: the unit bound alone.
+    Off,
+    /// [`PACE`] on a manual clock that the reader moves by [`STEP`] every
+    /// [`READS_PER_STEP`] reads, with the periodic flusher running.
+    Paced,
+}
+
+const PACE: Duration = Duration::from_millis(100);
+/// A quarter pace: a stamp is fresh for at most four steps.
+const STEP: Duration = Duration::from_millis(25);
+const STEPS_PER_PACE: usize = 4;
+const READS_PER_STEP: u64 = 8;
+
+fn threshold_bound_while_flushes_race(
+    items: &[(&str, u64)],
+    path: UpdatePath,
+    via: Via,
+    time: Time,
+) {
     const UPDATERS: usize = 3;
     // Two slots on the locked path; on the rseq path the engine's own
     // count (one per CPU plus one for threads without a CPU id: an engine
     // with fewer slots than that takes the locked path).
+    let clock = ManualClock::new();
     let mut b = Rstat::builder()
         .update_path(path)
-        .flush_policy(FlushPolicy::Threshold)
-        .periodic_flush(None);
+        .flush_policy(FlushPolicy::Threshold);
+    b = match time {
+        Time::Off => b.periodic_flush(None).read_pace(None),
+        Time::Paced => b
+            .periodic_flush(Some(Duration::from_millis(1)))
+            .read_pace(Some(PACE))
+            .manual_clock(&clock),
+    };
     if path == UpdatePath::Locked {
         b = b.nr_cpus(2);
     }
@@ -363,29 +415,56 @@ fn threshold_bound_while_flushes_race(items: &[(&str, u64)], path: UpdatePath, v
             }
         }));
     }
+    // Reads that only the time part of the bound allowed.
+    let paced_reads = Arc::new(AtomicU64::new(0));
     {
-        let (ctl, p, ledgers, bounds, failure) = (
+        let (ctl, p, ledgers, bounds, failure, clock, paced_reads) = (
             ctl.clone(),
             p.clone(),
             ledgers.clone(),
             bounds.clone(),
             failure.clone(),
+            clock.clone(),
+            paced_reads.clone(),
         );
         hs.push(thread::spawn(move || {
             let mut budget = Budget::new();
+            // `moved[k]`: per item, what had completed before the clock
+            // moved to k steps (loaded before the move).
+            let mut moved: Vec<Vec<i64>> = vec![vec![0; ledgers.len()]];
+            let mut reads = 0u64;
             while budget.more() {
+                if time == Time::Paced && reads > 0 && reads.is_multiple_of(READS_PER_STEP) {
+                    moved.push(ledgers.iter().map(|l| l.done.load(Ordering::SeqCst)).collect());
+                    clock.set(STEP * (moved.len() - 1) as u32);
+                }
+                reads += 1;
+                // The step the clock shows as the read begins, and what
+                // had completed a pace before it (`None`: that time is
+                // before 0, when nothing had completed).
+                let at = moved.len() - 1;
+                let a_pace_before = at.checked_sub(STEPS_PER_PACE).map(|k| &moved[k]);
                 let lo: Vec<i64> = ledgers.iter().map(|l| l.done.load(Ordering::SeqCst)).collect();
                 let s = ctl.read(&p).unwrap();
+                let mut by_time = false;
                 for (i, l) in ledgers.iter().enumerate() {
                     let hi = l.started.load(Ordering::SeqCst);
                     let (v, bound) = (s.hierarchical()[i], bounds[i]);
-                    if v < lo[i] - bound || v > hi {
+                    let in_units = v >= lo[i] - bound;
+                    let in_time = a_pace_before.is_none_or(|m| v >= m[i]);
+                    by_time |= !in_units;
+                    if !(in_units || (time == Time::Paced && in_time)) || v > hi {
                         failure.lock().unwrap().get_or_insert(format!(
-                            "a threshold read saw {v} of item {i}: {} completed before it (bound {bound}), {hi} started",
-                            lo[i]
+                            "a threshold read saw {v} of item {i}: {} completed before it (bound {bound}), \
+                             {:?} a pace before it (clock at step {at}), {hi} started",
+                            lo[i],
+                            a_pace_before.map(|m| m[i]),
                         ));
                         return;
                     }
+                }
+                if by_time {
+                    paced_reads.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }));
@@ -396,7 +475,15 @@ fn threshold_bound_while_flushes_race(items: &[(&str, u64)], path: UpdatePath, v
     if let Some(e) = failure.lock().unwrap().take() {
         panic!("{e}");
     }
-    // Quiescent: the documented bound holds, with nothing in progress.
+    if time == Time::Paced {
+        eprintln!(
+            "reads within the time part only: {}",
+            paced_reads.load(Ordering::Relaxed)
+        );
+    }
+    // Quiescent: the documented bound holds, with nothing in progress
+    // (and, with a pace, a clock moved past any stamp).
+    clock.advance(PACE * 10);
     let s = ctl.read(&p).unwrap();
     let exact = ctl.read_exact(&p).unwrap();
     for (i, &u) in units.iter().enumerate() {

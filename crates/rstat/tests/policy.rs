@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::engine_with;
 use proptest::prelude::*;
-use rstat::testing::ControllerHandleExt;
+use rstat::testing::{BuilderExt, ControllerHandleExt, ManualClock};
 use rstat::{Error, FlushPolicy, Group, Rstat};
 
 #[test]
@@ -287,6 +287,82 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 2 } else { 64 }, ..ProptestConfig::default() })]
+
+    /// With a read pace, on a clock the test moves between operations:
+    /// every `Threshold` read is within the unit bound, or includes every
+    /// update made at least a pace before it began (the time part), and
+    /// never exceeds the truth; `read_exact` stays exact.
+    #[test]
+    fn paced_reads_stay_within_the_combined_bound(
+        ops in prop::collection::vec((0..13usize, 0..4usize, 1i64..200, 0..24u8, 0..2usize), 1..600),
+    ) {
+        const PACE: Duration = Duration::from_millis(100);
+        let nr = 4;
+        let units = [1u64, 4096];
+        let clock = ManualClock::new();
+        let rs = Rstat::builder()
+            .nr_cpus(nr)
+            .flush_policy(FlushPolicy::Threshold)
+            .periodic_flush(None)
+            .read_pace(Some(PACE))
+            .manual_clock(&clock)
+            .build()
+            .unwrap();
+        let c = rs
+            .register_counters_with_units("c", &[("n", units[0]), ("bytes", units[1])])
+            .unwrap();
+        let groups = tree(&rs);
+        // Every update: (the time it was made, group, item, delta).
+        let mut log: Vec<(Duration, usize, usize, i64)> = Vec::new();
+        for (g, cpu, delta, kind, item) in ops {
+            let now = clock.now();
+            // The sum of item `i`'s updates in `g`'s subtree made at or
+            // before `until`.
+            let made = |i: usize, until: Option<Duration>| -> i64 {
+                log.iter()
+                    .filter(|&&(t, h, j, _)| {
+                        j == i && groups[g].1.contains(&h) && until.is_some_and(|u| t <= u)
+                    })
+                    .map(|&(_, _, _, d)| d)
+                    .sum()
+            };
+            match kind {
+                0 => {
+                    let s = c.read_exact(&groups[g].0).unwrap();
+                    for i in 0..2 {
+                        prop_assert_eq!(s.hierarchical()[i], made(i, Some(now)));
+                    }
+                }
+                1..=7 => {
+                    let s = c.read(&groups[g].0).unwrap();
+                    for (i, &unit) in units.iter().enumerate() {
+                        let (got, want) = (s.hierarchical()[i], made(i, Some(now)));
+                        let bound = FlushPolicy::Threshold
+                            .staleness_bound(nr, groups[g].1.len(), unit)
+                            .unwrap();
+                        let a_pace_before = made(i, now.checked_sub(PACE));
+                        prop_assert!(got <= want, "a read exceeded the truth");
+                        prop_assert!(
+                            (want - got) as u64 <= bound || got >= a_pace_before,
+                            "item {}: {} behind (bound {}), and below the {} made a pace before",
+                            i, want - got, bound, a_pace_before
+                        );
+                    }
+                }
+                8..=10 => clock.advance(Duration::from_millis(delta as u64)),
+                _ => {
+                    // Pages of bytes, give or take a few bytes.
+                    let d = if item == 1 { delta * 4096 - delta % 5 } else { delta };
+                    c.add_on_cpu(&groups[g].0, cpu, item, d).unwrap();
+                    log.push((now, g, item, d));
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn threshold_skips_small_changes_and_flushes_large_ones() {
     let nr = 2;
@@ -476,6 +552,7 @@ fn threshold_bound_holds_across_slot_wrap_and_huge_swings() {
                     .nr_cpus(nr)
                     .flush_policy(FlushPolicy::Threshold)
                     .periodic_flush(None)
+                    .read_pace(None)
                     .update_path(path)
                     .build()
                     .unwrap();

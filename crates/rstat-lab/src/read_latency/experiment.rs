@@ -59,7 +59,9 @@ impl Experiment for ReadLatency {
          whole tree, and a reader that finds a flush running returns what the last one \
          folded (the stalest); `always` flushes only the subtree read (exact); \
          `threshold` (the default, kernel v6.8) flushes only past its bound and \
-         otherwise returns a lock-free copy; `coalesced` waits for a running root \
+         otherwise returns a lock-free copy (run here without a read pace, so its reads \
+         keep the kernel's bound in units; `rstat bench peers` measures the default, \
+         paced in time); `coalesced` waits for a running root \
          flush, so its tail pays for whole-tree flushes and its reads are not exact. \
          The seed's 384-CPU, 10k-reader scale is out of reach on a small machine: \
          compare the policies' shapes, not the absolute buckets."

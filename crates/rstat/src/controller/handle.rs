@@ -147,6 +147,17 @@ impl ControllerHandle {
     /// this controller was registered has none: its nearest ancestor's is
     /// used (the root always has one).
     fn css_of(&self, group: &GroupInner) -> Result<*const Css> {
+        // The common case, one line of the group and one of the css: a css
+        // whose controller entry is ours is of this engine (another
+        // engine's group has other entries).
+        let css = group.css[self.ctl.id].load(Ordering::Acquire);
+        // SAFETY: an installed css lives as long as its group, which the
+        // caller holds.
+        if let Some(c) = unsafe { css.as_ref() } {
+            if Arc::ptr_eq(&c.ctl, &self.ctl) {
+                return Ok(css);
+            }
+        }
         if !Arc::ptr_eq(&group.engine, &self.engine) {
             return Err(Error::ForeignGroup);
         }
@@ -311,14 +322,26 @@ impl ControllerHandle {
     }
 
     /// Local and hierarchical totals of `group`, as fresh as this
-    /// controller's [flush policy](crate::stat::policy) makes them.
+    /// controller's [flush policy](crate::stat::policy) makes them. Under
+    /// `Threshold` (the default): within the policy's unit bound
+    /// ([`FlushPolicy::staleness_bound`]), or including every update that
+    /// completed a read pace before the call
+    /// ([`Rstat::read_pace`](crate::Rstat::read_pace)); see the policy
+    /// module's "The bound".
     ///
-    /// Cost by policy: `Always` and `Threshold` (when over its threshold)
-    /// take this controller's flush lock (not any other controller's, unless
-    /// the engine is unified) and flush `group`'s subtree: for each CPU,
-    /// drain its backlog and fold the groups under `group` that changed.
-    /// Otherwise the read takes no lock and copies the last folded totals.
-    /// Allocates the returned arrays.
+    /// Cost by policy: `Always`, and `Threshold` when over its threshold
+    /// with no flush of `group`'s subtree or of the root's started within
+    /// the read pace, take this controller's flush lock (not any other
+    /// controller's, unless the engine is unified) and flush `group`'s
+    /// subtree: for each CPU, drain its backlog and fold the groups under
+    /// `group` that changed. Otherwise the read takes no lock and copies the
+    /// last folded totals. A `Threshold` read with a pace first reads the
+    /// clock and the root's flush stamp: while a flush started less than
+    /// half the pace ago (what the periodic flusher keeps up under a stream
+    /// of updates), that is all it loads before the copy; otherwise it sums
+    /// the group's nr_cpus pending counters, and past the threshold asks
+    /// the periodic flusher for a root flush (a flag test, and a wake-up
+    /// for the first asker). One allocation, for the returned copy.
     pub fn read(&self, group: &Group) -> Result<GroupStats> {
         let css = self.css_of(group.inner())?;
         // SAFETY: kept alive by `group`; a controller's domain lives as long
@@ -335,7 +358,7 @@ impl ControllerHandle {
     /// every update that completed before the call is included.
     ///
     /// Cost: this controller's flush lock and a flush of `group`'s subtree
-    /// (see [`read`](Self::read)); allocates the returned arrays.
+    /// (see [`read`](Self::read)); one allocation, for the returned copy.
     pub fn read_exact(&self, group: &Group) -> Result<GroupStats> {
         let css = self.css_of(group.inner())?;
         // SAFETY: as in `read`.

@@ -3,21 +3,21 @@
 
 use std::sync::Arc;
 
-use crate::stat::ops::{CtlEntry, Totals};
+use crate::stat::ops::{CtlEntry, TotalsCopy};
 
 /// One group's totals for one controller, as of a read.
 #[derive(Clone)]
 pub struct GroupStats {
     pub(super) ctl: Arc<CtlEntry>,
-    pub(super) totals: Totals,
+    pub(super) totals: TotalsCopy,
 }
 
 impl std::fmt::Debug for GroupStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GroupStats")
             .field("controller", &self.ctl.name)
-            .field("local", &self.totals.local)
-            .field("hierarchical", &self.totals.hierarchical)
+            .field("local", &self.totals.local())
+            .field("hierarchical", &self.totals.hierarchical())
             .field("overflows", &self.totals.overflows)
             .finish()
     }
@@ -30,25 +30,25 @@ impl GroupStats {
     }
     /// Totals of the group and all its descendants (removed ones included).
     pub fn hierarchical(&self) -> &[i64] {
-        &self.totals.hierarchical
+        self.totals.hierarchical()
     }
     /// Totals of the group's own updates.
     pub fn local(&self) -> &[i64] {
-        &self.totals.local
+        self.totals.local()
     }
     /// Hierarchical total of the item called `name`.
     pub fn get(&self, name: &str) -> Option<i64> {
         self.names()
             .iter()
             .position(|n| n == name)
-            .and_then(|i| self.totals.hierarchical.get(i).copied())
+            .and_then(|i| self.totals.hierarchical().get(i).copied())
     }
     /// Local total of the item called `name`.
     pub fn get_local(&self, name: &str) -> Option<i64> {
         self.names()
             .iter()
             .position(|n| n == name)
-            .and_then(|i| self.totals.local.get(i).copied())
+            .and_then(|i| self.totals.local().get(i).copied())
     }
     /// How many additions into this group's totals (local, hierarchical,
     /// or the pending deltas its children handed up) were clamped at

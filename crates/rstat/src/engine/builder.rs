@@ -5,14 +5,18 @@
 
 use std::sync::Arc;
 
-use super::{Rstat, CPU_CTL_ID, CPU_STAT_NAMES, DEFAULT_FLUSH_PERIOD, ROOT_GROUP_ID};
+use super::{
+    Rstat, CPU_CTL_ID, CPU_STAT_NAMES, DEFAULT_FLUSH_PERIOD, DEFAULT_READ_PACE, ROOT_GROUP_ID,
+};
 use crate::controller::CounterSetController;
 use crate::error::Result;
 use crate::group::state::Topology;
 use crate::group::{EngineInner, Group};
 use crate::percpu::arena::Arena;
 use crate::percpu::cpu;
-use crate::stat::policy::{check_period, FlushPolicy};
+use crate::stat::pace::Clock;
+use crate::stat::policy::{check_pace, check_period, FlushPolicy};
+use crate::stat::tree::Pace;
 use crate::stat::update::UpdatePath;
 use crate::sync::{self, AtomicPtr, AtomicU64, AtomicUsize, Mutex};
 
@@ -25,6 +29,10 @@ pub struct Builder {
     cpu_controller: bool,
     policy: FlushPolicy,
     periodic: Option<std::time::Duration>,
+    read_pace: Option<std::time::Duration>,
+    /// The clock flush stamps are read from: the monotonic clock unless a
+    /// test gave its own ([`testing`](crate::testing)).
+    clock: Option<Clock>,
 }
 
 impl Default for Builder {
@@ -40,6 +48,8 @@ impl Default for Builder {
             } else {
                 Some(DEFAULT_FLUSH_PERIOD)
             },
+            read_pace: Some(DEFAULT_READ_PACE),
+            clock: None,
         }
     }
 }
@@ -101,6 +111,29 @@ impl Builder {
         self
     }
 
+    /// The [`Threshold`](FlushPolicy::Threshold) policy's read pace P
+    /// (default [`DEFAULT_READ_PACE`], 100 ms): a read whose subtree is
+    /// past its unit threshold copies the published totals without
+    /// flushing when a flush of its group's subtree, or of the root's,
+    /// started less than P ago, and asks the periodic flusher for a root
+    /// flush; otherwise it flushes as before. Such a read includes every
+    /// update that completed P before it began (the bound's time part; see
+    /// [`policy`](crate::policy)'s "The bound"). `None`: reads past the
+    /// threshold always flush, and the bound is in units only. Checked by
+    /// [`build`](Self::build): 1 ms to 24 h
+    /// ([`PACE_RANGE`](crate::policy::PACE_RANGE)).
+    pub fn read_pace(mut self, pace: Option<std::time::Duration>) -> Self {
+        self.read_pace = pace;
+        self
+    }
+
+    /// Read flush stamps from `clock` instead of the monotonic clock (for
+    /// tests; see [`testing`](crate::testing)).
+    pub(crate) fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Leave out the built-in `cpu` controller (for minimal models; see
     /// [`testing`](crate::testing)).
     pub(crate) fn with_cpu_controller(mut self, on: bool) -> Self {
@@ -113,6 +146,9 @@ impl Builder {
         if let Some(p) = self.periodic {
             check_period(p)?;
         }
+        if let Some(p) = self.read_pace {
+            check_pace(p)?;
+        }
         let (nr_cpus, update_path, section_limit, rseq_off) = self.choose_update_path();
         let inner = Arc::new(EngineInner {
             nr_cpus,
@@ -121,6 +157,11 @@ impl Builder {
             rseq_off,
             unified: self.unified,
             default_policy: self.policy,
+            pace: Pace {
+                pace: self.read_pace,
+                clock: self.clock.unwrap_or_else(Clock::real),
+                nudge: Arc::default(),
+            },
             zombies: AtomicUsize::new(0),
             next_group_id: AtomicU64::new(ROOT_GROUP_ID),
             removal_watchers: Mutex::new(Vec::new()),

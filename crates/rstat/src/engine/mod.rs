@@ -80,6 +80,13 @@ pub struct Rstat {
 /// periods"](crate::attach#two-periods) sets the two side by side.
 pub const DEFAULT_FLUSH_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The [`Threshold`](crate::FlushPolicy::Threshold) policy's default read
+/// pace ([`Builder::read_pace`]): a read past its unit threshold may copy
+/// totals from a flush that started up to this long ago, instead of
+/// flushing itself. Why this value: [`policy`](crate::policy)'s "The
+/// pace".
+pub const DEFAULT_READ_PACE: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Default for Rstat {
     fn default() -> Self {
         Self::new()
@@ -416,6 +423,15 @@ impl Rstat {
             }
         }
         Ok(())
+    }
+
+    /// The [`Threshold`](crate::FlushPolicy::Threshold) policy's read pace
+    /// ([`Builder::read_pace`]): the time part of its staleness bound (a
+    /// read includes every update completed this long before it began, or
+    /// is within [`FlushPolicy::staleness_bound`](crate::FlushPolicy::staleness_bound));
+    /// `None` if reads past the threshold always flush.
+    pub fn read_pace(&self) -> Option<std::time::Duration> {
+        self.inner.pace.pace
     }
 
     /// The periodic flusher's period, if it runs.

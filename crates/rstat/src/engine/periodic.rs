@@ -1,64 +1,83 @@
 //! The periodic root flusher: every period, flush every controller's root,
 //! whatever the policies and thresholds (the kernel's 2-second
-//! `flush_memcg_stats_dwork`). One thread per engine, started and stopped
-//! with it: stopping wakes the thread and joins it, so no thread outlives
-//! the `Rstat` that started it.
+//! `flush_memcg_stats_dwork`). Between periods it also answers paced
+//! `Threshold` reads that asked for a root flush (see
+//! [`policy`](crate::policy)'s "The pace"): it flushes the roots of the
+//! domains that asked, at most once per a quarter of the read pace, so that
+//! the readers keep finding a root stamp younger than the pace instead of
+//! flushing themselves, however many of them ask.
+//!
+//! One thread per engine, started and stopped with it: stopping wakes the
+//! thread and joins it, so no thread outlives the `Rstat` that started it.
+//! It sleeps on the engine's [`Nudge`], which readers wake.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::engine::EngineInner;
 use crate::group::Group;
+use crate::stat::pace::{Nudge, Woken};
 
 pub(crate) struct Periodic {
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    nudge: Arc<Nudge>,
     thread: Option<JoinHandle<()>>,
     pub(crate) period: Duration,
 }
 
 impl Periodic {
-    /// Start flushing every `period`. `root` keeps the root group (and so
-    /// every domain's root node) alive while the thread runs.
+    /// Start flushing every `period`, and on asks. `root` keeps the root
+    /// group (and so every domain's root node) alive while the thread
+    /// runs. At most one runs per engine (the caller stops the last one
+    /// first).
     pub(crate) fn start(
         engine: Arc<EngineInner>,
         root: Group,
         period: Duration,
     ) -> std::io::Result<Self> {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let s = Arc::clone(&stop);
+        let nudge = Arc::clone(&engine.pace.nudge);
+        nudge.set_stopped(false);
+        // Asked root flushes at most once per P/4: a reader then finds a
+        // root stamp at most P/4 plus one root flush old while the flusher
+        // keeps up, well inside P.
+        let gap = engine.pace.pace.map_or(period, |p| p / 4);
+        let n = Arc::clone(&nudge);
         let thread = std::thread::Builder::new()
             .name("rstat-flush".into())
             .spawn(move || {
                 let _root = root;
-                let (m, cv) = &*s;
                 let mut next = Instant::now() + period;
+                // Asks that came while the flusher was stopped are
+                // answered at once.
+                let mut asks_from = Instant::now();
                 loop {
-                    let mut stopped = m.lock().unwrap_or_else(|p| p.into_inner());
-                    loop {
-                        if *stopped {
-                            return;
+                    match n.wait(next, asks_from) {
+                        Woken::Stopped => return,
+                        Woken::Tick => {
+                            engine.flush_all_roots();
+                            next += period;
+                            let now = Instant::now();
+                            if next < now {
+                                next = now + period; // fell behind: don't burst
+                            }
+                            asks_from = now + gap;
                         }
-                        let now = Instant::now();
-                        if now >= next {
-                            break;
+                        Woken::Asked => {
+                            engine.flush_asked_roots();
+                            asks_from = Instant::now() + gap;
                         }
-                        stopped = cv
-                            .wait_timeout(stopped, next - now)
-                            .unwrap_or_else(|p| p.into_inner())
-                            .0;
-                    }
-                    drop(stopped);
-                    engine.flush_all_roots();
-                    next += period;
-                    let now = Instant::now();
-                    if next < now {
-                        next = now + period; // fell behind: don't burst
                     }
                 }
-            })?;
+            });
+        let thread = match thread {
+            Ok(t) => t,
+            Err(e) => {
+                nudge.set_stopped(true);
+                return Err(e);
+            }
+        };
         Ok(Periodic {
-            stop,
+            nudge,
             thread: Some(thread),
             period,
         })
@@ -67,9 +86,7 @@ impl Periodic {
 
 impl Drop for Periodic {
     fn drop(&mut self) {
-        let (m, cv) = &*self.stop;
-        *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        cv.notify_all();
+        self.nudge.set_stopped(true);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

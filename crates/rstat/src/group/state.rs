@@ -15,12 +15,10 @@ use crate::percpu::arena::Arena;
 use crate::stat::backlog::{BacklogHead, PcpuLinks};
 use crate::stat::css::{Css, StatSlot, EXTRA_SLOTS};
 use crate::stat::ops::{CtlEntry, NodeOwner};
-use crate::stat::policy::{Coalescer, FlushPolicy};
-use crate::stat::tree::{Domain, FlushScratch, TreeNode};
+use crate::stat::policy::FlushPolicy;
+use crate::stat::tree::{Domain, Pace, TreeNode};
 use crate::stat::update::UpdatePath;
-use crate::sync::{
-    self, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell,
-};
+use crate::sync::{self, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
 
 pub(crate) struct Topology {
     pub(crate) controllers: Vec<Arc<CtlEntry>>,
@@ -42,6 +40,9 @@ pub(crate) struct EngineInner {
     pub(crate) rseq_off: isize,
     pub(crate) unified: bool,
     pub(crate) default_policy: FlushPolicy,
+    /// The `Threshold` read pace, clock and background-flusher nudge every
+    /// domain of the engine gets ([`Pace`]).
+    pub(crate) pace: Pace,
     pub(crate) arena: Mutex<Arena>,
     pub(crate) topo: Mutex<Topology>,
     /// Removed groups whose last reference has not been dropped yet.
@@ -66,9 +67,24 @@ pub(crate) struct EngineInner {
 }
 
 impl EngineInner {
-    /// Flush every domain's root (the periodic flusher's work).
+    /// Flush every domain's root (the periodic flusher's period), taking
+    /// any pending ask for a root flush of it (this flush answers it).
     #[cfg_attr(rstat_loom, allow(dead_code))]
     pub(crate) fn flush_all_roots(&self) {
+        self.flush_roots(|_| true);
+    }
+
+    /// Flush the root of every domain whose paced reads asked for it since
+    /// the last take (the periodic flusher's answer to a nudge).
+    #[cfg_attr(rstat_loom, allow(dead_code))]
+    pub(crate) fn flush_asked_roots(&self) {
+        self.flush_roots(|asked| asked);
+    }
+
+    /// Take each domain's root-flush ask, and flush its root if `flush`
+    /// says so given the ask.
+    #[cfg_attr(rstat_loom, allow(dead_code))]
+    fn flush_roots(&self, flush: impl Fn(bool) -> bool) {
         let domains: Vec<*const Domain> = sync::lock(&self.topo)
             .domains
             .iter()
@@ -76,24 +92,22 @@ impl EngineInner {
             .collect();
         for d in domains {
             // SAFETY: domains live as long as the engine, which `self` is.
-            unsafe { (*d).flush_root() };
+            let d = unsafe { &*d };
+            if flush(d.take_root_flush_ask()) {
+                d.flush_root();
+            }
         }
     }
 
     pub(crate) fn new_domain(&self) -> Result<Box<Domain>> {
         let backlog = sync::lock(&self.arena).alloc::<BacklogHead>(1, |_, _| BacklogHead::new())?;
-        Ok(Box::new(Domain {
-            nr_cpus: self.nr_cpus,
-            section_limit: self.section_limit,
-            rseq_off: self.rseq_off,
-            #[cfg(any(rstat_loom, miri))]
-            sim: (0..self.nr_cpus).map(|_| Mutex::new(())).collect(),
-            lock: Mutex::new(FlushScratch::default()),
+        Ok(Box::new(Domain::new(
+            self.nr_cpus,
+            self.section_limit,
+            self.rseq_off,
             backlog,
-            root: AtomicPtr::new(core::ptr::null_mut()),
-            root_flush_ongoing: AtomicBool::new(false),
-            coalescer: Coalescer::default(),
-        }))
+            self.pace.clone(),
+        )))
     }
 
     /// Create `g`'s state of extension `id` (parent's first; caller holds
@@ -153,6 +167,7 @@ impl EngineInner {
                     css: &g.css,
                     owner: g as &dyn NodeOwner,
                     releasing: UnsafeCell::new(false),
+                    flushed_at: AtomicU64::new(0),
                     domain: &**domain,
                     links,
                 })

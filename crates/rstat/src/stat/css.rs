@@ -20,9 +20,10 @@
 //! - `CONSUMED`'s `Release` add (a child's fold, or `release_units`) pairs
 //!   with the parent fold's `Acquire` swap: units handed up come with the
 //!   pending deltas they stand for;
-//! - `published`: hierarchical stored `Relaxed`, then local `Release`;
-//!   readers load local `Acquire`, then hierarchical, so a lock-free reader
-//!   never sees `local > hierarchical` where counts only grow.
+//! - `published`: hierarchical and the overflow count stored `Relaxed`,
+//!   then local `Release`; readers load local `Acquire`, then the rest, so
+//!   a lock-free reader never sees `local > hierarchical` where counts
+//!   only grow.
 //!
 //! Everything else in a css (`prev`, `totals`) is behind its domain's
 //! flush lock.
@@ -31,9 +32,9 @@ use std::sync::Arc;
 
 use crate::percpu::arena::PcpuPtr;
 use crate::stat::backlog::{BacklogHead, PcpuLinks};
-use crate::stat::ops::{CtlEntry, Totals};
+use crate::stat::ops::{CtlEntry, Totals, TotalsCopy};
 use crate::stat::tree::TreeNode;
-use crate::sync::{AtomicI64, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{AtomicI64, Ordering, UnsafeCell};
 
 /// The pending units an update from `old` to `new` adds: [`UPDATE_BATCH`]
 /// per boundary it crossed, the boundaries being the multiples of
@@ -172,9 +173,11 @@ impl Default for StatSlot {
 ///
 /// Laid out by use (`repr(C)`, on its own cache lines): the first line
 /// holds only what every update reads and nobody writes after
-/// construction; what flushes write sits two lines further, so a flush
-/// does not take the line every update reads (the pending-update counters
-/// that crossings write are per CPU, in the arena: see [`UPDATES`]).
+/// construction; what flushes write is off it (the totals' and the
+/// published copy's arrays are allocations of their own; the totals'
+/// overflow count is on the third line), so a flush does not take the line
+/// every update reads (the pending-update counters that crossings write
+/// are per CPU, in the arena: see [`UPDATES`]).
 #[repr(C, align(64))]
 pub(crate) struct Css {
     // Line 0: read by every update, written by nobody.
@@ -202,17 +205,16 @@ pub(crate) struct Css {
     /// The parent group's css of the same controller; null at the root.
     pub(crate) parent: *const Css,
     /// The last folded totals, for reads that do not take the lock:
-    /// `local` in `[..n]`, `hierarchical` in `[n..]`. Written under the
-    /// domain lock (hierarchical first, then local with `Release`); read
-    /// local (`Acquire`) first, then hierarchical, so a lock-free reader
-    /// never sees `local > hierarchical` where counts only grow.
+    /// `local` in `[..n]`, `hierarchical` in `[n..2n]`, and
+    /// `Totals::overflows` (as `u64` bits) at `[2n]`: one allocation, so a
+    /// read that copies them touches as few lines as it can. Written under
+    /// the domain lock (hierarchical and the overflows first, then local
+    /// with `Release`); read local (`Acquire`) first, then the rest, so a
+    /// lock-free reader never sees `local > hierarchical` where counts
+    /// only grow.
     pub(crate) published: Box<[AtomicI64]>,
     /// Domain lock.
     pub(crate) totals: UnsafeCell<Totals>,
-    // Line 2: written by flushes.
-    /// The last folded `Totals::overflows`, published with `published`
-    /// (stored before `local`, loaded after it).
-    pub(crate) published_overflows: AtomicU64,
 }
 
 // SAFETY: pointers are immutable after construction and kept alive by the
@@ -246,8 +248,7 @@ impl Css {
             links: node.links,
             backlog,
             totals: UnsafeCell::new(Totals::zeroed(n)),
-            published: (0..2 * n).map(|_| AtomicI64::new(0)).collect(),
-            published_overflows: AtomicU64::new(0),
+            published: (0..2 * n + 1).map(|_| AtomicI64::new(0)).collect(),
             unit_shifts,
             // The engine checked both fit (`choose_update_path`).
             section_limit: domain.section_limit as u32,
@@ -400,23 +401,24 @@ impl Css {
         self.pending_units(self.ctl.flush_threshold) > self.ctl.flush_threshold
     }
 
-    /// Copy the published totals, without the lock.
-    pub(crate) fn totals_published(&self) -> Totals {
+    /// Copy the published totals, without the lock: every local total
+    /// (`Acquire`), then every hierarchical one, then the overflow count
+    /// (see the module's `# Synchronization`). One allocation.
+    pub(crate) fn totals_published(&self) -> TotalsCopy {
         let n = self.ctl.nr_stats;
-        let local: Box<[i64]> = self.published[..n]
-            .iter()
-            .map(|a| a.load(Ordering::Acquire))
-            .collect();
-        let hierarchical: Box<[i64]> = self.published[n..]
-            .iter()
-            .map(|a| a.load(Ordering::Relaxed))
-            .collect();
-        Totals {
-            local,
-            hierarchical,
-            pending: vec![0; n].into(),
-            overflows: self.published_overflows.load(Ordering::Relaxed),
+        let (local, rest) = self.published.split_at(n);
+        let (hierarchical, overflows) = rest.split_at(n);
+        let mut values = Vec::with_capacity(2 * n);
+        for a in local {
+            values.push(a.load(Ordering::Acquire));
         }
+        for a in hierarchical {
+            values.push(a.load(Ordering::Relaxed));
+        }
+        let overflows = overflows
+            .first()
+            .map_or(0, |o| o.load(Ordering::Relaxed) as u64);
+        TotalsCopy::from_halves(values.into_boxed_slice(), overflows)
     }
 
     /// At the group's final release, after its last flush: hand any
@@ -452,9 +454,12 @@ impl Css {
     ///
     /// # Safety
     /// The domain lock is held.
-    pub(crate) unsafe fn totals_locked(&self) -> Totals {
-        // SAFETY: lock held.
-        self.totals.with(|t| unsafe { (*t).clone() })
+    pub(crate) unsafe fn totals_locked(&self) -> TotalsCopy {
+        self.totals.with(|t| {
+            // SAFETY: lock held.
+            let t = unsafe { &*t };
+            TotalsCopy::new(&t.local, &t.hierarchical, t.overflows)
+        })
     }
 }
 

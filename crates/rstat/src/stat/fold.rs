@@ -14,6 +14,8 @@ use crate::stat::tree::{Domain, TreeNode};
 use crate::sync::Ordering;
 
 /// Fold every css of `node`'s group that belongs to `domain`, for `cpu`.
+/// Returns whether a fold was undone (a user controller's flush panicked:
+/// its deltas wait for the next flush), so the flush is not whole.
 ///
 /// # Safety
 /// The domain lock is held; `node` is a live node of `domain`; `cpu <
@@ -23,10 +25,11 @@ pub(crate) unsafe fn fold_node(
     node: &TreeNode,
     cpu: usize,
     deltas: &mut Vec<i64>,
-) {
+) -> bool {
     // SAFETY: a node's group, which holds its css table, is live while the
     // node is.
     let (table, owner) = unsafe { (&*node.css, &*node.owner) };
+    let mut undone = false;
     for slot in table.iter() {
         let css = slot.load(Ordering::Acquire);
         if css.is_null() {
@@ -60,13 +63,16 @@ pub(crate) unsafe fn fold_node(
         css.totals.with(|t| {
             // SAFETY: lock held.
             let t = unsafe { &*t };
-            let n = t.local.len();
-            for (a, v) in css.published[n..].iter().zip(t.hierarchical.iter()) {
+            let n = css.ctl.nr_stats;
+            let (local, rest) = css.published.split_at(n);
+            let (hierarchical, overflows) = rest.split_at(n);
+            for (a, v) in hierarchical.iter().zip(t.hierarchical.iter()) {
                 a.store(*v, Ordering::Relaxed);
             }
-            css.published_overflows
-                .store(t.overflows, Ordering::Relaxed);
-            for (a, v) in css.published[..n].iter().zip(t.local.iter()) {
+            if let Some(o) = overflows.first() {
+                o.store(t.overflows as i64, Ordering::Relaxed);
+            }
+            for (a, v) in local.iter().zip(t.local.iter()) {
                 a.store(*v, Ordering::Release);
             }
         });
@@ -75,6 +81,7 @@ pub(crate) unsafe fn fold_node(
             // changes behind `units` and `consumed` are not in the totals
             // (they will be at the next flush), so nothing is subtracted
             // and a `Threshold` read keeps asking for that flush.
+            undone = true;
             continue;
         }
         // Subtract exactly the units now in this group's hierarchical
@@ -105,6 +112,7 @@ pub(crate) unsafe fn fold_node(
             }
         }
     }
+    undone
 }
 
 /// Call the controller's flush for one (group, CPU) whose deltas are in

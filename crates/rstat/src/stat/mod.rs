@@ -18,6 +18,10 @@
 //! - **Per-group stat state** ([`css`]): the per-CPU slots, the totals,
 //!   and the `Threshold` policy's pending-update counters; the
 //!   [`policy`] decides when a read flushes.
+//! - **Paced reads** ([`pace`]): each flush stamps the subtree it flushed
+//!   with the time it started, so a `Threshold` read past its threshold
+//!   can copy a flush younger than the read pace instead of flushing, and
+//!   ask the periodic flusher for the next root flush.
 //! - **Separate trees** (kernel v6.16): each controller has its own
 //!   updated trees and lock (a *domain*), so reading `cpu` stats never
 //!   pays for a busy memory controller. [`Builder::unified`] rebuilds the
@@ -29,8 +33,8 @@
 //! loom models of these protocols drive this layer's own types (a domain,
 //! nodes, css and a test controller; no engine above): `tests_loom`.
 //!
-//! Layers, bottom up: `backlog` → `tree` (nodes, domains, the flush's
-//! walk) → `css` (per-group state) → `update` and `fold` → `policy`; `ops`
+//! Layers, bottom up: `backlog` and `pace` → `tree` (nodes, domains, the
+//! flush's walk) → `css` (per-group state) → `update` and `fold` → `policy`; `ops`
 //! is the op table they call up through.
 //!
 //! [`Builder::unified`]: crate::Builder::unified
@@ -39,6 +43,7 @@ pub(crate) mod backlog;
 pub(crate) mod css;
 pub(crate) mod fold;
 pub(crate) mod ops;
+pub(crate) mod pace;
 pub mod policy;
 pub(crate) mod tree;
 pub(crate) mod update;

@@ -310,7 +310,62 @@ impl Totals {
     }
 }
 
+/// A copy of one group's totals of one controller, as a read returns it:
+/// the local and hierarchical totals in one allocation (local first), and
+/// the clamped-addition count. Not [`Totals`]: a read has no use for the
+/// pending array, and one allocation instead of three is most of what a
+/// read that does not flush costs beyond its loads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TotalsCopy {
+    /// `local` in `[..local_len]`, `hierarchical` after it.
+    values: Box<[i64]>,
+    local_len: usize,
+    /// [`Totals::overflows`].
+    pub(crate) overflows: u64,
+}
+
+impl TotalsCopy {
+    /// A copy of `local`, `hierarchical` (which may differ in length: a
+    /// controller may resize its totals by hand) and `overflows`.
+    pub(crate) fn new(local: &[i64], hierarchical: &[i64], overflows: u64) -> Self {
+        let mut values = Vec::with_capacity(local.len() + hierarchical.len());
+        values.extend_from_slice(local);
+        values.extend_from_slice(hierarchical);
+        TotalsCopy {
+            values: values.into_boxed_slice(),
+            local_len: local.len(),
+            overflows,
+        }
+    }
+
+    /// A copy of `2 × n` values, local first, hierarchical after.
+    pub(crate) fn from_halves(values: Box<[i64]>, overflows: u64) -> Self {
+        let local_len = values.len() / 2;
+        TotalsCopy {
+            values,
+            local_len,
+            overflows,
+        }
+    }
+
+    /// The group's own totals.
+    pub(crate) fn local(&self) -> &[i64] {
+        &self.values[..self.local_len]
+    }
+
+    /// The group's and its descendants' totals.
+    pub(crate) fn hierarchical(&self) -> &[i64] {
+        &self.values[self.local_len..]
+    }
+}
+
 /// A registered controller.
+///
+/// Aligned to a cache line, so that in its `Arc` the reference counts sit
+/// on a line of their own: every [`GroupStats`](crate::GroupStats) a read
+/// returns takes and drops a reference, and that must not take the line
+/// that updates read (`nr_stats`, the unit shifts) from their CPUs.
+#[repr(align(64))]
 pub(crate) struct CtlEntry {
     pub(crate) id: usize,
     /// Index of its domain in the engine (and in each group's `nodes`).

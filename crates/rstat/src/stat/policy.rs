@@ -14,7 +14,7 @@
 //! | policy | a read... | staleness bound, per item |
 //! |---|---|---|
 //! | `Always` | flushes its subtree | 0 |
-//! | `Threshold` | flushes its subtree only if the group's pending-update counter exceeds B × nr_cpus units | for an item declared in unit u: u × B × nr_cpus + (B × u − 1) × nr_cpus × groups in the subtree (less than B × nr_cpus × (groups + 1) units), plus B × u − 1 per update in progress when the read began |
+//! | `Threshold` | flushes its subtree only if the group's pending-update counter exceeds B × nr_cpus units and no flush of its subtree or of the root's started less than the read pace P ago (with one that did, it copies, and asks the periodic flusher for a root flush) | for an item declared in unit u: u × B × nr_cpus + (B × u − 1) × nr_cpus × groups in the subtree (less than B × nr_cpus × (groups + 1) units), plus B × u − 1 per update in progress when the read began; or, when it relied on a recent flush, every update that completed P before the read began |
 //! | `UnifiedRoot` | flushes the root, or returns at once if a flush is running | unbounded between flushes (the periodic flusher bounds it in time, not units) |
 //! | `Coalesced` | tries the subtree flush without waiting for the lock; if taken, waits for the ongoing root flush (all waiters wake together); beyond nr_cpus waiters, returns at once | 0 when the trylock succeeds or it starts the root flush; when it waits, the updates made after that flush passed their CPU; unbounded beyond nr_cpus waiters |
 //!
@@ -49,7 +49,14 @@
 //! owns; a `Threshold` read pays for it by summing nr_cpus counters instead
 //! of loading one.
 //!
-//! **The bound.** Let a `read` of group G begin after a set of updates
+//! **The bound.** A `Threshold` read of group G flushes (and is exact),
+//! or is within the *unit part* below, or relied on a flush that started
+//! less than the read pace P before it and includes every update of G's
+//! subtree that completed P before it began (the *time part*, "The pace"
+//! below). [`FlushPolicy::staleness_bound`] states the unit part,
+//! [`Rstat::read_pace`] the time part.
+//!
+//! The unit part. Let a `read` of group G begin after a set of updates
 //! completed. If it does not flush, the sum of G's per-CPU counters, each
 //! as the read loaded it, was at most B × nr_cpus; every boundary those
 //! updates crossed after the value their slot last contributed to G's
@@ -109,12 +116,90 @@
 //! threads add deltas up to 10^6 units, on items in units of 1 and 4096,
 //! and flush.
 //!
+//! **The pace.** Under a steady stream of updates the unit threshold is
+//! crossed between almost any two reads of a busy group, and a read past
+//! it flushes as [`ControllerHandle::read_exact`] does. A flush of any
+//! subtree drains every CPU's whole backlog (every group updated since the
+//! last flush, anywhere in the tree), so a reader of many groups would pay
+//! for the whole stream once per group read. The read pace P
+//! ([`Builder::read_pace`]) bounds such reads in time instead, as the
+//! kernel's rate-limited memcg reads do: a flush stamps the root of the
+//! subtree it flushed with the time it *started* (`stat::pace`). A read
+//! then goes, cheapest first:
+//!
+//! 1. if the root's stamp, or its group's, is younger than P/2: it copies
+//!    the published totals (a clock read and a few loads; not even the
+//!    group's per-CPU pending counters, which a stream of updates keeps
+//!    writing);
+//! 2. else, within the unit threshold: it copies, as before;
+//! 3. else it asks the periodic flusher for a root flush, and copies if the
+//!    stamp of step 1 is younger than P; otherwise it flushes as before,
+//!    unless a flush that ran while it waited for the lock (most often the
+//!    root flush its ask woke) left a fresh stamp by the time the lock is
+//!    its own.
+//!
+//! The ask is one flag test while an ask is pending; the reader that turns
+//! the flag on wakes the flusher. The flusher answers with a root flush, at
+//! most once per P/4, so while it keeps up the root's stamp is renewed
+//! about every P/2 and readers do not flush at all. When it falls behind,
+//! or runs with a long period, or is off ([`Builder::periodic_flush`]),
+//! readers flush themselves, and each such flush stamps their group: the
+//! bound needs no background thread, and a group's reads still flush at
+//! most about once per P. With no stream (nothing past the threshold),
+//! nobody asks and the flusher keeps its period.
+//!
+//! The time part of the bound, and why it holds. A flush F of subtree R
+//! reads the clock, giving s, once it holds the domain's lock and before
+//! it drains a backlog. Every update of R's subtree that completed before
+//! s is in the totals F publishes for each group under R: F's drains,
+//! fence and slot loads all come after s, and a flush includes every
+//! update completed before it begins (`backlog`'s `# Synchronization`;
+//! with the monotonic clock "before s" is in time: the update's add and
+//! on-list check returned before F read the clock). F stores s as R's
+//! stamp after it has published those totals (`Release`), and only if it
+//! ran the update path's fence (a group's final flush does not) and undid
+//! no fold (a user controller's flush that panicked leaves its deltas for
+//! the next flush). A read of G under R that loads the stamp (`Acquire`)
+//! then copies totals at least as new as F's: published totals only move
+//! forward (a later fold adds to them; a flush of a child adds to its
+//! parent's pending, which the parent's next fold takes in). So the copy
+//! includes every update of G's subtree completed before s. The read
+//! relies on s only if now − s < P, `now` being the clock at its start:
+//! every update that completed before now − P completed before s. Stamps
+//! of a node only grow (read under the lock from a monotonic clock), so a
+//! reader sees the last one, or a newer one. Like the unit part, the copy
+//! never shows an update that had not started. The loom models in
+//! `stat::tests_loom::pace` check it with a clock a writer moves after
+//! each update it completes (they fail if the stamp is stored before the
+//! totals are published, is stored or loaded `Relaxed`, or is the time
+//! the flush ended); `tests/exact_while_running.rs` checks the combined
+//! bound while threads update, flush and read, and `tests/policy.rs`
+//! against a sequential model, both on a clock the test moves.
+//!
+//! The default pace, [`DEFAULT_READ_PACE`] (100 ms): a bounded read is
+//! then at most a tenth of a second behind: well inside the interval at
+//! which a dashboard refreshes or a metrics scraper reads, and a twentieth
+//! of the periodic flusher's default period, so the time part is far
+//! tighter than the periodic flush alone would give.
+//! The cost it buys back is the flush per read: the background thread runs
+//! at most four root flushes per pace, each paying only for what changed
+//! since the last, however many readers ask. Set a shorter pace for reads
+//! that must be fresher (or call `read_exact`), a longer one where reads
+//! are frequent and freshness matters less, and `None` for reads bounded
+//! in units only (every read past the threshold flushes). The pace is per
+//! engine and applies to the `Threshold` policy only; the other policies
+//! and `read_exact` ignore it.
+//!
 //! The periodic flusher (default every 2 s, [`Builder::periodic_flush`])
-//! flushes every controller's root regardless of policy and thresholds.
+//! flushes every controller's root regardless of policy and thresholds,
+//! and in between answers the paced reads' asks.
 //!
 //! [`ControllerHandle::set_flush_policy`]: crate::ControllerHandle::set_flush_policy
 //! [`ControllerHandle::read_exact`]: crate::ControllerHandle::read_exact
 //! [`Builder::periodic_flush`]: crate::Builder::periodic_flush
+//! [`Builder::read_pace`]: crate::Builder::read_pace
+//! [`Rstat::read_pace`]: crate::Rstat::read_pace
+//! [`DEFAULT_READ_PACE`]: crate::DEFAULT_READ_PACE
 //! [`Controller::stat_units`]: crate::Controller::stat_units
 
 use std::fmt;
@@ -123,7 +208,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::stat::css::{Css, UPDATE_BATCH};
-use crate::stat::ops::Totals;
+use crate::stat::ops::TotalsCopy;
 use crate::stat::tree::{lock_domain, Domain};
 use crate::sync::Ordering;
 use crate::sync::{self, Condvar, Mutex};
@@ -135,7 +220,9 @@ pub enum FlushPolicy {
     Always,
     /// Kernel v6.8 (the default): flush the subtree only when its pending
     /// updates exceed B × nr_cpus units (B = [`UPDATE_BATCH`]; each item counted in its
-    /// declared unit).
+    /// declared unit), and then only if no flush of the subtree or of the
+    /// root's started within the engine's read pace (see the module's "The
+    /// pace").
     #[default]
     Threshold,
     /// Kernel v5.16-6.7: flush the root; skip (stale) if a flush is running.
@@ -175,7 +262,11 @@ impl FlushPolicy {
     /// `B × unit − 1` for each update of
     /// the item in the subtree in progress when the read began (see the
     /// [module docs](self) for why, and the proof). Saturates at
-    /// `u64::MAX`. `None` where the policy has no
+    /// `u64::MAX`. This is the unit part of the `Threshold` bound: a read
+    /// may instead be as stale as the engine's read pace allows
+    /// ([`Rstat::read_pace`](crate::Rstat::read_pace), the time part: it
+    /// includes every update completed that long before it began).
+    /// `None` where the policy has no
     /// bound in units (`UnifiedRoot`; `Coalesced`, whose reads are exact
     /// when they flush but unbounded when they wait or give up).
     pub fn staleness_bound(self, nr_cpus: usize, groups: usize, unit: u64) -> Option<u64> {
@@ -239,21 +330,28 @@ pub(crate) fn check_period(p: Duration) -> Result<(), Error> {
     Ok(())
 }
 
+/// Shortest and longest accepted read paces
+/// ([`Builder::read_pace`](crate::Builder::read_pace)).
+pub const PACE_RANGE: (Duration, Duration) =
+    (Duration::from_millis(1), Duration::from_secs(24 * 60 * 60));
+
+/// Check a read pace.
+pub(crate) fn check_pace(p: Duration) -> Result<(), Error> {
+    if p < PACE_RANGE.0 || p > PACE_RANGE.1 {
+        return Err(Error::InvalidReadPace { pace: p });
+    }
+    Ok(())
+}
+
 impl FlushPolicy {
     /// A read of `css`'s totals as this policy makes them fresh: the
     /// policy's whole read side, so a controller handle only resolves the
     /// css and calls this (see the module's table for each policy's cost
     /// and bound).
-    pub(crate) fn read(self, domain: &Domain, css: &Css) -> Totals {
+    pub(crate) fn read(self, domain: &Domain, css: &Css) -> TotalsCopy {
         match self {
             FlushPolicy::Always => read_flushed(domain, css),
-            FlushPolicy::Threshold => {
-                if css.needs_flush() {
-                    read_flushed(domain, css)
-                } else {
-                    css.totals_published()
-                }
-            }
+            FlushPolicy::Threshold => read_threshold(domain, css).0,
             FlushPolicy::UnifiedRoot => {
                 // Read before exchanging, so readers that will skip do not
                 // bounce the line while a flush runs.
@@ -293,9 +391,80 @@ impl FlushPolicy {
     }
 }
 
+/// What a `Threshold` read relied on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadBy {
+    /// A copy, relying on a flush that started at this time (ns of the
+    /// domain's clock) less than the pace before the read: the time part.
+    Stamp(u64),
+    /// A copy within the unit threshold: the unit part.
+    Units,
+    /// A flush of the subtree: exact.
+    Flush,
+}
+
+/// The `Threshold` policy's read (the module's "The pace"), in the order
+/// that makes the common read cheapest:
+///
+/// 1. a stamped flush of `css`'s subtree or of the root's that started less
+///    than half the pace ago: copy (a clock read and a few loads; not even
+///    the per-CPU pending counters, which a stream of updates keeps
+///    writing);
+/// 2. within the unit threshold (nr_cpus counter loads): copy;
+/// 3. past it: ask the periodic flusher for a root flush, then copy if the
+///    stamp of step 1 is younger than the pace, else flush (unless a flush
+///    that ran while this read waited for the lock left a fresh stamp).
+///
+/// Returns the totals and what they rely on.
+pub(crate) fn read_threshold(domain: &Domain, css: &Css) -> (TotalsCopy, ReadBy) {
+    // SAFETY: a css's node is live as long as the css (the caller holds
+    // its group).
+    let fresh = domain.fresh_stamp(unsafe { &*css.node });
+    // Every copy below comes after the stamps' `Acquire` loads (in
+    // `fresh_stamp`): at least as new as the totals a stamped flush
+    // published.
+    match fresh {
+        Some(f) if f.young => return (css.totals_published(), ReadBy::Stamp(f.start)),
+        _ => {}
+    }
+    if !css.needs_flush() {
+        return (css.totals_published(), ReadBy::Units);
+    }
+    domain.ask_root_flush();
+    match fresh {
+        Some(f) => (css.totals_published(), ReadBy::Stamp(f.start)),
+        None => match read_flushed_unless_paced(domain, css) {
+            (totals, Some(start)) => (totals, ReadBy::Stamp(start)),
+            (totals, None) => (totals, ReadBy::Flush),
+        },
+    }
+}
+
+/// The end of a `Threshold` read past its threshold that found no fresh
+/// stamp: flush `css`'s subtree under the domain's lock, unless by the
+/// time the lock is ours a flush that ran while we waited for it (most
+/// often the periodic flusher's root flush, which this read's ask woke)
+/// has left a fresh stamp; then copy. The stamp is judged against a clock
+/// read after the read began, so the time part of the bound holds as for
+/// [`read_threshold`]'s copies. Returns the totals, and the start of the flush they
+/// come from if this read did not flush.
+pub(crate) fn read_flushed_unless_paced(domain: &Domain, css: &Css) -> (TotalsCopy, Option<u64>) {
+    let mut scratch = lock_domain(domain);
+    // SAFETY: `css.node` is live (the caller holds the css's group) and in
+    // `domain`.
+    let node = unsafe { &*css.node };
+    let fresh = domain.fresh_stamp(node).map(|f| f.start);
+    if fresh.is_none() {
+        // SAFETY: we hold the domain's lock; `node` is live and in `domain`.
+        unsafe { domain.flush_locked(&mut scratch, node) };
+    }
+    // SAFETY: we hold the domain's lock.
+    (unsafe { css.totals_locked() }, fresh)
+}
+
 /// An exact read of `css`'s totals: flush its subtree under the domain's
 /// lock and copy them (every policy's `read_exact`).
-pub(crate) fn read_flushed(domain: &Domain, css: &Css) -> Totals {
+pub(crate) fn read_flushed(domain: &Domain, css: &Css) -> TotalsCopy {
     let mut scratch = lock_domain(domain);
     // SAFETY: we hold the domain's lock; `css.node` is live (the caller
     // holds the css's group) and in `domain`.

@@ -28,14 +28,16 @@ use super::backlog::{BacklogHead, PcpuLinks};
 use super::css::{
     Css, CssTable, Item, Slot, StatSlot, EXTRA_SLOTS, UPDATE_BATCH, UPDATE_BATCH_SHIFT,
 };
-use super::ops::{Controller, CtlEntry, FlushCtx, NodeOwner, Totals};
-use super::policy::{self, Coalescer, FlushPolicy};
-use super::tree::{Domain, FlushScratch, TreeNode};
+use super::ops::{Controller, CtlEntry, FlushCtx, NodeOwner, TotalsCopy};
+use super::pace::{Clock, ManualTime};
+use super::policy::{self, FlushPolicy};
+use super::tree::{Domain, Pace, TreeNode};
 use super::update::UpdatePath;
 use crate::percpu::arena::Arena;
 use crate::sync::UnsafeCell;
-use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use loom::thread;
+use std::time::Duration;
 
 /// A group of a model, as the flush sees it: what its tree node's `owner`
 /// and `css` point at.
@@ -124,6 +126,36 @@ impl Model {
         unit: u64,
         contain_panics: bool,
     ) -> Model {
+        let pace = Pace {
+            pace: None,
+            clock: Clock::Manual(Arc::new(ManualTime::new(0))),
+            nudge: Arc::default(),
+        };
+        Model::with_pace(nr_cpus, path, imp, unit, contain_panics, pace)
+    }
+
+    /// A model of `nr_cpus` slots on `path` with [`Sum`] registered, whose
+    /// domain has read pace `pace` on a manual clock (at 0), returned with
+    /// it.
+    fn paced(nr_cpus: usize, path: UpdatePath, pace: Duration) -> (Model, Arc<ManualTime>) {
+        let clock = Arc::new(ManualTime::new(0));
+        let pace = Pace {
+            pace: Some(pace),
+            clock: Clock::Manual(Arc::clone(&clock)),
+            nudge: Arc::default(),
+        };
+        let m = Model::with_pace(nr_cpus, path, Box::new(Sum::new()), 1, false, pace);
+        (m, clock)
+    }
+
+    fn with_pace(
+        nr_cpus: usize,
+        path: UpdatePath,
+        imp: Box<dyn Controller>,
+        unit: u64,
+        contain_panics: bool,
+        pace: Pace,
+    ) -> Model {
         let mut arena = Arena::new(nr_cpus);
         let backlog = arena
             .alloc::<BacklogHead>(1, |_, _| BacklogHead::new())
@@ -134,17 +166,7 @@ impl Model {
             UpdatePath::Rseq => nr_cpus,
             UpdatePath::Locked => 0,
         };
-        let domain = Box::new(Domain {
-            nr_cpus,
-            section_limit,
-            rseq_off: 0,
-            sim: (0..nr_cpus).map(|_| Mutex::new(())).collect(),
-            lock: Mutex::new(FlushScratch::default()),
-            backlog,
-            root: AtomicPtr::new(core::ptr::null_mut()),
-            root_flush_ongoing: AtomicBool::new(false),
-            coalescer: Coalescer::default(),
-        });
+        let domain = Box::new(Domain::new(nr_cpus, section_limit, 0, backlog, pace));
         let nr_stats = imp.stat_names().len();
         let ctl = Arc::new(CtlEntry {
             id: 0,
@@ -208,6 +230,7 @@ impl Model {
                 domain: &*self.domain,
                 links,
                 releasing: UnsafeCell::new(false),
+                flushed_at: AtomicU64::new(0),
             })
         };
         if parent.is_none() {
@@ -246,12 +269,12 @@ impl Model {
     }
 
     /// An exact read: flush `g`'s subtree, copy its totals.
-    fn read_exact(&self, g: G) -> Totals {
+    fn read_exact(&self, g: G) -> TotalsCopy {
         policy::read_flushed(&self.domain, self.css(g))
     }
 
     /// A read of `g` under `policy`.
-    fn read(&self, g: G, policy: FlushPolicy) -> Totals {
+    fn read(&self, g: G, policy: FlushPolicy) -> TotalsCopy {
         policy.read(&self.domain, self.css(g))
     }
 
@@ -315,7 +338,7 @@ fn claim_push_vs_drain_flushes_every_update_exactly_once_on(path: UpdatePath) {
             .zip(done.iter())
             .map(|(v, d)| if d.load(Ordering::SeqCst) { *v } else { 0 })
             .sum();
-        let seen = m.read_exact(ROOT).hierarchical[0];
+        let seen = m.read_exact(ROOT).hierarchical()[0];
         assert!(
             [0, 1, 10, 11].contains(&seen),
             "a read saw {seen}, a value that was never true"
@@ -327,8 +350,8 @@ fn claim_push_vs_drain_flushes_every_update_exactly_once_on(path: UpdatePath) {
         );
         u1.join().unwrap();
         u2.join().unwrap();
-        assert_eq!(m.read_exact(g).local[0], 11);
-        assert_eq!(m.read_exact(ROOT).hierarchical[0], 11);
+        assert_eq!(m.read_exact(g).local()[0], 11);
+        assert_eq!(m.read_exact(ROOT).hierarchical()[0], 11);
     });
 }
 
@@ -373,7 +396,7 @@ fn sibling_pushes_on_two_cpus_vs_flush() {
             done[0].load(Ordering::SeqCst),
             done[1].load(Ordering::SeqCst),
         );
-        let seen = m.read_exact(p).hierarchical[0];
+        let seen = m.read_exact(p).hierarchical()[0];
         assert!((0..=3).contains(&seen), "a read of p saw {seen}");
         if a_done {
             assert!(seen & 1 == 1, "a's completed update is not in {seen}");
@@ -383,9 +406,9 @@ fn sibling_pushes_on_two_cpus_vs_flush() {
         }
         ta.join().unwrap();
         tb.join().unwrap();
-        assert_eq!(m.read_exact(p).hierarchical[0], 3);
-        assert_eq!(m.read_exact(b).local[0], 2);
-        assert_eq!(m.read_exact(a).local[0], 1);
+        assert_eq!(m.read_exact(p).hierarchical()[0], 3);
+        assert_eq!(m.read_exact(b).local()[0], 2);
+        assert_eq!(m.read_exact(a).local()[0], 1);
     });
 }
 
@@ -402,7 +425,7 @@ fn an_update_that_happened_before_a_read_is_in_it_on(path: UpdatePath) {
             let w = Arc::clone(&w);
             thread::spawn(move || {
                 let completed = w.1.load(Ordering::SeqCst);
-                let seen = w.0.read_exact(g).local[0];
+                let seen = w.0.read_exact(g).local()[0];
                 assert!(!completed || seen == 2, "completed update missing: {seen}");
                 seen
             })
@@ -415,7 +438,7 @@ fn an_update_that_happened_before_a_read_is_in_it_on(path: UpdatePath) {
             })
         };
         updater.join().unwrap(); // the update happens-before the next read
-        assert_eq!(w.0.read_exact(g).local[0], 2);
+        assert_eq!(w.0.read_exact(g).local()[0], 2);
         let seen = flusher.join().unwrap();
         assert!(seen == 1 || seen == 2);
     });
@@ -446,13 +469,13 @@ fn shared_slot_completed_update_is_in_the_next_exact_read_on(path: UpdatePath) {
             thread::spawn(move || m.add(g, 0, 1))
         };
         m.add(g, 0, 10);
-        let seen = m.read_exact(g).local[0];
+        let seen = m.read_exact(g).local()[0];
         assert!(
             seen == 10 || seen == 11,
             "an exact read after our own completed add of 10 saw {seen}"
         );
         a.join().unwrap();
-        assert_eq!(m.read_exact(g).local[0], 11);
+        assert_eq!(m.read_exact(g).local()[0], 11);
     });
 }
 
@@ -476,20 +499,20 @@ fn shared_slot_after_a_flush_parent_read_sees_child_update() {
         let p = m.child(ROOT, "p");
         let g = m.child(p, "g");
         m.add(g, 0, 100);
-        assert_eq!(m.read_exact(p).hierarchical[0], 100);
+        assert_eq!(m.read_exact(p).hierarchical()[0], 100);
         let m = Arc::new(m);
         let a = {
             let m = Arc::clone(&m);
             thread::spawn(move || m.add(g, 0, 1))
         };
         m.add(g, 0, 10);
-        let seen = m.read_exact(p).hierarchical[0];
+        let seen = m.read_exact(p).hierarchical()[0];
         assert!(
             seen == 110 || seen == 111,
             "an exact read of the parent after our completed add saw {seen}"
         );
         a.join().unwrap();
-        assert_eq!(m.read_exact(p).hierarchical[0], 111);
+        assert_eq!(m.read_exact(p).hierarchical()[0], 111);
     });
 }
 
@@ -510,7 +533,7 @@ fn coalesced_readers_wait_and_wake_together() {
                 let m = Arc::clone(&m);
                 thread::spawn(move || {
                     let target = if i == 2 { ROOT } else { g };
-                    m.read(target, FlushPolicy::Coalesced).hierarchical[0]
+                    m.read(target, FlushPolicy::Coalesced).hierarchical()[0]
                 })
             })
             .collect();
@@ -518,7 +541,7 @@ fn coalesced_readers_wait_and_wake_together() {
             let seen = r.join().unwrap();
             assert!(seen == 0 || seen == 5, "a read saw {seen}");
         }
-        assert_eq!(m.read_exact(ROOT).hierarchical[0], 5);
+        assert_eq!(m.read_exact(ROOT).hierarchical()[0], 5);
     });
 }
 
@@ -555,7 +578,7 @@ fn threshold_fold_vs_reader_on(path: UpdatePath, unit: i64) {
             .collect();
         let (m, done) = (&w.0, &w.1);
         let completed = done.load(Ordering::SeqCst) as i64 * unit;
-        let seen = m.read(g, FlushPolicy::Threshold).hierarchical[0];
+        let seen = m.read(g, FlushPolicy::Threshold).hierarchical()[0];
         assert!(
             seen == 0 || (seen >= completed && seen % (200 * unit) == 0 && seen <= 800 * unit),
             "a threshold read saw {seen} with {completed} completed before it"
@@ -569,15 +592,15 @@ fn threshold_fold_vs_reader_on(path: UpdatePath, unit: i64) {
         assert!(pg <= 12 * 64 && pg % 64 == 0, "pending {pg}");
         // What the group's published totals miss is covered by its count
         // plus less than a batch per slot (two slots), in units.
-        let stale = 800 * unit - m.read(g, FlushPolicy::Threshold).hierarchical[0];
+        let stale = 800 * unit - m.read(g, FlushPolicy::Threshold).hierarchical()[0];
         let u = unit as u64;
         assert!(
             stale as u64 <= pg * u + 2 * (64 * u - 1),
             "stale by {stale} with {pg} pending"
         );
-        assert_eq!(m.read_exact(g).hierarchical[0], 800 * unit);
+        assert_eq!(m.read_exact(g).hierarchical()[0], 800 * unit);
         assert_eq!(m.pending(g), 0, "units outlived the flush");
-        assert_eq!(m.read_exact(ROOT).hierarchical[0], 800 * unit);
+        assert_eq!(m.read_exact(ROOT).hierarchical()[0], 800 * unit);
         assert_eq!(m.pending(ROOT), 0, "root units left");
     });
 }
@@ -655,11 +678,13 @@ fn a_panicking_flush_requeues_its_group_while_an_updater_pushes() {
             let m = Arc::clone(&m);
             thread::spawn(move || m.add(g, 0, 10))
         };
-        let seen = m.read_exact(g).local[0];
+        let seen = m.read_exact(g).local()[0];
         assert_eq!(seen, 0, "the panicking fold was undone");
         assert_eq!(m.ctl.flush_panics.load(Ordering::Relaxed), 1);
         updater.join().unwrap();
-        assert_eq!(m.read_exact(g).local[0], 11);
-        assert_eq!(m.read_exact(ROOT).hierarchical[0], 11);
+        assert_eq!(m.read_exact(g).local()[0], 11);
+        assert_eq!(m.read_exact(ROOT).hierarchical()[0], 11);
     });
 }
+
+mod pace;

@@ -14,16 +14,23 @@
 //! (every node updated since the last drain, anywhere in the domain), then
 //! visit only the updated nodes under `R`. Idle groups are never touched, so
 //! the cost follows the number of groups that changed, not the tree's size.
+//!
+//! A flush of `R` in a domain with a read pace stamps `R` with the time it
+//! started ([`pace`]): every update that completed before then
+//! is in the totals of `R` and of every node under it.
 
 use core::ptr;
+use std::sync::Arc;
 
 use crate::percpu::arena::PcpuPtr;
+use crate::percpu::CachePadded;
 use crate::stat::backlog::{self, BacklogHead, PcpuLinks};
 use crate::stat::css::CssTable;
 use crate::stat::fold::fold_node;
 use crate::stat::ops::NodeOwner;
+use crate::stat::pace::{self, Clock, Nudge};
 use crate::stat::policy::Coalescer;
-use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering, UnsafeCell};
+use crate::sync::{self, AtomicBool, AtomicPtr, AtomicU64, Mutex, Ordering, UnsafeCell};
 
 /// A group's membership in one domain.
 pub(crate) struct TreeNode {
@@ -47,12 +54,17 @@ pub(crate) struct TreeNode {
     /// cannot be retried later (see `controller`'s `# A flush that
     /// panics`).
     pub(crate) releasing: UnsafeCell<bool>,
+    /// When the last stamped flush of this node's subtree started
+    /// ([`pace::encode`]d; 0: none yet): stored `Release` under the domain
+    /// lock after that flush published its totals, loaded `Acquire` by
+    /// paced reads ([`pace`]'s `# Synchronization`).
+    pub(crate) flushed_at: AtomicU64,
 }
 
-// SAFETY: the other fields are immutable after construction, and
-// `releasing` is only accessed under the domain lock; the pointees are kept
-// alive by the group hierarchy (a child holds its parent, a group holds its
-// engine, which holds the domains).
+// SAFETY: `flushed_at` is atomic, the other fields are immutable after
+// construction, and `releasing` is only accessed under the domain lock; the
+// pointees are kept alive by the group hierarchy (a child holds its parent,
+// a group holds its engine, which holds the domains).
 unsafe impl Send for TreeNode {}
 // SAFETY: as above.
 unsafe impl Sync for TreeNode {}
@@ -94,7 +106,10 @@ pub(crate) struct Domain {
     /// on this CPU": one lock per slot, held around a simulated section.
     #[cfg(any(rstat_loom, miri))]
     pub(crate) sim: Box<[Mutex<()>]>,
-    pub(crate) lock: Mutex<FlushScratch>,
+    /// On lines of its own: a flush writes its scratch (counters, vectors)
+    /// for every node it folds, and must not take the line of the fields
+    /// lock-free reads load (`root`, the pace, the clock) meanwhile.
+    pub(crate) lock: CachePadded<Mutex<FlushScratch>>,
     pub(crate) backlog: PcpuPtr<BacklogHead>,
     /// The root group's node (set when the root is attached; the root
     /// outlives every other group, and every read holds a group).
@@ -103,14 +118,75 @@ pub(crate) struct Domain {
     pub(crate) root_flush_ongoing: AtomicBool,
     /// `Coalesced`: the root flusher and its waiters.
     pub(crate) coalescer: Coalescer,
+    /// `Threshold`: how old a flush stamp a read over the threshold may
+    /// rely on instead of flushing, in ns of `clock`; 0: none (such a read
+    /// always flushes). See [`pace`].
+    pub(crate) pace_ns: u64,
+    /// What flushes stamp their start with (when `pace_ns` is not 0).
+    pub(crate) clock: Clock,
+    /// A paced read asked the background flusher for a root flush of this
+    /// domain, which has not taken the ask yet (`Relaxed`: a hint).
+    pub(crate) root_flush_asked: AtomicBool,
+    /// The engine's background-flusher wake-up, shared by its domains.
+    pub(crate) nudge: Arc<Nudge>,
 }
 
-// SAFETY: `backlog` heads are atomics; everything else is behind `lock`.
+/// A flush stamp younger than the read pace ([`Domain::fresh_stamp`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fresh {
+    /// When the flush started (ns of the domain's clock).
+    pub(crate) start: u64,
+    /// It started less than half the pace ago.
+    pub(crate) young: bool,
+}
+
+/// A domain's read pace: how old a flush stamp a `Threshold` read may rely
+/// on, the clock stamps are read from, and the nudge that asks for root
+/// flushes.
+#[derive(Clone)]
+pub(crate) struct Pace {
+    /// `None`: no pace (reads over the threshold always flush).
+    pub(crate) pace: Option<std::time::Duration>,
+    pub(crate) clock: Clock,
+    pub(crate) nudge: Arc<Nudge>,
+}
+
+// SAFETY: `backlog` heads, `root` and the flags are atomics, the coalescer
+// and the nudge are behind their own locks, the rest is immutable after
+// construction or behind `lock`.
 unsafe impl Send for Domain {}
 // SAFETY: as above.
 unsafe impl Sync for Domain {}
 
 impl Domain {
+    /// A domain of `nr_cpus` slots, whose update path is the engine's
+    /// (`section_limit`, `rseq_off`), with its per-CPU `backlog` heads.
+    pub(crate) fn new(
+        nr_cpus: usize,
+        section_limit: usize,
+        rseq_off: isize,
+        backlog: PcpuPtr<BacklogHead>,
+        pace: Pace,
+    ) -> Domain {
+        Domain {
+            nr_cpus,
+            section_limit,
+            rseq_off,
+            #[cfg(any(rstat_loom, miri))]
+            sim: (0..nr_cpus).map(|_| Mutex::new(())).collect(),
+            lock: CachePadded::new(Mutex::new(FlushScratch::default())),
+            backlog,
+            root: AtomicPtr::new(ptr::null_mut()),
+            root_flush_ongoing: AtomicBool::new(false),
+            coalescer: Coalescer::default(),
+            // A pace of a whole ns at least: 0 stands for none.
+            pace_ns: pace.pace.map_or(0, |p| pace::as_ns(p).max(1)),
+            clock: pace.clock,
+            root_flush_asked: AtomicBool::new(false),
+            nudge: pace.nudge,
+        }
+    }
+
     /// # Safety
     /// `cpu < nr_cpus`.
     #[inline(always)]
@@ -191,6 +267,11 @@ impl Domain {
         fence: bool,
     ) {
         scratch.flushes += 1;
+        // The stamp: the time before the first drain (under the lock, so
+        // a node's stamps only grow). Only a fenced flush includes every
+        // update completed before it starts, so only it stamps.
+        let start = (fence && self.pace_ns != 0).then(|| self.clock.now());
+        let mut undone = false;
         // Every CPU's backlog first, so one fence serves all of them.
         for cpu in 0..self.nr_cpus {
             // SAFETY: we hold the lock (caller), nodes on backlogs are live.
@@ -207,11 +288,76 @@ impl Domain {
             for &n in order.iter().rev() {
                 scratch.folds += 1;
                 // SAFETY: nodes on the tree are live; lock held.
-                unsafe { fold_node(self, &*n, cpu, &mut scratch.deltas) };
+                undone |= unsafe { fold_node(self, &*n, cpu, &mut scratch.deltas) };
             }
             order.clear();
             scratch.order = order;
         }
+        // Release, after every total above was published: a paced read
+        // that loads this stamp (`Acquire`) copies totals at least as new.
+        // A flush with an undone fold (a contained panic) did not fold
+        // everything that completed before `start`: no stamp.
+        if let (Some(start), false) = (start, undone) {
+            root.flushed_at
+                .store(pace::encode(start), Ordering::Release);
+        }
+    }
+
+    /// A paced read's test: if this domain has a pace and the last stamped
+    /// flush of `node`'s subtree, or of the root's, started less than the
+    /// pace ago, the newer such flush (its start, ns of [`Domain::clock`],
+    /// and whether it is *young*: less than half the pace ago). Cost: a
+    /// read of the clock and two or three loads, no lock.
+    ///
+    /// A read that relies on the returned stamp, copying published totals
+    /// after this call, includes every update of `node`'s subtree that
+    /// completed before that time (see `policy`'s "The bound").
+    pub(crate) fn fresh_stamp(&self, node: &TreeNode) -> Option<Fresh> {
+        if self.pace_ns == 0 {
+            return None;
+        }
+        let now = self.clock.now();
+        let fresh = |stamp: u64| {
+            pace::fresh(stamp, now, self.pace_ns).map(|start| Fresh {
+                start,
+                young: now.saturating_sub(start) < self.pace_ns / 2,
+            })
+        };
+        // The root's first: while the periodic flusher answers the asks,
+        // it is young, and one line serves every group's reads.
+        // SAFETY: the root node lives as long as any group of the engine,
+        // and the caller holds one (`node`'s).
+        let root = unsafe { self.root.load(Ordering::Acquire).as_ref() }
+            .and_then(|r| fresh(r.flushed_at.load(Ordering::Acquire)));
+        if root.is_some_and(|f| f.young) {
+            return root;
+        }
+        match (root, fresh(node.flushed_at.load(Ordering::Acquire))) {
+            (Some(r), Some(o)) => Some(if o.start > r.start { o } else { r }),
+            (r, o) => r.or(o),
+        }
+    }
+
+    /// Ask the background flusher for a root flush of this domain: one
+    /// `Relaxed` load while an ask is pending; otherwise the reader that
+    /// turns the flag on wakes the flusher ([`Nudge::wake`]). Nothing
+    /// without a pace.
+    pub(crate) fn ask_root_flush(&self) {
+        if self.pace_ns != 0
+            && !self.root_flush_asked.load(Ordering::Relaxed)
+            && !self.root_flush_asked.swap(true, Ordering::Relaxed)
+        {
+            self.nudge.wake();
+        }
+    }
+
+    /// The background flusher's half of [`ask_root_flush`](Self::ask_root_flush):
+    /// whether a read asked for a root flush since the last take, turning
+    /// the flag off (before the flush it asks for, so an ask that comes
+    /// during that flush wakes the flusher again).
+    #[cfg_attr(rstat_loom, allow(dead_code))]
+    pub(crate) fn take_root_flush_ask(&self) -> bool {
+        self.root_flush_asked.swap(false, Ordering::Relaxed)
     }
 
     /// Remove `root`'s subtree from `cpu`'s updated tree, leaving its nodes in

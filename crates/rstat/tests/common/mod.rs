@@ -22,12 +22,14 @@ pub fn engine() -> Rstat {
 }
 
 /// An engine of `nr_cpus` slots reading under `policy`, with no periodic
-/// flusher (so a read is stale or exact as `policy` alone decides).
+/// flusher and no read pace (so a read is stale or exact as `policy`'s
+/// unit threshold alone decides, never by the time since a flush).
 pub fn engine_with(nr_cpus: usize, policy: FlushPolicy) -> Rstat {
     Rstat::builder()
         .nr_cpus(nr_cpus)
         .flush_policy(policy)
         .periodic_flush(None)
+        .read_pace(None)
         .build()
         .unwrap()
 }
