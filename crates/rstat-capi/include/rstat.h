@@ -339,9 +339,11 @@ int rstat_add(struct rstat_counters *cs, struct rstat_group *g, uint32_t item, i
 int rstat_read_exact(struct rstat_counters *cs, struct rstat_group *g, uint32_t flags, int64_t *values, size_t len);
 
 // As `rstat_read_exact`, but under the counter set's flush policy (by
-// default kernel v6.8's threshold: no flush, a lock-free copy, unless
-// more than 64 × nr_cpus units are pending, so the result may lag by at
-// most that much).
+// default kernel v6.8's threshold, paced: no flush, a lock-free copy,
+// unless more than 64 × nr_cpus units are pending and no flush of the
+// group's subtree or of the root started within the engine's read pace
+// (100 ms by default); so the result lags by at most that many units, or
+// includes every update made a read pace before the call).
 //
 // Errors: as `rstat_read_exact`: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`,
 // `RSTAT_EXDEV`, `RSTAT_EINVAL` (unknown flag), `RSTAT_ERANGE` (`len` too

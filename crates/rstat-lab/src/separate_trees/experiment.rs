@@ -99,7 +99,7 @@ fn view(f: &Fig) -> View {
             ],
         ),
         notes: format!(
-            "{} reads; {} writer thread(s); {} children; {} heavy items.",
+            "{} reads; {} writer thread(s); {} children; {} heavy items; locked update path (on the rseq path each exact read adds one `membarrier`, the same in both layouts).",
             f.s("/reads"),
             f.s("/writers"),
             f.s("/children"),
