@@ -39,7 +39,11 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
-const CONSTANT_BOUND: usize = 1700;
+/// The per-group heap outside the per-CPU arena (group, tables, one css
+/// per controller on its three lines, one tree node per domain with its
+/// flush stamp, name): natively about 1.65 KB for the engine below, and a
+/// little more under Miri, whose builds keep the simulated sections' state.
+const CONSTANT_BOUND: usize = 1800;
 
 #[test]
 fn per_group_cost_is_per_cpu_bytes_times_cpus_plus_a_small_constant() {
