@@ -341,7 +341,8 @@ impl ControllerHandle {
     /// of updates), that is all it loads before the copy; otherwise it sums
     /// the group's nr_cpus pending counters, and past the threshold asks
     /// the periodic flusher for a root flush (a flag test, and a wake-up
-    /// for the first asker). One allocation, for the returned copy.
+    /// for the first asker). The copy is returned inline for a controller of
+    /// up to two items (no allocation), else in one allocation.
     pub fn read(&self, group: &Group) -> Result<GroupStats> {
         let css = self.css_of(group.inner())?;
         // SAFETY: kept alive by `group`; a controller's domain lives as long
@@ -358,7 +359,7 @@ impl ControllerHandle {
     /// every update that completed before the call is included.
     ///
     /// Cost: this controller's flush lock and a flush of `group`'s subtree
-    /// (see [`read`](Self::read)); one allocation, for the returned copy.
+    /// (see [`read`](Self::read)); the copy as there.
     pub fn read_exact(&self, group: &Group) -> Result<GroupStats> {
         let css = self.css_of(group.inner())?;
         // SAFETY: as in `read`.

@@ -171,13 +171,20 @@ impl Default for StatSlot {
 
 /// The state of one controller in one group ("css" in the kernel).
 ///
-/// Laid out by use (`repr(C)`, on its own cache lines): the first line
-/// holds only what every update reads and nobody writes after
-/// construction; what flushes write is off it (the totals' and the
-/// published copy's arrays are allocations of their own; the totals'
-/// overflow count is on the third line), so a flush does not take the line
-/// every update reads (the pending-update counters that crossings write
-/// are per CPU, in the arena: see [`UPDATES`]).
+/// Laid out by use (`repr(C)`, on its own cache lines):
+/// - line 0 holds only what every update reads and nobody writes after
+///   construction;
+/// - line 1 is what a lock-free read loads: the controller entry (checked
+///   by `css_of`), the node (for the flush stamp) and the published
+///   totals, inline for a one-item controller, so such a read of a group
+///   touches this one line of its css. Flushes write it; no update reads
+///   it;
+/// - line 2 is the flushes': the parent and the totals (the domain
+///   lock's), whose arrays are allocations of their own.
+///
+/// So a flush does not take the line every update reads (the
+/// pending-update counters that crossings write are per CPU, in the
+/// arena: see [`UPDATES`]).
 #[repr(C, align(64))]
 pub(crate) struct Css {
     // Line 0: read by every update, written by nobody.
@@ -197,24 +204,61 @@ pub(crate) struct Css {
     pub(crate) section_limit: u32,
     #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
     pub(crate) rseq_off: i32,
-    // Line 1: read-only after construction (the locked path reads `node`),
-    // then the totals, whose boxes a flush does not replace.
+    // Line 1: what a lock-free read loads.
+    pub(crate) ctl: Arc<CtlEntry>,
     /// This group's node in the controller's domain.
     pub(crate) node: *const TreeNode,
-    pub(crate) ctl: Arc<CtlEntry>,
+    /// The last folded totals, for reads that do not take the lock (see
+    /// [`Published`]). Written under the domain lock (hierarchical and the
+    /// overflows first, then local with `Release`); read local (`Acquire`)
+    /// first, then the rest, so a lock-free reader never sees
+    /// `local > hierarchical` where counts only grow.
+    pub(crate) published: Published,
+    // Line 2: the flushes'.
     /// The parent group's css of the same controller; null at the root.
     pub(crate) parent: *const Css,
-    /// The last folded totals, for reads that do not take the lock:
-    /// `local` in `[..n]`, `hierarchical` in `[n..2n]`, and
-    /// `Totals::overflows` (as `u64` bits) at `[2n]`: one allocation, so a
-    /// read that copies them touches as few lines as it can. Written under
-    /// the domain lock (hierarchical and the overflows first, then local
-    /// with `Release`); read local (`Acquire`) first, then the rest, so a
-    /// lock-free reader never sees `local > hierarchical` where counts
-    /// only grow.
-    pub(crate) published: Box<[AtomicI64]>,
     /// Domain lock.
     pub(crate) totals: UnsafeCell<Totals>,
+}
+
+/// How many published values a css keeps inline (what fits on the read's
+/// line): local, hierarchical and the overflow count of a one-item
+/// controller, the common counter set.
+pub(crate) const INLINE_PUBLISHED: usize = 4;
+const _: () = assert!(
+    INLINE_PUBLISHED >= 3,
+    "a one-item controller's values fit inline"
+);
+
+/// A css's published totals: `local` in `[..n]`, `hierarchical` in
+/// `[n..2n]`, and `Totals::overflows` (as `u64` bits) at `[2n]`, for a
+/// controller of `n` items. Inline, on the line a read already loads, when
+/// they fit; else one allocation of their own.
+pub(crate) struct Published {
+    inline: [AtomicI64; INLINE_PUBLISHED],
+    spilled: Option<Box<[AtomicI64]>>,
+}
+
+impl Published {
+    pub(super) fn new(n: usize) -> Self {
+        let len = 2 * n + 1;
+        Published {
+            inline: core::array::from_fn(|_| AtomicI64::new(0)),
+            spilled: (len > INLINE_PUBLISHED)
+                .then(|| (0..len).map(|_| AtomicI64::new(0)).collect()),
+        }
+    }
+
+    /// The values, as the type's doc lays them out: `2n + 1` of them, or
+    /// (inline) [`INLINE_PUBLISHED`], the overflow count first after the
+    /// `2n` totals.
+    #[inline]
+    pub(crate) fn values(&self) -> &[AtomicI64] {
+        match &self.spilled {
+            Some(v) => v,
+            None => &self.inline,
+        }
+    }
 }
 
 // SAFETY: pointers are immutable after construction and kept alive by the
@@ -248,7 +292,7 @@ impl Css {
             links: node.links,
             backlog,
             totals: UnsafeCell::new(Totals::zeroed(n)),
-            published: (0..2 * n + 1).map(|_| AtomicI64::new(0)).collect(),
+            published: Published::new(n),
             unit_shifts,
             // The engine checked both fit (`choose_update_path`).
             section_limit: domain.section_limit as u32,
@@ -403,22 +447,22 @@ impl Css {
 
     /// Copy the published totals, without the lock: every local total
     /// (`Acquire`), then every hierarchical one, then the overflow count
-    /// (see the module's `# Synchronization`). One allocation.
+    /// (see the module's `# Synchronization`). No allocation for a
+    /// controller of up to two items (see `TotalsCopy`).
     pub(crate) fn totals_published(&self) -> TotalsCopy {
         let n = self.ctl.nr_stats;
-        let (local, rest) = self.published.split_at(n);
+        let values = self.published.values();
+        let (local, rest) = values.split_at(n);
         let (hierarchical, overflows) = rest.split_at(n);
-        let mut values = Vec::with_capacity(2 * n);
-        for a in local {
-            values.push(a.load(Ordering::Acquire));
-        }
-        for a in hierarchical {
-            values.push(a.load(Ordering::Relaxed));
-        }
-        let overflows = overflows
+        // Every local load (`Acquire`) before any hierarchical one: the
+        // chain is evaluated in order.
+        let local = local.iter().map(|a| a.load(Ordering::Acquire));
+        let hierarchical = hierarchical.iter().map(|a| a.load(Ordering::Relaxed));
+        let mut copy = TotalsCopy::from_halves(n, local.chain(hierarchical), 0);
+        copy.overflows = overflows
             .first()
             .map_or(0, |o| o.load(Ordering::Relaxed) as u64);
-        TotalsCopy::from_halves(values.into_boxed_slice(), overflows)
+        copy
     }
 
     /// At the group's final release, after its last flush: hand any

@@ -64,7 +64,7 @@ pub(crate) unsafe fn fold_node(
             // SAFETY: lock held.
             let t = unsafe { &*t };
             let n = css.ctl.nr_stats;
-            let (local, rest) = css.published.split_at(n);
+            let (local, rest) = css.published.values().split_at(n);
             let (hierarchical, overflows) = rest.split_at(n);
             for (a, v) in hierarchical.iter().zip(t.hierarchical.iter()) {
                 a.store(*v, Ordering::Relaxed);

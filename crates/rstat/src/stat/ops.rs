@@ -311,51 +311,104 @@ impl Totals {
 }
 
 /// A copy of one group's totals of one controller, as a read returns it:
-/// the local and hierarchical totals in one allocation (local first), and
-/// the clamped-addition count. Not [`Totals`]: a read has no use for the
-/// pending array, and one allocation instead of three is most of what a
-/// read that does not flush costs beyond its loads.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// the local and hierarchical totals side by side (local first), and the
+/// clamped-addition count. Not [`Totals`]: a read has no use for the
+/// pending array. A controller of up to [`INLINE_VALUES`]` / 2` items
+/// (every built-in counter set a service declares per metric, the common
+/// case) keeps its copy inline, so a read that does not flush allocates
+/// nothing; larger ones take one allocation.
+#[derive(Clone, Debug)]
 pub(crate) struct TotalsCopy {
     /// `local` in `[..local_len]`, `hierarchical` after it.
-    values: Box<[i64]>,
+    values: Values,
     local_len: usize,
     /// [`Totals::overflows`].
     pub(crate) overflows: u64,
 }
 
+/// How many values (local and hierarchical together) a [`TotalsCopy`]
+/// holds without an allocation.
+pub(crate) const INLINE_VALUES: usize = 4;
+
+/// A [`TotalsCopy`]'s values: inline up to [`INLINE_VALUES`], else boxed.
+#[derive(Clone, Debug)]
+enum Values {
+    Inline { buf: [i64; INLINE_VALUES], len: u8 },
+    Heap(Box<[i64]>),
+}
+
+impl Values {
+    /// The values `iter` yields, which are exactly `len`.
+    #[inline]
+    fn collect(len: usize, iter: impl Iterator<Item = i64>) -> Self {
+        if len <= INLINE_VALUES {
+            let mut buf = [0; INLINE_VALUES];
+            let mut n = 0;
+            for (slot, v) in buf.iter_mut().zip(iter) {
+                *slot = v;
+                n += 1;
+            }
+            debug_assert_eq!(n, len);
+            Values::Inline { buf, len: n as u8 }
+        } else {
+            let v: Box<[i64]> = iter.collect();
+            debug_assert_eq!(v.len(), len);
+            Values::Heap(v)
+        }
+    }
+
+    #[inline]
+    fn as_slice(&self) -> &[i64] {
+        match self {
+            Values::Inline { buf, len } => &buf[..usize::from(*len)],
+            Values::Heap(v) => v,
+        }
+    }
+}
+
+impl PartialEq for TotalsCopy {
+    fn eq(&self, other: &Self) -> bool {
+        self.local() == other.local()
+            && self.hierarchical() == other.hierarchical()
+            && self.overflows == other.overflows
+    }
+}
+
+impl Eq for TotalsCopy {}
+
 impl TotalsCopy {
     /// A copy of `local`, `hierarchical` (which may differ in length: a
     /// controller may resize its totals by hand) and `overflows`.
     pub(crate) fn new(local: &[i64], hierarchical: &[i64], overflows: u64) -> Self {
-        let mut values = Vec::with_capacity(local.len() + hierarchical.len());
-        values.extend_from_slice(local);
-        values.extend_from_slice(hierarchical);
         TotalsCopy {
-            values: values.into_boxed_slice(),
+            values: Values::collect(
+                local.len() + hierarchical.len(),
+                local.iter().chain(hierarchical).copied(),
+            ),
             local_len: local.len(),
             overflows,
         }
     }
 
-    /// A copy of `2 × n` values, local first, hierarchical after.
-    pub(crate) fn from_halves(values: Box<[i64]>, overflows: u64) -> Self {
-        let local_len = values.len() / 2;
+    /// A copy of the `2 × n` values `values` yields, local first,
+    /// hierarchical after.
+    #[inline]
+    pub(crate) fn from_halves(n: usize, values: impl Iterator<Item = i64>, overflows: u64) -> Self {
         TotalsCopy {
-            values,
-            local_len,
+            values: Values::collect(2 * n, values),
+            local_len: n,
             overflows,
         }
     }
 
     /// The group's own totals.
     pub(crate) fn local(&self) -> &[i64] {
-        &self.values[..self.local_len]
+        &self.values.as_slice()[..self.local_len]
     }
 
     /// The group's and its descendants' totals.
     pub(crate) fn hierarchical(&self) -> &[i64] {
-        &self.values[self.local_len..]
+        &self.values.as_slice()[self.local_len..]
     }
 }
 

@@ -1,12 +1,13 @@
 //! Unit tests of the css layout.
 
-use super::css::Css;
-use core::mem::{align_of, offset_of, size_of};
-
 /// What every update reads is on the css's first line; what any CPU's
-/// crossing writes is on another (see `Css`).
+/// crossing writes is on another (see `Css`). Not under loom, whose
+/// atomics are larger than the machine's: the layout is the real build's.
+#[cfg(not(rstat_loom))]
 #[test]
 fn css_keeps_the_updates_line_apart_from_the_counters_folds_write() {
+    use super::css::{Css, Published, INLINE_PUBLISHED};
+    use core::mem::{align_of, offset_of, size_of};
     assert_eq!(align_of::<Css>(), 64);
     assert_eq!(size_of::<Css>(), 192, "three lines");
     for (field, at) in [
@@ -21,6 +22,32 @@ fn css_keeps_the_updates_line_apart_from_the_counters_folds_write() {
     }
     let at = offset_of!(Css, totals);
     assert!(at >= 64, "totals at {at}: on the updates' line");
+    // A lock-free read of a one-item controller loads one line of the css:
+    // the entry `css_of` checks, the node, and the inline published totals.
+    let line = |at: usize| at / 64;
+    for (field, at, end) in [
+        ("ctl", offset_of!(Css, ctl), offset_of!(Css, ctl) + 8),
+        ("node", offset_of!(Css, node), offset_of!(Css, node) + 8),
+        (
+            "published",
+            offset_of!(Css, published),
+            offset_of!(Css, published) + size_of::<Published>(),
+        ),
+    ] {
+        assert_eq!(
+            (line(at), line(end - 1)),
+            (1, 1),
+            "{field} at {at}..{end}: off the reads' line"
+        );
+    }
+    // ... inline: the values lie inside the css's own bytes.
+    for n in [0, 1, 2] {
+        let p = Published::new(n);
+        let (at, base) = (p.values().as_ptr() as usize, &p as *const _ as usize);
+        let inline = (base..base + size_of::<Published>()).contains(&at);
+        assert_eq!(inline, 2 * n < INLINE_PUBLISHED, "n {n}");
+        assert!(p.values().len() > 2 * n, "n {n}: no room for the overflows");
+    }
 }
 
 mod crossing {
@@ -80,4 +107,30 @@ mod crossing {
 fn a_stat_item_is_one_line() {
     assert_eq!(align_of::<crate::StatItem>(), 64);
     assert_eq!(size_of::<crate::StatItem>(), 64);
+}
+
+/// A copy returns what it was given, inline or boxed, at every size
+/// around the inline capacity.
+#[test]
+fn totals_copies_keep_their_values_inline_or_boxed() {
+    use super::ops::{TotalsCopy, INLINE_VALUES};
+    for n in 0..=INLINE_VALUES + 2 {
+        let local: Vec<i64> = (0..n as i64).map(|i| i * 3 - 1).collect();
+        let hierarchical: Vec<i64> = (0..n as i64).map(|i| -i * 7 + 2).collect();
+        let a = TotalsCopy::new(&local, &hierarchical, n as u64);
+        let b = TotalsCopy::from_halves(n, local.iter().chain(&hierarchical).copied(), n as u64);
+        for c in [&a, &b] {
+            assert_eq!(c.local(), &local[..], "n {n}");
+            assert_eq!(c.hierarchical(), &hierarchical[..], "n {n}");
+            assert_eq!(c.overflows, n as u64);
+        }
+        assert_eq!(a, b);
+        assert_eq!(a.clone(), b);
+    }
+    // Unequal lengths (a controller that resized its totals by hand).
+    let c = TotalsCopy::new(&[1], &[2, 3, 4, 5, 6], 0);
+    assert_eq!(
+        (c.local(), c.hierarchical()),
+        (&[1][..], &[2, 3, 4, 5, 6][..])
+    );
 }
