@@ -392,7 +392,10 @@ impl Rstat {
 
     /// `cpu` stats of `group` (hierarchical and local), as fresh as the
     /// `cpu` controller's flush policy makes them; a flush, when there is
-    /// one, touches the `cpu` controller's trees only. For an exact read use
+    /// one, touches the `cpu` controller's trees only. Under `Threshold`
+    /// (the default) that is [`ControllerHandle::read`]'s bound: within
+    /// the unit threshold, or including every charge that completed a read
+    /// pace ([`Rstat::read_pace`]) before the call. For an exact read use
     /// `rs.cpu().read_exact(group)`.
     pub fn cpu_stat(&self, group: &Group) -> Result<crate::controller::GroupStats> {
         match self.cpu.as_ref() {

@@ -50,7 +50,10 @@ impl Memory {
     /// [`stat_controller`](Self::stat_controller), after adding the
     /// accounting allocator's pending deltas
     /// ([`flush_heap_stats`](Self::flush_heap_stats): each CPU's stock lock
-    /// once).
+    /// once). Under `Threshold` (the default) that read's bound holds:
+    /// within the unit threshold, or including every update that completed
+    /// a read pace ([`Rstat::read_pace`](crate::Rstat::read_pace)) before
+    /// the call.
     pub fn read(&self, group: &Group) -> Result<GroupStats, MemoryError> {
         self.flush_heap_stats(group)?;
         Ok(self.inner.stats.read(group)?)

@@ -324,10 +324,7 @@ pub const PERIOD_RANGE: (Duration, Duration) =
 
 /// Check a periodic-flush period.
 pub(crate) fn check_period(p: Duration) -> Result<(), Error> {
-    if p < PERIOD_RANGE.0 || p > PERIOD_RANGE.1 {
-        return Err(Error::InvalidPeriod { period: p });
-    }
-    Ok(())
+    within(p, PERIOD_RANGE, |period| Error::InvalidPeriod { period })
 }
 
 /// Shortest and longest accepted read paces
@@ -337,10 +334,20 @@ pub const PACE_RANGE: (Duration, Duration) =
 
 /// Check a read pace.
 pub(crate) fn check_pace(p: Duration) -> Result<(), Error> {
-    if p < PACE_RANGE.0 || p > PACE_RANGE.1 {
-        return Err(Error::InvalidReadPace { pace: p });
+    within(p, PACE_RANGE, |pace| Error::InvalidReadPace { pace })
+}
+
+/// `Ok` if `p` is in `range` (both ends included), else `err(p)`.
+fn within(
+    p: Duration,
+    range: (Duration, Duration),
+    err: impl FnOnce(Duration) -> Error,
+) -> Result<(), Error> {
+    if (range.0..=range.1).contains(&p) {
+        Ok(())
+    } else {
+        Err(err(p))
     }
-    Ok(())
 }
 
 impl FlushPolicy {
