@@ -221,6 +221,15 @@ pub(crate) unsafe fn drain(head: &BacklogHead, mut f: impl FnMut(&PcpuLinks)) {
     // Wait for every announced push to land (module docs). Acquire pairs
     // with the claimers' Release decrements.
     sync::spin_wait(|| head.pushing.load(Ordering::Acquire) == 0);
+    // An empty list (most CPUs' at most flushes, and every CPU but the
+    // group's few at a group's final flush) costs a load, not a locked
+    // swap. Sound: every push that must be seen happens before the wait
+    // above returned (its withdrawal is what the wait read), so this load
+    // sees it; a push it misses is concurrent with the flush, and is left
+    // for the next one exactly as if the swap had come first.
+    if head.head.load(Ordering::Acquire).is_null() {
+        return;
+    }
     let mut p = head.head.swap(ptr::null_mut(), Ordering::Acquire);
     while !p.is_null() {
         // SAFETY: nodes on a backlog are live (caller's guarantee), and `p`

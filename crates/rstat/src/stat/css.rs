@@ -480,9 +480,15 @@ impl Css {
         let nr_cpus = unsafe { &*self.ctl.domain }.nr_cpus;
         for cpu in 0..nr_cpus {
             // SAFETY: the css is live (`&self`); `cpu` is in range.
-            let left = unsafe { self.stats.elem(cpu, n + UPDATES) }
-                .cur
-                .swap(0, Ordering::Acquire);
+            let updates = &unsafe { self.stats.elem(cpu, n + UPDATES) }.cur;
+            // A load, not a locked swap per CPU: at the final release no
+            // one else writes this counter (the group's updaters and its
+            // children, whose crossings count here, are gone), so only a
+            // count left over needs taking.
+            let left = updates.load(Ordering::Acquire);
+            if left != 0 {
+                updates.store(0, Ordering::Relaxed);
+            }
             debug_assert_eq!(left, 0, "pending-update units left at release");
             // SAFETY: a parent outlives its children's release.
             if let (Some(p), true) = (unsafe { self.parent.as_ref() }, left != 0) {
