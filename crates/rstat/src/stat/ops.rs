@@ -357,6 +357,11 @@ impl TotalsCopy {
     pub(crate) fn hierarchical(&self) -> &[i64] {
         &self.values[self.local_len..]
     }
+
+    /// `(local, hierarchical)`, to rewrite in place.
+    pub(crate) fn halves_mut(&mut self) -> (&mut [i64], &mut [i64]) {
+        self.values.split_at_mut(self.local_len)
+    }
 }
 
 /// A registered controller.
