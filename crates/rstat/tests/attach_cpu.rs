@@ -13,6 +13,12 @@ use rstat::attach::{charge_all_threads, thread_cpu_time};
 use rstat::testing::BuilderExt;
 use rstat::Rstat;
 
+/// The µs the calling thread's reconciliations shared out to time in no
+/// group (part of its exact total).
+fn unattributed() -> i64 {
+    rstat::testing::this_thread_cpu_ledger().map_or(0, |l| l.unattributed_us as i64)
+}
+
 /// Slack for the time enter/exit themselves take around a measured burn
 /// (Miri runs them thousands of times slower, on the wall clock).
 const SLACK_US: i64 = if cfg!(miri) { 5_000_000 } else { 2_000 };
@@ -56,9 +62,13 @@ fn nested_groups_are_charged_their_own_slices() {
             // Each slice's charge is its burn plus the few µs of enter/exit
             // around it.
             let slack = SLACK_US;
+            // The short stretch in no group before `a` is charged by its
+            // wall time (the error model), and can take a few µs of `a`'s
+            // if the thread was off the CPU in it: counted back here.
+            let none = unattributed();
             assert!(
-                la >= us(in_a1 + in_a2) && la < us(in_a1 + in_a2) + slack,
-                "a: {la}"
+                la + none >= us(in_a1 + in_a2) && la < us(in_a1 + in_a2) + slack,
+                "a: {la} (+ {none} in no group)"
             );
             assert!(lb >= us(in_b) && lb < us(in_b) + slack, "b: {lb}");
             // The root is the process: its children's part is theirs.
@@ -81,8 +91,10 @@ fn out_of_order_drops_charge_the_group_that_stays_current() {
             drop(ga);
             let burned = burn(Duration::from_millis(40));
             drop(gb);
-            assert!(local_usage(&rs, &a) < SLACK_US);
-            assert!(local_usage(&rs, &b) >= us(burned));
+            let (la, lb) = (local_usage(&rs, &a), local_usage(&rs, &b));
+            assert!(la < SLACK_US);
+            // Short stretches before `b` can take a few µs (error model).
+            assert!(lb + la + unattributed() >= us(burned), "{lb} {la}");
         });
     });
 }
@@ -223,8 +235,11 @@ fn a_group_of_another_engine_takes_the_time_while_current() {
             let in_x = burn(Duration::from_millis(40));
             drop(gx);
             drop(ga);
-            assert!(usage(&rs2, &x) >= us(in_x));
-            assert!(usage(&rs1, &a) < SLACK_US, "{}", usage(&rs1, &a));
+            // Short stretches before `x` (in no group, in `a`) can take a
+            // few µs of its time (the error model).
+            let (ux, ua) = (usage(&rs2, &x), usage(&rs1, &a));
+            assert!(ux + ua + unattributed() >= us(in_x), "{ux} {ua}");
+            assert!(ua < SLACK_US, "{ua}");
         });
     });
 }
