@@ -64,7 +64,7 @@
 //! | [`ControllerHandle::read`] | by policy; `Threshold`: nr_cpus loads of the group's per-CPU pending counters, then a lock-free copy (no lock, no system call) unless more than [`UPDATE_BATCH`](controller::UPDATE_BATCH) × nr_cpus units (each item in its declared unit) are pending; then still a copy if a flush of the group's subtree or of the root's started within the read pace ([`Builder::read_pace`]), else as `read_exact` |
 //! | the periodic flusher | one root flush (as `read_exact` of the root) per period |
 //! | [`Group`] clone / drop | one per-CPU reference get / put |
-//! | [`Group::enter`] + drop, a [`Group::scope`]d poll | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` per change of the current group, an uncontended lock and a three-item charge; nothing but the stack push/pop when the group is already current |
+//! | [`Group::enter`] + drop, a [`Group::scope`]d poll | one `clock_gettime(CLOCK_MONOTONIC)` (vDSO, no system call) per change of the current group, an uncontended lock and a wall-time segment; the thread's CPU clock is read and apportioned among its groups at reconciliations (every few ms of wall time, after a long segment), so a thread's charges sum to its CPU time exactly there (error model: [`attach`]); nothing but the stack push/pop when the group is already current |
 //! | [`Group::create_child`], [`Group::remove`] | the topology lock, arena allocations / a reference-count switch (the last handle's drop folds the group into its parent: a flush of that group alone) |
 //!
 //! # At the edges

@@ -165,3 +165,33 @@ impl MemoryExt for Memory {
         self.uncharge_on(group, amount, self.fold_cpu(cpu))
     }
 }
+
+/// How many times the calling thread has read its own CPU clock
+/// (`CLOCK_THREAD_CPUTIME_ID`) for attribution: what a change of the
+/// current group is meant not to pay for each time.
+pub fn thread_clock_reads() -> u64 {
+    crate::attach::own_clock_reads()
+}
+
+/// Where the calling thread's CPU time stands at its last reconciliation
+/// (see [`this_thread_cpu_ledger`]).
+#[derive(Clone, Copy, Debug)]
+pub struct CpuLedger {
+    /// The thread's CPU clock (ns) when its record was taken (its first
+    /// enter, or its first after it gave the record back).
+    pub start_ns: u64,
+    /// The thread's CPU clock (ns) at its last reconciliation.
+    pub reconciled_ns: u64,
+    /// µs apportioned to time in no group since `start_ns`.
+    pub unattributed_us: u64,
+}
+
+/// The calling thread's [`CpuLedger`], or `None` if it has no record.
+pub fn this_thread_cpu_ledger() -> Option<CpuLedger> {
+    let (start_ns, reconciled_ns, unattributed_us) = crate::attach::this_thread_ledger()?;
+    Some(CpuLedger {
+        start_ns,
+        reconciled_ns,
+        unattributed_us,
+    })
+}

@@ -90,6 +90,9 @@ fn lifecycle() {
         // whose contents are never read, or move it out of the guard.
         std::hint::black_box(Box::new([1; 100]))
     };
+    // The thread's CPU segment in `z` holds a reference until the thread
+    // reconciles (attach's "CPU time"): reconcile now.
+    rstat::attach::charge_this_thread();
     z.remove().unwrap();
     drop(z);
     rs.release_deferred();

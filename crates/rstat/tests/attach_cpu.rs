@@ -13,6 +13,12 @@ use rstat::attach::{charge_all_threads, thread_cpu_time};
 use rstat::testing::BuilderExt;
 use rstat::Rstat;
 
+/// The µs the calling thread's reconciliations shared out to time in no
+/// group (part of its exact total).
+fn unattributed() -> i64 {
+    rstat::testing::this_thread_cpu_ledger().map_or(0, |l| l.unattributed_us as i64)
+}
+
 /// Slack for the time enter/exit themselves take around a measured burn
 /// (Miri runs them thousands of times slower, on the wall clock).
 const SLACK_US: i64 = if cfg!(miri) { 5_000_000 } else { 2_000 };
@@ -56,12 +62,19 @@ fn nested_groups_are_charged_their_own_slices() {
             // Each slice's charge is its burn plus the few µs of enter/exit
             // around it.
             let slack = SLACK_US;
+            // The short stretch in no group before `a` is charged by its
+            // wall time (the error model), and can take a few µs of `a`'s
+            // if the thread was off the CPU in it: counted back here.
+            let none = unattributed();
             assert!(
-                la >= us(in_a1 + in_a2) && la < us(in_a1 + in_a2) + slack,
-                "a: {la}"
+                la + none >= us(in_a1 + in_a2) && la < us(in_a1 + in_a2) + slack,
+                "a: {la} (+ {none} in no group)"
             );
             assert!(lb >= us(in_b) && lb < us(in_b) + slack, "b: {lb}");
-            assert_eq!(usage(&rs, rs.root()), la + lb);
+            // The root is the process: its children's part is theirs.
+            let root = rs.cpu().unwrap().read_exact(rs.root()).unwrap();
+            let (total, own) = (root.get("usage_usec"), root.get_local("usage_usec"));
+            assert_eq!(total.unwrap() - own.unwrap(), la + lb);
         });
     });
 }
@@ -78,8 +91,10 @@ fn out_of_order_drops_charge_the_group_that_stays_current() {
             drop(ga);
             let burned = burn(Duration::from_millis(40));
             drop(gb);
-            assert!(local_usage(&rs, &a) < SLACK_US);
-            assert!(local_usage(&rs, &b) >= us(burned));
+            let (la, lb) = (local_usage(&rs, &a), local_usage(&rs, &b));
+            assert!(la < SLACK_US);
+            // Short stretches before `b` can take a few µs (error model).
+            assert!(lb + la + unattributed() >= us(burned), "{lb} {la}");
         });
     });
 }
@@ -220,8 +235,11 @@ fn a_group_of_another_engine_takes_the_time_while_current() {
             let in_x = burn(Duration::from_millis(40));
             drop(gx);
             drop(ga);
-            assert!(usage(&rs2, &x) >= us(in_x));
-            assert!(usage(&rs1, &a) < SLACK_US, "{}", usage(&rs1, &a));
+            // Short stretches before `x` (in no group, in `a`) can take a
+            // few µs of its time (the error model).
+            let (ux, ua) = (usage(&rs2, &x), usage(&rs1, &a));
+            assert!(ux + ua + unattributed() >= us(in_x), "{ux} {ua}");
+            assert!(ua < SLACK_US, "{ua}");
         });
     });
 }
@@ -394,14 +412,165 @@ fn many_short_slices_lose_no_time_to_rounding() {
             }
             let inner1 = thread_cpu_time();
             drop(ga);
+            // Slices are charged at reconciliations.
+            rstat::attach::charge_this_thread();
             let t1 = thread_cpu_time();
             let total = local_usage(&rs, &a) + local_usage(&rs, &b);
+            // Within a µs of rounding: the µs the thread spent in no group
+            // (before `ga` and after) is shared out at µs boundaries too.
             assert!(
-                total >= us(inner1 - inner0),
+                total + 1 >= us(inner1 - inner0),
                 "{total} < {:?}",
                 inner1 - inner0
             );
             assert!(total <= us(t1 - t0) + 1, "{total} > {:?}", t1 - t0);
         });
     });
+}
+
+#[test]
+fn changes_of_group_read_no_thread_clock_each() {
+    // Item 1 of issue 28: a change of the current group reads a cheap wall
+    // clock, not the thread's CPU clock (a system call). The CPU clock is
+    // read only at reconciliations: at most one per reconciliation period
+    // of wall time, one per segment longer than the long-segment bound
+    // (each costs that much wall time), and a few at the edges. The bound
+    // is computed from the wall time the loop took, so a slow machine
+    // loosens it instead of failing the test.
+    use rstat::attach::{LONG_SEGMENT, RECONCILE_PERIOD};
+    use rstat::testing::thread_clock_reads;
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    let b = rs.root().create_child("b").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            drop(a.enter()); // the thread's record
+            let n = if cfg!(miri) { 50 } else { 10_000 };
+            let reads0 = thread_clock_reads();
+            let t0 = std::time::Instant::now();
+            for _ in 0..n {
+                drop(a.enter());
+                let _ga = a.enter();
+                drop(b.enter());
+            }
+            let wall = t0.elapsed();
+            let reads = thread_clock_reads() - reads0;
+            let allowed = 4
+                + (wall.as_nanos() / RECONCILE_PERIOD.as_nanos()) as u64
+                + (wall.as_nanos() / LONG_SEGMENT.as_nanos()) as u64;
+            assert!(
+                reads <= allowed,
+                "{reads} thread CPU clock reads for {} changes of group in {wall:?} \
+                 (allowed {allowed})",
+                6 * n
+            );
+        });
+    });
+}
+
+/// This process's CPU time (all its threads, the dead ones too) from
+/// `getrusage(RUSAGE_SELF)`, in µs: read independently of the library.
+fn process_usage_us() -> i64 {
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out-pointer.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) }, 0);
+    let us = |tv: libc::timeval| tv.tv_sec * 1_000_000 + tv.tv_usec;
+    us(ru.ru_utime) + us(ru.ru_stime)
+}
+
+#[test]
+// Miri has no process CPU clock.
+#[cfg_attr(miri, ignore)]
+fn the_root_is_the_process() {
+    // Item 2 of issue 28: time outside every group, and of threads that
+    // never touched rstat, is the root's own: the root's usage is the
+    // process's CPU time, and a parent's total is still its own plus its
+    // children's.
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    std::thread::scope(|s| {
+        // A thread that never enters a group, and one inside `a`.
+        s.spawn(|| burn(Duration::from_millis(100)));
+        s.spawn(|| {
+            let _g = a.enter();
+            burn(Duration::from_millis(50));
+        });
+    });
+    let before = process_usage_us();
+    let cpu = rs.cpu().unwrap();
+    let root = cpu.read_exact(rs.root()).unwrap();
+    let after = process_usage_us();
+    let (usage, user, system) = (
+        root.get("usage_usec").unwrap(),
+        root.get("user_usec").unwrap(),
+        root.get("system_usec").unwrap(),
+    );
+    // getrusage's user + system is the kernel's runtime split at ticks and
+    // scaled to it: the same total as the process clock, cut to µs.
+    let slack = after / 100 + 1_000;
+    assert!(
+        usage >= before - slack && usage <= after + slack,
+        "root usage_usec {usage}, the process's getrusage {before}..{after} µs"
+    );
+    assert_eq!(user + system, usage);
+    let own = root.get_local("usage_usec").unwrap();
+    let child = cpu.read_exact(&a).unwrap().get("usage_usec").unwrap();
+    assert_eq!(own + child, usage, "own {own} + child {child} != {usage}");
+    assert!(child >= 50_000, "{child}");
+    assert!(own >= 100_000, "{own}");
+}
+
+#[test]
+fn a_threads_charges_sum_to_its_clock_exactly_at_each_reconciliation() {
+    // Whatever the thread does (CPU work, sleeps, nesting, many short
+    // stays), at a reconciliation its charges plus the µs it spent in no
+    // group are the µs boundaries its CPU clock crossed since its record
+    // was taken: nothing lost, nothing counted twice. Not a timing test:
+    // the sum is exact however the time was shared out.
+    use rstat::testing::this_thread_cpu_ledger;
+    let rs = engine();
+    let groups: Vec<_> = (0..20)
+        .map(|i| rs.root().create_child(&format!("g{i}")).unwrap())
+        .collect();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let t0 = thread_cpu_time();
+            let rounds = if cfg!(miri) { 3 } else { 40 };
+            for r in 0..rounds {
+                for (i, g) in groups.iter().enumerate() {
+                    let _g = g.enter();
+                    match (r + i) % 4 {
+                        0 => drop(burn_in_steps(Duration::from_micros(300), 100)),
+                        1 => std::thread::sleep(Duration::from_micros(200)),
+                        2 => {
+                            let _inner = groups[(i + 1) % groups.len()].enter();
+                            std::hint::black_box((0..100u64).sum::<u64>());
+                        }
+                        _ => {}
+                    }
+                }
+                if r % 7 == 0 {
+                    rstat::attach::charge_this_thread();
+                    check(&rs, &groups, t0);
+                }
+            }
+            rstat::attach::charge_this_thread();
+            check(&rs, &groups, t0);
+        });
+    });
+
+    fn check(rs: &Rstat, groups: &[rstat::Group], t0: Duration) {
+        let l = this_thread_cpu_ledger().expect("the thread has a record");
+        let t1 = thread_cpu_time();
+        assert!(t0.as_nanos() as u64 <= l.start_ns && l.reconciled_ns <= t1.as_nanos() as u64);
+        let charged: i64 = groups.iter().map(|g| local_usage(rs, g)).sum();
+        let clock_us = (l.reconciled_ns / 1000 - l.start_ns / 1000) as i64;
+        assert_eq!(
+            charged + l.unattributed_us as i64,
+            clock_us,
+            "charged {charged} µs + {} µs in no group, against the clock's {clock_us} µs",
+            l.unattributed_us
+        );
+    }
 }

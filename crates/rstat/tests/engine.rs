@@ -56,9 +56,17 @@ fn cpu_controller_accounts_usage_user_system() {
     let s = rs.cpu_stat(&t).unwrap();
     assert_eq!(s.hierarchical(), &[100, 70, 30]);
     let r = rs.cpu_stat(rs.root()).unwrap();
-    assert_eq!(r.hierarchical(), &[103, 71, 32]);
-    assert_eq!(r.local(), &[3, 1, 2]);
-    assert_eq!(r.get("usage_usec"), Some(103));
+    // The root is the process (its own time is the process's CPU time not
+    // charged below it, at least what was charged to it by hand): its
+    // totals are still its own plus its child's.
+    let (h, l) = (r.hierarchical(), r.local());
+    let children: Vec<i64> = (0..3).map(|i| h[i] - l[i]).collect();
+    assert_eq!(children, [100, 70, 30]);
+    assert!(l[0] >= 3 && l[1] + l[2] == l[0], "{l:?}");
+    if cfg!(miri) {
+        // No process clock: the root reads as charged.
+        assert_eq!(h, &[103, 71, 32]);
+    }
 }
 
 #[test]

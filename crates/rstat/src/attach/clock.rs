@@ -3,8 +3,9 @@
 //! - A thread's own CPU time: `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`,
 //!   the scheduler's exact runtime of the thread, in nanoseconds,
 //!   including the slice running now. Linux serves it with a system call
-//!   (the vDSO covers wall clocks only): this is the floor under the cost
-//!   of an enter/exit pair, which reads it twice.
+//!   (the vDSO covers wall clocks only), so the feed reads it only at
+//!   reconciliations; changes of group read the monotonic clock
+//!   ([`mono_ns`], vDSO).
 //! - Another thread's: the same clock through the id
 //!   `pthread_getcpuclockid` gives for it, valid while the thread lives
 //!   (the periodic charger reads it; `feed` stops reading before the
@@ -66,15 +67,34 @@ fn read(clock: libc::clockid_t) -> Option<u64> {
     secs.checked_mul(1_000_000_000)?.checked_add(nanos)
 }
 
+std::thread_local! {
+    /// How many times this thread read its own CPU clock through
+    /// [`thread_cpu_ns`] (for tests: `testing::thread_clock_reads`).
+    static OWN_CLOCK_READS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times the calling thread read its own CPU clock.
+pub(crate) fn own_clock_reads() -> u64 {
+    OWN_CLOCK_READS.try_with(|c| c.get()).unwrap_or(0)
+}
+
 /// The calling thread's CPU time in nanoseconds. `None` only if the
 /// system refuses the clock (not seen on Linux).
 #[inline]
 pub(crate) fn thread_cpu_ns() -> Option<u64> {
+    let _ = OWN_CLOCK_READS.try_with(|c| c.set(c.get().wrapping_add(1)));
     if cfg!(miri) {
         read(libc::CLOCK_MONOTONIC)
     } else {
         read(libc::CLOCK_THREAD_CPUTIME_ID)
     }
+}
+
+/// The monotonic clock in nanoseconds (served by the vDSO on Linux: no
+/// system call); 0 if the system refuses it (not seen on Linux).
+#[inline]
+pub(crate) fn mono_ns() -> u64 {
+    read(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
 /// The id of the calling thread's CPU clock, readable from other threads

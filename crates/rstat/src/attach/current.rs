@@ -182,20 +182,16 @@ pub(crate) fn this_thread_rec() -> Option<&'static ThreadRec> {
             // clock (it may die without telling).
             let hooked = EXIT.try_with(|_| ()).is_ok();
             let now = clock::thread_cpu_ns().unwrap_or(0);
-            let (split, user_frac) = SplitSample::first(now);
+            let wall = clock::mono_ns();
+            let split = SplitSample::first(now);
             // SAFETY: the record was just taken from the pool, so this
             // thread is its only user.
             let owner = unsafe { rec.owner_mut() };
             owner.exited = !hooked;
             let mut f = feed::lock(&rec.feed);
             debug_assert!(f.group.is_null(), "a pooled record was in a group");
-            *f = Feed {
-                group: ptr::null(),
-                since_ns: now,
-                thread: if hooked { clock::own_ids() } else { None },
-                user_frac,
-                split,
-            };
+            let ids = if hooked { clock::own_ids() } else { None };
+            f.restart(now, wall, ids, split);
             drop(f);
             c.rec.set(rec);
             rec
@@ -221,7 +217,10 @@ fn thread_exiting() {
         // clock before the thread can die. Guards that drop later (in other
         // thread-locals' destructors) still charge from their own clock
         // reads.
-        charged_to_now(rec, owner).thread = None;
+        let (mut f, released) = charged_to_now(rec, owner);
+        f.thread = None;
+        drop(f);
+        drop(released);
         if owner.stack.is_empty() {
             release_rec(c, rec);
         }
@@ -237,8 +236,10 @@ pub(crate) fn release_rec(c: &Current, rec: &'static ThreadRec) {
     lock_pool().push(rec);
 }
 
-/// The thread's current group changes to `to` (null: none): charge the
-/// feed's group up to now, then switch the feed.
+/// The thread's current group changes to `to` (null: none): close the
+/// segment spent in the feed's group (a monotonic clock read) and switch
+/// the feed; reconcile with the thread's CPU clock only when one is due
+/// (see `feed.rs`).
 #[inline]
 pub(crate) fn switch(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) {
     if feed::sampled() {
@@ -246,33 +247,52 @@ pub(crate) fn switch(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) 
         feed::lock(&rec.feed).group = to;
         return;
     }
-    switch_exact(rec, owner, to);
+    let now = clock::mono_ns();
+    let mut f = feed::lock(&rec.feed);
+    // An exiting thread is out of the charger's reach: it reconciles at
+    // each change.
+    let released = if f.close_segment(now) || owner.exited {
+        Some(reconcile_own(&mut f, owner, now))
+    } else {
+        None
+    };
+    f.group = to;
+    drop(f);
+    drop(released);
 }
 
-/// [`switch`] with a clock read whatever the mode.
+/// [`switch`] with a reconciliation whatever the mode.
 pub(crate) fn switch_exact(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) {
-    charged_to_now(rec, owner).group = to;
+    let (mut f, released) = charged_to_now(rec, owner);
+    f.group = to;
+    drop(f);
+    drop(released);
 }
 
-/// Read this thread's clock (and, at most every 10 ms of CPU time, its
-/// user/system split), charge the feed's group up to now, and return the
-/// feed still locked, for the caller's change. `_owner` witnesses that the
-/// caller is the record's thread: `getrusage` reads the calling thread.
+/// Read this thread's CPU clock (and, at most every 10 ms of CPU time,
+/// its user/system split) and reconcile the feed at `wall` (monotonic).
+/// `_owner` witnesses that the caller is the record's thread: the clock
+/// and `getrusage` read the calling thread.
+fn reconcile_own(f: &mut feed::Feed, _owner: &mut Owner, wall: u64) -> feed::Released {
+    let now = clock::thread_cpu_ns().unwrap_or(f.since_ns);
+    // Under the lock: the charger may have sampled since (the check then
+    // sees less time passed than the interval and reads nothing).
+    if let Some(fr) = f.split.resample_own(now) {
+        f.user_frac = fr;
+    }
+    f.reconcile(now, wall)
+}
+
+/// Reconcile now, and return the feed still locked, for the caller's
+/// change, with the references to drop after it.
 fn charged_to_now<'r>(
     rec: &'r ThreadRec,
-    _owner: &mut Owner,
-) -> std::sync::MutexGuard<'r, feed::Feed> {
-    let now = clock::thread_cpu_ns();
+    owner: &mut Owner,
+) -> (std::sync::MutexGuard<'r, feed::Feed>, feed::Released) {
+    let wall = clock::mono_ns();
     let mut f = feed::lock(&rec.feed);
-    if let Some(n) = now {
-        // Under the lock: the charger may have sampled since (the check
-        // then sees less time passed than the interval and reads nothing).
-        if let Some(fr) = f.split.resample_own(n) {
-            f.user_frac = fr;
-        }
-        f.advance(n);
-    }
-    f
+    let released = reconcile_own(&mut f, owner, wall);
+    (f, released)
 }
 
 /// Charge this thread's current group up to now (no switch).

@@ -1,37 +1,42 @@
-//! The cpu controller's feed: a thread's CPU time, charged to the group it
-//! is in.
+//! The cpu controller's feed: a thread's CPU time, charged to the groups
+//! it was in.
 //!
 //! Each thread record holds a [`Feed`]: the group its time goes to now,
-//! and the thread-clock reading up to which that time was charged. Two
-//! parties advance it, each under the feed's lock:
+//! the wall-time segments it spent in groups since its last
+//! reconciliation, and the thread-clock reading up to which its time was
+//! charged. Two parties advance it, each under the feed's lock:
 //!
-//! 1. the thread itself, whenever its current group changes (an enter, a
-//!    guard's drop, thread exit): read its own clock, charge the old group
-//!    up to now, switch;
+//! 1. the thread itself, whenever its current group changes: close the
+//!    open segment at the monotonic clock ([`Feed::close_segment`]), and
+//!    reconcile when one is due (the attach module's "CPU time" says
+//!    when);
 //! 2. the periodic charger (another thread): read the thread's clock
-//!    through its clock id and charge its group up to then, so a thread
-//!    that stays in a group for minutes shows its time within one period.
+//!    through its clock id and reconcile, so a thread that stays in a
+//!    group for minutes shows its time within one period.
 //!
-//! Each party also re-samples the thread's user/system split before it
-//! charges (the thread from `getrusage`, the charger from /proc once the
-//! thread ran ten clock ticks since the last sample; see `clock.rs`), so
-//! a long stay is split by its own time, not by the stay before it.
+//! A reconciliation ([`Feed::reconcile`]) closes the open segment, shares
+//! the CPU time since the last one among the segments (`apportion.rs`)
+//! and charges each segment's group, split into user and system time by
+//! the thread's last two samples of its split (the thread samples from
+//! `getrusage`, the charger from /proc once the thread ran ten clock
+//! ticks since the last sample; see `clock.rs`).
 //!
 //! # Rounding
 //!
-//! Clocks are in nanoseconds, `cpu.stat` in microseconds. A charge from
-//! `since` to `now` is `now / 1000 - since / 1000` µs: the microsecond
-//! boundaries the thread's clock crossed in that slice. Summed over a
-//! thread's slices it telescopes, so the thread's total is exact to the
-//! µs; each slice's charge is within 1 µs of its time, and no slice's
-//! remainder is dropped or counted twice.
+//! Clocks are in nanoseconds, `cpu.stat` in microseconds. A reconciliation
+//! from `since` to `now` charges `now / 1000 - since / 1000` µs: the
+//! microsecond boundaries the thread's clock crossed in the interval,
+//! shared among the segments by the largest remainders. Summed over a
+//! thread's reconciliations it telescopes, so the thread's total is exact
+//! to the µs, and no remainder is dropped or counted twice.
 //!
 //! # Synchronization
 //!
 //! `Feed::group` is a pointer without a reference of its own: the guard
 //! whose level made it current holds one, and the owning thread switches
-//! the feed to another group (under the lock) before that guard drops its
-//! reference. The charger dereferences it only under the same lock, so it
+//! the feed to another group (under the lock, after a segment took a
+//! reference of its own or a reconciliation charged it) before that guard
+//! drops its reference. Segments hold references, let go after the lock. The charger dereferences it only under the same lock, so it
 //! never sees a group that may be freed. The thread's ids (clock id and
 //! kernel thread id) are cleared (under the lock) when the thread starts
 //! exiting, before it can die, so the charger never reads the clock or the
@@ -41,18 +46,23 @@
 
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
+use super::apportion;
 use super::clock::{self, split, SplitSample, ThreadIds};
 use crate::engine::CPU_STAT_NAMES;
-use crate::group::GroupInner;
+use crate::group::{Group, GroupInner};
 use crate::sync::Ordering;
 
 /// How a thread's CPU time is attributed to its groups (process-wide).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CpuMode {
-    /// Read the thread's CPU clock at every change of its current group
-    /// and charge the slice to the group it leaves: exact to the µs, one
-    /// `clock_gettime` system call per change (the default).
+    /// Read the monotonic clock (no system call) at every change of the
+    /// current group and share the thread's CPU time among its groups by
+    /// wall time at each reconciliation, read from its CPU clock: a
+    /// thread's charges sum to its CPU time to the µs at every
+    /// reconciliation, and the split among groups follows the error model
+    /// of the [module docs](super#cpu-time) (the default).
     Exact,
     /// No clock read on enter or exit: the periodic charger reads each
     /// thread's clock once per charge period and charges the whole
@@ -102,12 +112,71 @@ pub fn cpu_mode() -> CpuMode {
     }
 }
 
+/// Closed segments a thread keeps between reconciliations: a change of
+/// group that would need one more (a group not among them) reconciles
+/// first.
+pub(crate) const MAX_SEGMENTS: usize = 16;
+
+/// A thread reconciles (reads its CPU clock and apportions it) at its
+/// first change of group once this much wall time passed since its last
+/// reconciliation: the period within which wall-time shares stand in for
+/// CPU time. The periodic charger and thread exit reconcile too.
+pub const RECONCILE_PERIOD: Duration = Duration::from_millis(4);
+
+/// A change of group that closes a segment at least this long (wall time)
+/// reconciles at once: one system call, a small part of such a segment,
+/// and the segment's CPU time is then split only with the short segments
+/// since the last reconciliation.
+pub const LONG_SEGMENT: Duration = Duration::from_micros(100);
+
+const RECONCILE_PERIOD_NS: u64 = RECONCILE_PERIOD.as_nanos() as u64;
+const LONG_SEGMENT_NS: u64 = LONG_SEGMENT.as_nanos() as u64;
+
+/// Wall time a thread spent in one group since its last reconciliation.
+pub(crate) struct Segment {
+    /// `None`: in no group. A reference, so the group outlives the guard
+    /// that made it current until the segment is charged.
+    group: Option<Group>,
+    wall_ns: u64,
+}
+
+impl Segment {
+    const EMPTY: Segment = Segment {
+        group: None,
+        wall_ns: 0,
+    };
+
+    #[inline]
+    fn ptr(&self) -> *const GroupInner {
+        self.group
+            .as_ref()
+            .map_or(core::ptr::null(), |g| g.inner_ptr().as_ptr().cast_const())
+    }
+}
+
+/// Group references a reconciliation let go of, to drop once the feed's
+/// lock is released (a last reference frees the group, which flushes).
+pub(crate) struct Released(#[allow(dead_code)] [Option<Group>; MAX_SEGMENTS]);
+
 /// Where a thread's CPU time goes now; see the module docs.
 pub(crate) struct Feed {
     /// The group charged for the thread's time now; null: none.
     pub(crate) group: *const GroupInner,
-    /// The thread's CPU clock (ns) up to which its time was charged.
+    /// The thread's CPU clock (ns) up to which its time was charged: the
+    /// last reconciliation.
     pub(crate) since_ns: u64,
+    /// The monotonic clock (ns) at the last reconciliation.
+    pub(crate) since_wall: u64,
+    /// The monotonic clock (ns) at which the open segment (in `group`)
+    /// began.
+    pub(crate) seg_start: u64,
+    /// Closed segments since the last reconciliation, one per group.
+    segs: [Segment; MAX_SEGMENTS],
+    nr_segs: usize,
+    /// The thread's CPU clock when its record was taken (tests).
+    pub(crate) start_ns: u64,
+    /// µs apportioned to time in no group since then (tests).
+    pub(crate) unattributed_us: u64,
     /// The thread's clock and kernel thread ids, for the charger; `None`
     /// once the thread started exiting (or where there are none).
     pub(crate) thread: Option<ThreadIds>,
@@ -120,8 +189,8 @@ pub(crate) struct Feed {
 }
 
 // SAFETY: `group` is only dereferenced under the feed's lock, while the
-// owning thread's guard holds a reference (module docs); the rest is
-// plain data.
+// owning thread's guard holds a reference (module docs); segments hold
+// references of their own; the rest is plain data.
 unsafe impl Send for Feed {}
 
 impl Feed {
@@ -129,6 +198,12 @@ impl Feed {
         Feed {
             group: core::ptr::null(),
             since_ns: 0,
+            since_wall: 0,
+            seg_start: 0,
+            segs: [Segment::EMPTY; MAX_SEGMENTS],
+            nr_segs: 0,
+            start_ns: 0,
+            unattributed_us: 0,
             thread: None,
             user_frac: clock::SPLIT_ONE,
             split: SplitSample {
@@ -140,24 +215,136 @@ impl Feed {
         }
     }
 
-    /// Charge the current group for the thread's time up to `now_ns`.
+    /// Start over at a thread's first enter: its CPU clock `cpu_ns`, the
+    /// monotonic clock `wall_ns`, no segments (a pooled record has none).
+    pub(crate) fn restart(
+        &mut self,
+        cpu_ns: u64,
+        wall_ns: u64,
+        thread: Option<ThreadIds>,
+        split: (SplitSample, u32),
+    ) {
+        debug_assert!(self.group.is_null() && self.nr_segs == 0);
+        self.group = core::ptr::null();
+        self.since_ns = cpu_ns;
+        self.since_wall = wall_ns;
+        self.seg_start = wall_ns;
+        self.start_ns = cpu_ns;
+        self.unattributed_us = 0;
+        self.thread = thread;
+        self.split = split.0;
+        self.user_frac = split.1;
+    }
+
+    /// Whether the thread has time not charged yet in a group (so the
+    /// charger has something to do).
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.group.is_null() || self.nr_segs != 0
+    }
+
+    /// The owner's change of group at `now` (monotonic ns): close the open
+    /// segment into the table. Returns `false` if the segment is kept,
+    /// `true` if it was not and a reconciliation is due now (a long
+    /// segment, the period passed, the table is full, or the group left
+    /// was removed: a removed group is not held past the change).
     #[inline]
-    pub(crate) fn advance(&mut self, now_ns: u64) {
-        if now_ns <= self.since_ns {
-            // No time passed (or a reading older than the last: both read
-            // the same monotonic clock, so only equal ones happen).
-            return;
+    pub(crate) fn close_segment(&mut self, now: u64) -> bool {
+        let wall = now.saturating_sub(self.seg_start);
+        if wall >= LONG_SEGMENT_NS || now.saturating_sub(self.since_wall) >= RECONCILE_PERIOD_NS {
+            return true;
         }
-        if !self.group.is_null() {
-            // Whole µs boundaries crossed: see "Rounding".
-            let usec = now_ns / 1000 - self.since_ns / 1000;
-            if usec > 0 {
-                // SAFETY: a non-null feed group is referenced by the
-                // owner's guard while the caller holds the lock.
-                unsafe { charge(&*self.group, usec, self.user_frac) };
+        let g = self.group;
+        for s in &mut self.segs[..self.nr_segs] {
+            if s.ptr() == g {
+                s.wall_ns += wall;
+                self.seg_start = now;
+                return false;
             }
         }
-        self.since_ns = now_ns;
+        if self.nr_segs == MAX_SEGMENTS {
+            return true;
+        }
+        let group = match core::ptr::NonNull::new(g.cast_mut()) {
+            None => None,
+            Some(p) => {
+                // SAFETY: a non-null feed group is referenced by the
+                // owner's guard while the owner holds the lock.
+                if !unsafe { p.as_ref() }.online.load(Ordering::Acquire) {
+                    return true;
+                }
+                // SAFETY: as above; the segment's reference is its own.
+                Some(unsafe { Group::clone_from_ptr(p) })
+            }
+        };
+        self.segs[self.nr_segs] = Segment {
+            group,
+            wall_ns: wall,
+        };
+        self.nr_segs += 1;
+        self.seg_start = now;
+        false
+    }
+
+    /// Reconcile: close the open segment at `wall_now` and charge the CPU
+    /// time from `since_ns` to `cpu_now` (the thread's clock, read beside
+    /// `wall_now`) to the segments' groups, apportioned by their wall
+    /// times ([`apportion`]). The thread's charges (with the µs in no
+    /// group) then sum to its clock's µs boundaries crossed since its
+    /// record was taken, exactly. Returns the references to drop once the
+    /// lock is let go.
+    pub(crate) fn reconcile(&mut self, cpu_now: u64, wall_now: u64) -> Released {
+        const N: usize = MAX_SEGMENTS + 1;
+        let mut groups = [core::ptr::null::<GroupInner>(); N];
+        let mut walls = [0u64; N];
+        let n = self.nr_segs;
+        for i in 0..n {
+            groups[i] = self.segs[i].ptr();
+            walls[i] = self.segs[i].wall_ns;
+        }
+        // The open segment, in the group current now (referenced by the
+        // owner's guard while the lock is held).
+        let open = wall_now.saturating_sub(self.seg_start);
+        let m = match groups[..n].iter().position(|&g| g == self.group) {
+            Some(i) => {
+                walls[i] += open;
+                n
+            }
+            None => {
+                groups[n] = self.group;
+                walls[n] = open;
+                n + 1
+            }
+        };
+        if cpu_now > self.since_ns {
+            let cpu = cpu_now - self.since_ns;
+            let units = cpu_now / 1000 - self.since_ns / 1000;
+            let mut shares = [0u64; N];
+            apportion::fill_shortest_first(&walls[..m], cpu, &mut shares[..m]);
+            let mut usec = [0u64; N];
+            apportion::to_units(&shares[..m], cpu, units, &mut usec[..m]);
+            for i in 0..m {
+                if usec[i] == 0 {
+                    continue;
+                }
+                if groups[i].is_null() {
+                    self.unattributed_us += usec[i];
+                } else {
+                    // SAFETY: each non-null group is held by a segment's
+                    // reference or (the open one) by the owner's guard.
+                    unsafe { charge(&*groups[i], usec[i], self.user_frac) };
+                }
+            }
+            self.since_ns = cpu_now;
+        }
+        self.since_wall = wall_now;
+        self.seg_start = wall_now;
+        let mut released = Released([const { None }; MAX_SEGMENTS]);
+        for (s, r) in self.segs[..n].iter_mut().zip(released.0.iter_mut()) {
+            *r = s.group.take();
+            s.wall_ns = 0;
+        }
+        self.nr_segs = 0;
+        released
     }
 }
 
@@ -210,14 +397,17 @@ pub(crate) fn charge_from_outside(feed: &Mutex<Feed>) {
     // In sampled mode the clock of a thread in no group is read too, so
     // that its time there is dropped now rather than charged to the group
     // it enters next.
-    if f.group.is_null() && !sampled() {
+    if !f.has_pending() && !sampled() {
         return;
     }
     let Some(ids) = f.thread else { return };
-    if let Some(now) = clock::read_clock(ids.clock) {
+    let wall = clock::mono_ns();
+    let released = clock::read_clock(ids.clock).map(|now| {
         if let Some(fr) = f.split.resample_proc(now, ids.tid) {
             f.user_frac = fr;
         }
-        f.advance(now);
-    }
+        f.reconcile(now, wall)
+    });
+    drop(f);
+    drop(released);
 }

@@ -23,28 +23,67 @@
 //!
 //! The time a thread spends inside a group is charged to the group's `cpu`
 //! stats (`usage_usec`, `user_usec`, `system_usec`, as in the kernel's
-//! `cpu.stat`), read from the thread's own CPU clock
-//! (`CLOCK_THREAD_CPUTIME_ID`):
+//! `cpu.stat`), cut from the thread's own CPU clock
+//! (`CLOCK_THREAD_CPUTIME_ID`, a system call) without reading it at each
+//! change of the current group:
 //!
 //! 1. whenever the thread's current group changes (an enter of another
-//!    group, a guard's drop, thread exit), the group it leaves is charged
-//!    up to now: one clock read per change, and entering the group that
-//!    is already current reads nothing;
-//! 2. a periodic charger thread ([`set_charge_period`], default
-//!    [`DEFAULT_CHARGE_PERIOD`], 1 s)
-//!    reads each thread's clock through `pthread_getcpuclockid` and
-//!    charges its group up to then, so a thread that stays inside for
-//!    minutes shows its time within one period ([`charge_all_threads`]
-//!    does the same on demand, [`charge_this_thread`] for the caller);
-//! 3. a thread that exits inside a group is charged up to the point its
-//!    thread-locals are destroyed (a guard dropped later, by another
-//!    thread-local's destructor, charges up to its own drop).
+//!    group, a guard's drop), it reads the monotonic clock (no system
+//!    call on Linux) and adds the wall time since the last change to the
+//!    group it leaves: a *segment*, kept in the thread's record (up to
+//!    16 groups, each held by a
+//!    reference); entering the group that is already current reads
+//!    nothing;
+//! 2. at a *reconciliation* the thread's CPU clock is read once, and the
+//!    CPU time since the last one is shared among the segments by their
+//!    wall times: no segment gets more than its wall time, and the time
+//!    the thread did not run (it blocked or was preempted) is taken from
+//!    the longest segments first (see `apportion.rs`). A thread
+//!    reconciles at a change of group once [`RECONCILE_PERIOD`] of wall
+//!    time passed since its last reconciliation, at a change that closes
+//!    a segment of [`LONG_SEGMENT`] or more, when its segment table is
+//!    full, when it leaves a removed group, at exit, and at
+//!    [`charge_this_thread`];
+//! 3. a periodic charger thread ([`set_charge_period`], default
+//!    [`DEFAULT_CHARGE_PERIOD`], 1 s) reconciles each thread from outside
+//!    (its clock through `pthread_getcpuclockid`), so a thread that stays
+//!    inside a group for minutes shows its time within one period
+//!    ([`charge_all_threads`] does the same on demand).
 //!
-//! **Exactness.** The clock is the scheduler's own runtime of the thread,
-//! to the nanosecond; charges are cut at microsecond boundaries of that
-//! clock, so a thread's charges sum to its CPU time to the microsecond
-//! and each slice's charge is within 1 µs of its time (see `feed.rs`).
-//! Time outside any group is not charged (enter the root to charge it).
+//! **Exactness.** At every reconciliation a thread's charges, with the
+//! time it spent in no group, sum to its CPU time to the microsecond: the
+//! µs boundaries its clock crossed since the last one are shared out
+//! whole (largest remainders), so nothing is lost or counted twice, and a
+//! thread that stays in one group (a hog) is charged its own clock.
+//!
+//! **Error model.** Between two reconciliations the split among groups is
+//! an estimate from wall time. It is exact when the thread ran all along,
+//! and when the time it did not run falls in the longest segment (a
+//! request that sleeps, waits or is preempted for longer than the others
+//! around it ran). Otherwise a group can be charged up to the wall time
+//! of its segments shorter than [`LONG_SEGMENT`] in that interval that
+//! the thread did not run (preemption inside short segments), taken from
+//! another group's: the error is bounded by what happens within one
+//! reconciliation period per thread, and per group it is at most the
+//! off-CPU time inside its short segments. A segment of [`LONG_SEGMENT`]
+//! or more ends a reconciliation, so it shares its interval only with
+//! the short segments before it. `rstat bench enter` measures the error
+//! on a mix of CPU-bound and sleeping requests.
+//!
+//! **Removed groups.** A segment holds a reference on its group until the
+//! next reconciliation, so a group removed after a thread left it stays
+//! a zombie ([`Rstat::zombie_count`](crate::Rstat::zombie_count)) until
+//! that thread reconciles: within [`RECONCILE_PERIOD`] while it changes
+//! groups, else within the charge period ([`charge_this_thread`] or
+//! [`charge_all_threads`] at once).
+//!
+//! **The root is the process.** Time outside every group is charged to
+//! no group; a read of the root's `cpu` stats takes the process's CPU
+//! clock (`CLOCK_PROCESS_CPUTIME_ID`: every thread, those that never
+//! touched rstat and those that exited too) as the root's `usage_usec`,
+//! and the root's own time is that less its children's, split into user
+//! and system time by the process's `getrusage`. So a parent's total is
+//! still its own plus its children's, at the root too.
 //!
 //! **A cheaper mode.** [`CpuMode::Sampled`] ([`set_cpu_mode`]) reads no
 //! clock on enter or exit (a lock and a store instead of a system
@@ -155,21 +194,24 @@
 //! | [`Group::enter`] | a group reference (one uncontended add on this CPU's slot), a push on the thread's stack (allocation-free after the first few levels), two thread-local stores; the first enter on a thread also takes a record from a pool (a lock, at most one allocation) |
 //! | dropping an [`EnterGuard`] | a pop (a scan when dropped out of order), a thread-local store, the reference put |
 //! | [`current_group`] | a thread-local load and, when in a group, a reference get |
-//! | a change of the current group (enter of another group, drop back to another) | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` system call, an uncontended lock, the charge (three counter updates); once per 10 ms of the thread's CPU time a `getrusage` |
-//! | the periodic charger | per period, per thread inside a group: a lock, a `clock_gettime` of that thread's clock, the charge; once per ten clock ticks of the thread's CPU time a read of its /proc `stat` file, under the lock (the thread's next group change may wait for it) |
+//! | a change of the current group (enter of another group, drop back to another) | one `clock_gettime(CLOCK_MONOTONIC)` (vDSO, no system call), an uncontended lock, a scan of the thread's segments (at most 16); a group's first segment since the last reconciliation also takes a reference on it |
+//! | a reconciliation (each [`RECONCILE_PERIOD`] of wall time at a change, at a change closing a segment of [`LONG_SEGMENT`] or more, a full table) | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` system call, the charge of each segment's group (three counter updates), the segments' references put; once per 10 ms of the thread's CPU time a `getrusage` |
+//! | a read of the root's `cpu` stats | the read, plus `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)` and `getrusage` |
+//! | the periodic charger | per period, per thread inside a group or with segments: a lock, a `clock_gettime` of that thread's clock, a reconciliation; once per ten clock ticks of the thread's CPU time a read of its /proc `stat` file, under the lock (the thread's next group change may wait for it) |
 //!
 //! # Synchronization
 //!
 //! The current group and the stack are per thread and touched only by
 //! their thread, so they need no atomics. The feed (which group the
-//! thread's time goes to, and up to which clock reading it was charged)
-//! is shared with the periodic charger under a per-thread lock; see
+//! thread's time goes to, its segments, and up to which clock reading it
+//! was charged) is shared with the periodic charger under a per-thread lock; see
 //! `feed.rs` for why the charger never touches a freed group or a dead
 //! thread's clock. A thread's record moves between
 //! threads only through the pool's lock. The group a stack entry points at
 //! stays allocated because its guard holds a reference, which it drops
 //! only after the entry is gone and the current group updated.
 
+mod apportion;
 mod charger;
 mod clock;
 pub(crate) mod current;
@@ -185,7 +227,7 @@ use current::Level;
 
 pub use charger::{charge_all_threads, charge_period, set_charge_period, DEFAULT_CHARGE_PERIOD};
 pub use clock::thread_cpu_time;
-pub use feed::{cpu_mode, set_cpu_mode, CpuMode};
+pub use feed::{cpu_mode, set_cpu_mode, CpuMode, LONG_SEGMENT, RECONCILE_PERIOD};
 pub use scope::{FutureExt, Scoped};
 
 /// Charge the calling thread's current group for its CPU time up to now,
@@ -198,6 +240,22 @@ pub fn charge_this_thread() {
 // The accounting allocator's read of the current group (`memory::alloc`).
 #[allow(unused_imports)]
 pub(crate) use current::current_group_ptr;
+
+// Test hooks (`testing`).
+pub(crate) use clock::own_clock_reads;
+
+/// The calling thread's ledger (`testing::this_thread_cpu_ledger`): its
+/// CPU clock at its record's start and at its last reconciliation (ns),
+/// and the µs apportioned to time in no group.
+pub(crate) fn this_thread_ledger() -> Option<(u64, u64, u64)> {
+    let r = current::CURRENT.try_with(|c| c.rec.get()).ok()?;
+    if r.is_null() {
+        return None;
+    }
+    // SAFETY: records are never freed.
+    let f = feed::lock(&unsafe { &*r }.feed);
+    Some((f.start_ns, f.since_ns, f.unattributed_us))
+}
 
 #[cfg(all(test, not(rstat_loom)))]
 mod tests;

@@ -3,8 +3,9 @@
 //! An executor polls a task on whichever worker thread is free, so a
 //! thread's current group says nothing about a task. [`Scoped`] enters its
 //! group around each poll of the future it wraps: the poll's CPU time is
-//! charged to the group (one clock read on entry, one on exit, as for any
-//! change of the current group; nothing if the group is already current),
+//! charged to the group (a monotonic clock read on entry and on exit, as
+//! for any change of the current group; nothing if the group is already
+//! current),
 //! and allocations made during the poll see it as the current group. This
 //! works on any executor, because it only relies on `poll`.
 //!
@@ -59,8 +60,9 @@ impl<F: Future> Future for Scoped<F> {
     type Output = F::Output;
 
     /// Enter the group, poll, leave. Cost over a bare poll: the change of
-    /// the current group in and out (two thread CPU clock reads and one
-    /// charge), no reference count traffic (the wrapper holds the group).
+    /// the current group in and out (two monotonic clock reads and the
+    /// segment bookkeeping; a reconciliation now and then), no reference
+    /// count traffic (the wrapper holds the group).
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         // SAFETY: `fut` is structurally pinned: it is never moved out of a

@@ -348,11 +348,21 @@ impl ControllerHandle {
         // SAFETY: kept alive by `group`; a controller's domain lives as long
         // as its engine.
         let (css, domain) = unsafe { (&*css, &*self.ctl.domain) };
-        let totals = self.flush_policy().read(domain, css);
+        let mut totals = self.flush_policy().read(domain, css);
+        if self.is_cpu_root(group) {
+            let (local, hierarchical) = totals.halves_mut();
+            super::process::root_is_the_process(local, hierarchical);
+        }
         Ok(GroupStats {
             ctl: Arc::clone(&self.ctl),
             totals,
         })
+    }
+
+    /// Whether `group` is the root and this the engine's `cpu` controller,
+    /// whose root is the process (`process.rs`).
+    fn is_cpu_root(&self, group: &Group) -> bool {
+        group.inner().parent.is_none() && self.engine.cpu_ctl_id == Some(self.id)
     }
 
     /// Exact local and hierarchical totals of `group`, whatever the policy:
@@ -364,9 +374,14 @@ impl ControllerHandle {
         let css = self.css_of(group.inner())?;
         // SAFETY: as in `read`.
         let (css, domain) = unsafe { (&*css, &*self.ctl.domain) };
+        let mut totals = policy::read_flushed(domain, css);
+        if self.is_cpu_root(group) {
+            let (local, hierarchical) = totals.halves_mut();
+            super::process::root_is_the_process(local, hierarchical);
+        }
         Ok(GroupStats {
             ctl: Arc::clone(&self.ctl),
-            totals: policy::read_flushed(domain, css),
+            totals,
         })
     }
 
@@ -385,6 +400,7 @@ impl ControllerHandle {
     /// takes it). Cost: the flushes, then a copy of each group's totals
     /// into one buffer allocated before locking, all with the lock held.
     pub(crate) fn read_consistent(&self, flush: &[&Group], read: &[Group]) -> Result<TotalsBatch> {
+        let read_groups = read;
         let flush = flush
             .iter()
             .map(|g| self.css_of(g.inner()))
@@ -419,6 +435,13 @@ impl ControllerHandle {
             });
         }
         drop(scratch);
+        for (i, g) in read_groups.iter().enumerate() {
+            if self.is_cpu_root(g) {
+                let at = 2 * i * n;
+                let (local, hierarchical) = batch.values[at..at + 2 * n].split_at_mut(n);
+                super::process::root_is_the_process(local, hierarchical);
+            }
+        }
         Ok(batch)
     }
 

@@ -86,6 +86,7 @@
 //! aborts as usual.
 
 mod handle;
+mod process;
 mod stat_handle;
 mod stats;
 

@@ -364,6 +364,13 @@ impl Values {
             Values::Heap(v) => v,
         }
     }
+
+    fn as_mut_slice(&mut self) -> &mut [i64] {
+        match self {
+            Values::Inline { buf, len } => &mut buf[..usize::from(*len)],
+            Values::Heap(v) => v,
+        }
+    }
 }
 
 impl PartialEq for TotalsCopy {
@@ -409,6 +416,11 @@ impl TotalsCopy {
     /// The group's and its descendants' totals.
     pub(crate) fn hierarchical(&self) -> &[i64] {
         &self.values.as_slice()[self.local_len..]
+    }
+
+    /// `(local, hierarchical)`, to rewrite in place.
+    pub(crate) fn halves_mut(&mut self) -> (&mut [i64], &mut [i64]) {
+        self.values.as_mut_slice().split_at_mut(self.local_len)
     }
 }
 
