@@ -519,6 +519,27 @@ fn the_root_is_the_process() {
     assert_eq!(own + child, usage, "own {own} + child {child} != {usage}");
     assert!(child >= 50_000, "{child}");
     assert!(own >= 100_000, "{own}");
+
+    // Time charged by hand is not the process's: it adds to the root's
+    // total (the thread time charged to `a` is not counted twice), so the
+    // root's total still covers its children's and only grows.
+    const BY_HAND: i64 = 10_000_000;
+    rs.account_cputime(&a, BY_HAND as u64, 0).unwrap();
+    let before = process_usage_us();
+    let root = cpu.read_exact(rs.root()).unwrap();
+    let after = process_usage_us();
+    let usage2 = root.get("usage_usec").unwrap();
+    let child = cpu.read_exact(&a).unwrap().get("usage_usec").unwrap();
+    let slack = after / 100 + 1_000;
+    assert!(
+        usage2 >= before + BY_HAND - slack && usage2 <= after + BY_HAND + slack,
+        "root usage_usec {usage2}: not the process's {before}..{after} µs plus {BY_HAND} by hand"
+    );
+    assert!(
+        usage2 >= child && usage2 >= usage,
+        "{usage2} < child {child} or earlier {usage}"
+    );
+    assert_eq!(root.get_local("usage_usec").unwrap() + child, usage2);
 }
 
 #[test]

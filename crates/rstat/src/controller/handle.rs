@@ -351,12 +351,18 @@ impl ControllerHandle {
         let mut totals = self.flush_policy().read(domain, css);
         if self.is_cpu_root(group) {
             let (local, hierarchical) = totals.halves_mut();
-            super::process::root_is_the_process(local, hierarchical);
+            super::process::root_is_the_process(local, hierarchical, self.attached_cpu_us());
         }
         Ok(GroupStats {
             ctl: Arc::clone(&self.ctl),
             totals,
         })
+    }
+
+    /// The engine's feed-charged CPU time (`EngineInner::attached_cpu_us`),
+    /// loaded after the totals a root read copied.
+    fn attached_cpu_us(&self) -> u64 {
+        self.engine.attached_cpu_us.load(Ordering::Relaxed)
     }
 
     /// Whether `group` is the root and this the engine's `cpu` controller,
@@ -377,7 +383,7 @@ impl ControllerHandle {
         let mut totals = policy::read_flushed(domain, css);
         if self.is_cpu_root(group) {
             let (local, hierarchical) = totals.halves_mut();
-            super::process::root_is_the_process(local, hierarchical);
+            super::process::root_is_the_process(local, hierarchical, self.attached_cpu_us());
         }
         Ok(GroupStats {
             ctl: Arc::clone(&self.ctl),
@@ -439,7 +445,7 @@ impl ControllerHandle {
             if self.is_cpu_root(g) {
                 let at = 2 * i * n;
                 let (local, hierarchical) = batch.values[at..at + 2 * n].split_at_mut(n);
-                super::process::root_is_the_process(local, hierarchical);
+                super::process::root_is_the_process(local, hierarchical, self.attached_cpu_us());
             }
         }
         Ok(batch)

@@ -5,13 +5,17 @@
 //! rstat, is charged nowhere. A read of the root's `cpu` totals fills that
 //! in from the process's own clock: the root's `usage_usec` is the
 //! process's CPU time (`CLOCK_PROCESS_CPUTIME_ID`, all its threads, the
-//! exited ones too), or the sum charged below it if that is larger (time
-//! charged by hand, [`Rstat::account_cputime`](crate::Rstat::account_cputime)),
-//! and the root's own (local) time is that less its children's. So the
-//! invariant of every group holds for the root too: its totals are its
-//! own plus its children's. The own time is split into user and system
-//! time in the proportion of the process's `getrusage(RUSAGE_SELF)` less
-//! the children's figures.
+//! exited ones too) plus the time charged by hand
+//! ([`Rstat::account_cputime`](crate::Rstat::account_cputime), or adds to
+//! the `cpu` controller's items: time that is not this process's), which
+//! is the charged total less what the attach module's feed charged
+//! (`EngineInner::attached_cpu_us`, thread time already in the process's
+//! clock). So the root's total only grows, and is at least the sum of its
+//! children's; the root's own (local) time is that total less its
+//! children's, so the invariant of every group holds for the root too:
+//! its totals are its own plus its children's. The own time is split into
+//! user and system time in the proportion of the process's
+//! `getrusage(RUSAGE_SELF)` less the children's figures.
 //!
 //! Cost, for a read of the root only: two system calls (the clock and
 //! `getrusage`). Under Miri and loom (no process clock) the root reads as
@@ -58,9 +62,10 @@ fn process_times_us() -> Option<(i64, i64, i64)> {
 }
 
 /// Make the root's `cpu` totals the process's (module docs). `local` and
-/// `hierarchical` are the root's as read; unchanged if the process clock
+/// `hierarchical` are the root's as read, `attached_us` the engine's
+/// feed-charged count loaded after them; unchanged if the process clock
 /// cannot be read.
-pub(crate) fn root_is_the_process(local: &mut [i64], hierarchical: &mut [i64]) {
+pub(crate) fn root_is_the_process(local: &mut [i64], hierarchical: &mut [i64], attached_us: u64) {
     if local.len() <= SYSTEM || hierarchical.len() <= SYSTEM {
         return;
     }
@@ -69,7 +74,12 @@ pub(crate) fn root_is_the_process(local: &mut [i64], hierarchical: &mut [i64]) {
     };
     let children = |i: usize| hierarchical[i].saturating_sub(local[i]);
     let (c_usage, c_user, c_system) = (children(USAGE), children(USER), children(SYSTEM));
-    let total = process.max(hierarchical[USAGE]);
+    // Loaded after the totals, the count may include charges the totals
+    // do not show yet: the time charged by hand is then underestimated
+    // (at worst 0), never the process's time counted twice.
+    let attached = i64::try_from(attached_us).unwrap_or(i64::MAX);
+    let by_hand = hierarchical[USAGE].saturating_sub(attached).max(0);
+    let total = process.saturating_add(by_hand);
     let own = total.saturating_sub(c_usage).max(0);
     let (du, ds) = (
         p_user.saturating_sub(c_user).max(0),
