@@ -552,7 +552,11 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     // A cpu set also holds the CPU time of this thread
                     // while it was inside groups of its engine: at least
                     // the adds then, exactly them if it never entered one.
-                    let timed = m.cpu_sets.contains(&c) && m.entered_engines.contains(&e);
+                    // Its root is the process: the process's CPU time
+                    // plus the adds, at least the adds.
+                    let is_root = !m.parent.contains_key(&(e, g));
+                    let timed =
+                        m.cpu_sets.contains(&c) && (m.entered_engines.contains(&e) || is_root);
                     for item in 0..m.handles[c].1.items as u32 {
                         let want = m.expected_total(e, c, g, item, local);
                         let got = vals[item as usize];

@@ -387,10 +387,10 @@ fn charge(group: &GroupInner, usec: u64, user_frac: u32) {
     // After the charge: a root read that loads this count and subtracts
     // it from its totals errs towards too little time charged by hand
     // (clamped at 0), never towards counting thread time twice.
-    group
-        .engine
-        .attached_cpu_us
-        .fetch_add(usec as u64, Ordering::Relaxed);
+    let attached = &group.engine.attached_cpu_us;
+    for (a, v) in attached.iter().zip([usec, user, system]) {
+        a.fetch_add(v as u64, Ordering::Relaxed);
+    }
 }
 
 /// Charge a thread's feed from another thread: read the thread's clock,

@@ -361,8 +361,11 @@ impl ControllerHandle {
 
     /// The engine's feed-charged CPU time (`EngineInner::attached_cpu_us`),
     /// loaded after the totals a root read copied.
-    fn attached_cpu_us(&self) -> u64 {
-        self.engine.attached_cpu_us.load(Ordering::Relaxed)
+    fn attached_cpu_us(&self) -> [u64; 3] {
+        self.engine
+            .attached_cpu_us
+            .each_ref()
+            .map(|a| a.load(Ordering::Relaxed))
     }
 
     /// Whether `group` is the root and this the engine's `cpu` controller,

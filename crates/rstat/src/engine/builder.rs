@@ -167,7 +167,7 @@ impl Builder {
             removal_watchers: Mutex::new(Vec::new()),
             removal_watch_depth: AtomicUsize::new(0),
             cpu_ctl_id: self.cpu_controller.then_some(CPU_CTL_ID),
-            attached_cpu_us: AtomicU64::new(0),
+            attached_cpu_us: core::array::from_fn(|_| AtomicU64::new(0)),
             deferred: AtomicPtr::new(core::ptr::null_mut()),
             arena: Mutex::new(Arena::new(nr_cpus)),
             topo: Mutex::new(Topology {

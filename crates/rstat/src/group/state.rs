@@ -60,10 +60,11 @@ pub(crate) struct EngineInner {
     /// charges thread CPU time.
     pub(crate) cpu_ctl_id: Option<usize>,
     /// µs of thread CPU time the attach module's feed charged to this
-    /// engine's groups (each part of the process's CPU clock): what a
-    /// read of the root's `cpu` stats subtracts from the charged total to
-    /// find the time charged by hand (`controller/process.rs`).
-    pub(crate) attached_cpu_us: AtomicU64,
+    /// engine's groups (each part of the process's CPU clock), per `cpu`
+    /// item (usage, user, system): what a read of the root's `cpu` stats
+    /// subtracts from the charged totals to find the time charged by hand
+    /// (`controller/process.rs`).
+    pub(crate) attached_cpu_us: [AtomicU64; 3],
     /// Groups whose last reference was dropped where releasing them was
     /// not safe (by the accounting allocator, inside `dealloc`): a
     /// push-only stack through `GroupInner::deferred_next`, emptied whole
