@@ -24,19 +24,46 @@
 //! | `memory.current`, `memory.peak` | `rstat_memory_current_bytes`, `rstat_memory_peak_bytes` | gauge |
 //! | `memory.max`/`high`/`low`/`min` | `rstat_memory_max_bytes`, ... (no sample when unlimited: the file's `max`) | gauge |
 //! | `memory.events` | `rstat_memory_events_total{event="low\|high\|max\|oom\|oom_kill"}` | counter |
-//! | `memory.stat` `charged`, `uncharged`, `reclaimed`, `forced` / `failcnt` | `rstat_memory_charged_bytes_total`, ... / `rstat_memory_failcnt_total` | counter |
-//! | any controller `C`, item `I` | `rstat_C_I_total` (`I` ending in `_usec`: `rstat_C_<stem>_seconds_total`; in `_bytes`: `..._bytes_total`) | counter, or gauge if listed in [`Config::gauges`] |
+//! | `memory.stat` `charged`, `uncharged`, `reclaimed`, `forced` | `rstat_memory_charged_bytes_total`, ... | counter |
+//! | `memory.stat` `heap`, `heap_overhead` (live heap bytes: levels) | `rstat_memory_heap_bytes`, `rstat_memory_heap_overhead_bytes` | gauge |
+//! | `memory.stat` `heap_reparented` / `failcnt`, `heap_allocs`, `heap_frees` | `rstat_memory_heap_reparented_bytes_total` / `rstat_memory_failcnt_total`, `rstat_memory_heap_allocs_total`, ... | counter |
+//! | any controller `C`, item `I` | counter: `rstat_C_I_total`; gauge: `rstat_C_I` (`I` ending in `_usec`: `rstat_C_<stem>_seconds[_total]`; in `_bytes`: `rstat_C_<stem>_bytes[_total]`) | as the item declares ([`rstat::StatKind`], counter by default), or gauge if listed in [`Config::gauges`] |
 //! | the exporter itself | `rstat_exporter_*`: groups, scrapes, removed groups reported / lost, skipped samples, last scrape duration | |
+//!
+//! A count that only grows is a counter, a level that goes up and down a
+//! gauge: a counter set declares which of its items are levels with
+//! [`CounterSetController::with_kinds`](rstat::CounterSetController::with_kinds)
+//! (or a [`Controller`](rstat::Controller) with
+//! [`stat_kinds`](rstat::Controller::stat_kinds)); [`Config::gauges`]
+//! makes more items gauges without touching the controller. Unit suffixes
+//! follow OpenMetrics: the unit (`_seconds`, `_bytes`) ends the family
+//! name, and a counter's samples add `_total` after it.
 //!
 //! Names are made of `[a-zA-Z0-9_]` (anything else in a controller or item
 //! name becomes `_`); a family whose name is already taken is skipped and
-//! counted (`rstat_exporter_skipped_families`). A counter item whose value
-//! is negative (counter sets accept any delta) is not exposed and is
-//! counted (`rstat_exporter_skipped_samples_total`): list such items in
-//! [`Config::gauges`]. Memory values are in the application's charge
-//! units times [`Config::memory_unit_bytes`] (1: the application charges
-//! bytes).
+//! counted (`rstat_exporter_skipped_families`). Memory values are in the
+//! application's charge units times [`Config::memory_unit_bytes`] (1: the
+//! application charges bytes); the accounting allocator's heap items are
+//! in bytes already.
 //!
+//! # No sample is lost without a reason
+//!
+//! Every live group (up to [`Config::max_depth`]) has a sample of every
+//! family in every scrape, with one exception, counted in
+//! `rstat_exporter_skipped_samples_total`: a **counter** item whose value
+//! is negative, which no counter can be. Only an item that was given
+//! negative deltas can be negative (a fold only adds the deltas), so a
+//! count that only grows is never skipped; a level declared a counter can
+//! be. That is why the counter rose under load before `heap` and
+//! `heap_overhead` were gauges: a scrape reads a level CPU by CPU (each
+//! CPU's stock of allocator deltas, then each CPU's slot), not at one
+//! instant, so an object allocated on a CPU already read and freed on one
+//! not read yet is counted freed and not allocated (and the other way
+//! round), so the level read is off by the objects in flight, possibly
+//! below zero. As gauges such values are exported as read (a later
+//! scrape has them right); declare your own levels gauges and nothing is
+//! skipped.
+
 //! # Formats
 //!
 //! The exposition is encoded by the official `prometheus-client` crate
@@ -420,6 +447,12 @@ impl Exporter {
         let naming = collect::Naming {
             memory_unit_bytes: inner.cfg.memory_unit_bytes,
             gauges: inner.cfg.gauges.clone(),
+            kinds: inner
+                .reporter
+                .controllers()
+                .iter()
+                .map(|c| (c.name().to_owned(), c.stat_kinds()))
+                .collect(),
         };
         let (families, skipped_families) = collect::families(&live, &naming, &collect::SELF_NAMES);
         // The totals as they stand once this scrape is delivered.
