@@ -9,6 +9,10 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 //!
+//! Or, to serve rstat's series from the service's own
+//! `prometheus-client` registry, beside its own metrics, register a
+//! [`RstatCollector`] ([`Exporter::collector`]; example there).
+//!
 //! # What is exposed
 //!
 //! Each family has one series per group, labelled `path` (`/` for the
@@ -67,9 +71,10 @@
 //! # Formats
 //!
 //! The exposition is encoded by the official `prometheus-client` crate
-//! from a custom [collector](prometheus_client::collector::Collector)
-//! that reads the tree at scrape time (nothing is registered per group,
-//! nothing is kept between scrapes). A request whose `Accept` prefers
+//! from a [collector](prometheus_client::collector::Collector) that reads
+//! the tree at scrape time (nothing is registered per group, nothing is
+//! kept between scrapes): the built-in server's, or the
+//! [`RstatCollector`] in a registry of the service's. A request whose `Accept` prefers
 //! `application/openmetrics-text` (Prometheus's does) gets OpenMetrics
 //! 1.0; any other gets the classic text format 0.0.4, derived from the
 //! OpenMetrics text by [`openmetrics_to_classic`] (the two differ only in
@@ -109,9 +114,11 @@
 //! serialized. Measured figures (1k / 10k / 100k groups) are in the README.
 
 mod collect;
+mod collector;
 pub mod http;
 
 use std::io;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -120,7 +127,12 @@ use rstat::report::{GroupSnapshot, Reporter};
 use rstat::Rstat;
 
 pub use collect::{escape_label_value, openmetrics_to_classic, sanitize_name, Escaped};
+pub use collector::RstatCollector;
 pub use http::{negotiate, parse_request, Server, ServerConfig, DEFAULT_ADDR};
+/// The `prometheus-client` this crate encodes with: register a
+/// [`RstatCollector`] in a [`Registry`](prometheus_client::registry::Registry)
+/// of this version.
+pub use prometheus_client;
 
 /// The exposition format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,6 +192,9 @@ pub enum Error {
     Encode(std::fmt::Error),
     /// JSON serialization failed.
     Json(serde_json::Error),
+    /// [`Exporter::collector`] was called while a collector of this
+    /// exporter is alive.
+    CollectorInUse,
 }
 
 impl std::fmt::Display for Error {
@@ -188,6 +203,11 @@ impl std::fmt::Display for Error {
             Error::Read(e) => write!(f, "reading the group tree failed: {e}"),
             Error::Encode(e) => write!(f, "encoding the exposition failed: {e}"),
             Error::Json(e) => write!(f, "encoding the snapshot as JSON failed: {e}"),
+            Error::CollectorInUse => f.write_str(
+                "this exporter's collector is already registered: register it once (a registry \
+                 lists each family once, and each removed group is reported once); for another \
+                 registry, create another Exporter",
+            ),
         }
     }
 }
@@ -242,6 +262,8 @@ struct Inner {
     watch: RemovalWatch,
     cfg: Config,
     state: Mutex<State>,
+    /// A [`RstatCollector`] of this exporter is alive (at most one is).
+    collector_live: AtomicBool,
     /// Test hook: fail the next scrape after its removed groups were taken.
     #[cfg(test)]
     fail_next: std::sync::atomic::AtomicBool,
@@ -290,17 +312,26 @@ impl PendingScrape {
     /// paths) and return the scrape. Groups another scrape committed in
     /// the meantime are not counted twice.
     pub fn commit(self) -> Scrape {
-        let inner = &*self.exporter.inner;
+        self.exporter.commit_removed(&self.reported, &self.collided);
+        self.scrape
+    }
+}
+
+impl Exporter {
+    /// Mark the pending removed groups `reported` (sorted sequence
+    /// numbers) reported and `collided` lost; others stay pending.
+    fn commit_removed(&self, reported: &[u64], collided: &[u64]) {
+        let inner = &*self.inner;
         let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         let keep = inner.cfg.removed_retention;
         let mut delivered = Vec::new();
         let mut lost = 0u64;
         st.pending.retain(|(seq, g)| {
-            if self.reported.binary_search(seq).is_ok() {
+            if reported.binary_search(seq).is_ok() {
                 delivered.push(g.clone());
                 false
-            } else if self.collided.binary_search(seq).is_ok() {
+            } else if collided.binary_search(seq).is_ok() {
                 lost += 1;
                 false
             } else {
@@ -314,8 +345,18 @@ impl PendingScrape {
                 st.recent.extend(snap.groups.into_iter().map(|g| (now, g)));
             }
         }
-        self.scrape
     }
+}
+
+/// What a scrape read, besides its encoding: sizes, and the sequence
+/// numbers of the pending removed groups it reported and gave up on.
+struct ScrapeParts {
+    groups: usize,
+    removed: usize,
+    families: usize,
+    series: u64,
+    reported: Vec<u64>,
+    collided: Vec<u64>,
 }
 
 /// Whether a render takes removed groups from the watch.
@@ -343,6 +384,7 @@ impl Exporter {
                 watch,
                 cfg,
                 state: Mutex::new(State::default()),
+                collector_live: AtomicBool::new(false),
                 #[cfg(test)]
                 fail_next: Default::default(),
             }),
@@ -377,6 +419,40 @@ impl Exporter {
     }
 
     fn render_mode(&self, format: Format, mode: Mode) -> Result<PendingScrape, Error> {
+        let (body, parts) = self.scrape_with(mode, |collector| {
+            let mut registry = prometheus_client::registry::Registry::default();
+            registry.register_collector(Box::new(collector));
+            let mut body = String::new();
+            prometheus_client::encoding::text::encode(&mut body, &registry)
+                .map_err(Error::Encode)?;
+            if format == Format::Classic {
+                body = openmetrics_to_classic(&body);
+            }
+            Ok(body)
+        })?;
+        Ok(PendingScrape {
+            scrape: Scrape {
+                body,
+                format,
+                groups: parts.groups,
+                removed: parts.removed,
+                families: parts.families,
+                series: parts.series,
+            },
+            exporter: self.clone(),
+            reported: parts.reported,
+            collided: parts.collided,
+        })
+    }
+
+    /// Read the tree (taking the removed groups in `Scrape` mode) and
+    /// hand the scrape's collector to `encode`, under the state lock (so
+    /// scrapes are serialized and the self-metrics count this one).
+    fn scrape_with<R>(
+        &self,
+        mode: Mode,
+        encode: impl FnOnce(Arc<collect::ScrapeCollector>) -> Result<R, Error>,
+    ) -> Result<(R, ScrapeParts), Error> {
         let t0 = Instant::now();
         let inner = &*self.inner;
         let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -477,31 +553,23 @@ impl Exporter {
             series: Default::default(),
         };
         let collector = Arc::new(collector);
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(Arc::clone(&collector)));
-        let mut body = String::new();
-        prometheus_client::encoding::text::encode(&mut body, &registry).map_err(Error::Encode)?;
-        if format == Format::Classic {
-            body = openmetrics_to_classic(&body);
-        }
+        let out = encode(Arc::clone(&collector))?;
         use std::sync::atomic::Ordering::Relaxed;
         if mode == Mode::Scrape {
             st.skipped_samples += collector.skipped.load(Relaxed);
             st.last_secs = t0.elapsed().as_secs_f64();
         }
-        Ok(PendingScrape {
-            scrape: Scrape {
-                body,
-                format,
+        Ok((
+            out,
+            ScrapeParts {
                 groups,
                 removed: nremoved,
                 families: nfam,
                 series: collector.series.load(Relaxed),
+                reported,
+                collided,
             },
-            exporter: self.clone(),
-            reported,
-            collided,
-        })
+        ))
     }
 
     /// The live tree (up to [`Config::max_depth`]) as JSON: a
@@ -511,6 +579,36 @@ impl Exporter {
         let r = &self.inner.reporter;
         let snap = r.snapshot_depth(r.root(), self.inner.cfg.max_depth)?;
         serde_json::to_string(&snap).map_err(Error::Json)
+    }
+
+    /// A [`prometheus_client::collector::Collector`] that reads this
+    /// exporter's tree each time its registry is encoded: register it in
+    /// the service's own registry to serve rstat's series beside the
+    /// service's (see [`RstatCollector`]). At most one is alive per
+    /// exporter; another call while it lives is
+    /// [`Error::CollectorInUse`].
+    pub fn collector(&self) -> Result<RstatCollector, Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Relaxed: the flag guards no data (scrapes are serialized by the
+        // state lock); only one caller can turn it from false to true.
+        self.inner
+            .collector_live
+            .compare_exchange(false, true, Relaxed, Relaxed)
+            .map_err(|_| Error::CollectorInUse)?;
+        Ok(RstatCollector::new(self.clone()))
+    }
+
+    /// A scrape encoded by a registry: taken as delivered once `encode`
+    /// succeeded (the registry's caller sends it on).
+    fn encode_into(
+        &self,
+        enc: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), Error> {
+        use prometheus_client::collector::Collector;
+        let ((), parts) =
+            self.scrape_with(Mode::Scrape, |c| c.encode(enc).map_err(Error::Encode))?;
+        self.commit_removed(&parts.reported, &parts.collided);
+        Ok(())
     }
 
     /// Serve `/metrics` (and `/snapshot.json`) over HTTP on its own
