@@ -78,7 +78,11 @@
 //! `application/openmetrics-text` (Prometheus's does) gets OpenMetrics
 //! 1.0; any other gets the classic text format 0.0.4, derived from the
 //! OpenMetrics text by [`openmetrics_to_classic`] (the two differ only in
-//! counter family names, `# UNIT` and `# EOF`).
+//! counter family names, `# UNIT` and `# EOF`). A request whose
+//! `Accept-Encoding` accepts gzip ([`accepts_gzip`]; Prometheus's does)
+//! gets the body gzip-compressed (`Content-Encoding: gzip`, by `flate2`),
+//! `/metrics` and `/snapshot.json` alike: exposition text of a large tree
+//! compresses to a small fraction of its size.
 //!
 //! # Removed groups
 //!
@@ -128,7 +132,7 @@ use rstat::Rstat;
 
 pub use collect::{escape_label_value, openmetrics_to_classic, sanitize_name, Escaped};
 pub use collector::RstatCollector;
-pub use http::{negotiate, parse_request, Server, ServerConfig, DEFAULT_ADDR};
+pub use http::{accepts_gzip, negotiate, parse_request, Server, ServerConfig, DEFAULT_ADDR};
 /// The `prometheus-client` this crate encodes with: register a
 /// [`RstatCollector`] in a [`Registry`](prometheus_client::registry::Registry)
 /// of this version.

@@ -434,3 +434,121 @@ fn every_scraper_gets_an_answer_when_there_are_more_than_the_server_serves() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Send `raw`, read the answer to EOF: (head, body bytes).
+fn exchange_bytes(addr: SocketAddr, raw: &[u8]) -> (String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(raw).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let at = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&out[..at]).into_owned();
+    (head, out[at + 4..].to_vec())
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+fn gunzip(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_string(&mut out)
+        .expect("a gzip stream");
+    out
+}
+
+#[test]
+fn gzip_by_accept_encoding_round_trips() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("jobs", &["done"]).unwrap();
+    let g = rs.root().create_child("t").unwrap();
+    c.add(&g, 0, 42).unwrap();
+    let srv = start(&rs, Duration::from_secs(5));
+    let a = srv.addr();
+    let line = "rstat_jobs_done_total{path=\"/t\"} 42\n";
+    // Prometheus's Accept-Encoding, and others that accept gzip.
+    for ae in ["gzip", "gzip, deflate, br", "identity;q=0.5, GZIP;q=1", "*"] {
+        let req = format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: {ae}\r\nConnection: close\r\n\r\n");
+        let (head, body) = exchange_bytes(a, req.as_bytes());
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(
+            header(&head, "Content-Encoding"),
+            Some("gzip"),
+            "{ae}: {head}"
+        );
+        assert_eq!(
+            header(&head, "Vary"),
+            Some("Accept, Accept-Encoding"),
+            "{head}"
+        );
+        let len: usize = header(&head, "Content-Length").unwrap().parse().unwrap();
+        assert_eq!(len, body.len(), "Content-Length is the compressed size");
+        let text = gunzip(&body);
+        assert!(text.contains(line), "{text}");
+    }
+    // Not acceptable, or not asked for: identity.
+    let not_utf8: &[u8] = b"Accept-Encoding: gzip\xff\r\n";
+    for ae in [
+        &b""[..],
+        b"Accept-Encoding: gzip;q=0\r\n",
+        b"Accept-Encoding: br\r\n",
+        b"Accept-Encoding: *;q=0\r\n",
+        b"Accept-Encoding: *, gzip;q=0\r\n",
+        not_utf8,
+    ] {
+        let mut req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n".to_vec();
+        req.extend_from_slice(ae);
+        req.extend_from_slice(b"Connection: close\r\n\r\n");
+        let (head, body) = exchange_bytes(a, &req);
+        let ae = String::from_utf8_lossy(ae);
+        assert!(head.starts_with("HTTP/1.1 200"), "{ae:?}: {head}");
+        assert_eq!(header(&head, "Content-Encoding"), None, "{ae:?}: {head}");
+        assert!(String::from_utf8(body).unwrap().contains(line));
+    }
+    // HEAD: the length of what a GET would send, compressed.
+    let (head, body) = exchange_bytes(
+        a,
+        b"HEAD /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    );
+    assert!(body.is_empty());
+    assert_eq!(header(&head, "Content-Encoding"), Some("gzip"), "{head}");
+    // The JSON snapshot too.
+    let (head, body) = exchange_bytes(
+        a,
+        b"GET /snapshot.json HTTP/1.1\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(header(&head, "Content-Encoding"), Some("gzip"), "{head}");
+    assert!(gunzip(&body).starts_with("{\"controllers\""));
+}
+
+/// A client that asks for gzip and goes away after the first bytes: the
+/// server stays up and serves the next scrape.
+#[test]
+fn a_gzip_client_that_closes_early_leaves_the_server_serving() {
+    let rs = Rstat::new();
+    let _chain = big_tree(&rs);
+    let srv = start(&rs, Duration::from_secs(5));
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(srv.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n")
+            .unwrap();
+        let mut first = [0u8; 16];
+        s.read_exact(&mut first).unwrap();
+        assert!(first.starts_with(b"HTTP/1.1 200"));
+    }
+    let (head, body) = exchange_bytes(
+        srv.addr(),
+        b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(gunzip(&body).contains("rstat_exporter_scrapes_total"));
+}

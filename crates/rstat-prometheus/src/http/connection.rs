@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::conns::ConnState;
 use super::request::{parse_request, reject, Route, MAX_REQUEST_HEAD};
-use super::response::{respond, respond_error};
+use super::response::{respond, respond_error, Encoding};
 use crate::Exporter;
 
 /// Read one request head, answer it, close.
@@ -88,6 +88,10 @@ pub(super) fn serve_connection(
     let progress = || {
         claim(ConnState::Writing);
     };
+    let negotiated = Encoding {
+        gzip: req.gzip,
+        negotiated: true,
+    };
     let _ = match req.route {
         Route::Index => respond(
             &mut stream,
@@ -96,6 +100,7 @@ pub(super) fn serve_connection(
             "text/plain; charset=utf-8",
             b"rstat exporter: /metrics (Prometheus text, or OpenMetrics by Accept), /snapshot.json\n",
             req.head_only,
+            Encoding::default(),
         ),
         // HEAD changes nothing: its Content-Length comes from a peek.
         Route::Metrics if req.head_only => match exporter.peek(req.format) {
@@ -106,6 +111,7 @@ pub(super) fn serve_connection(
                 req.format.content_type(),
                 s.body.as_bytes(),
                 true,
+                negotiated,
             ),
             Err(e) => respond_error(&mut stream, &reject(500, e.to_string())),
         },
@@ -120,6 +126,7 @@ pub(super) fn serve_connection(
                     req.format.content_type(),
                     p.scrape().body.as_bytes(),
                     false,
+                    negotiated,
                 );
                 // Before the close below: a client that reads to the end
                 // and scrapes again at once finds them committed.
@@ -138,6 +145,7 @@ pub(super) fn serve_connection(
                 "application/json",
                 s.as_bytes(),
                 req.head_only,
+                negotiated,
             ),
             Err(e) => respond_error(&mut stream, &reject(500, e.to_string())),
         },

@@ -6,7 +6,9 @@
 //! can neither make the server allocate without bound nor hold a thread
 //! forever. (`tiny_http` 0.12, the obvious alternative, reads header lines
 //! without a size limit.) Every malformed or oversized request gets a 4xx
-//! and the connection is closed.
+//! and the connection is closed. Answers are gzip-compressed when the
+//! request's `Accept-Encoding` accepts it ([`accepts_gzip`]), with the
+//! compressed size as `Content-Length`.
 //!
 //! Every client that sends a request gets an HTTP answer, never a silent
 //! close: its scrape, a 4xx, or `503` with `Retry-After` when the server
@@ -20,7 +22,7 @@ mod server;
 
 pub use conns::IDLE_BEFORE_EVICTION;
 pub use request::{
-    negotiate, parse_request, Reject, Request, Route, MAX_HEADERS, MAX_REQUEST_HEAD,
+    accepts_gzip, negotiate, parse_request, Reject, Request, Route, MAX_HEADERS, MAX_REQUEST_HEAD,
 };
 pub(crate) use server::start;
 pub use server::{Server, ServerConfig, DEFAULT_ADDR};

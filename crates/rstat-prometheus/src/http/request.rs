@@ -31,6 +31,9 @@ pub struct Request {
     pub head_only: bool,
     /// The exposition format negotiated from `Accept`.
     pub format: Format,
+    /// `Accept-Encoding` accepts gzip ([`accepts_gzip`]): the body is sent
+    /// compressed, with `Content-Encoding: gzip`.
+    pub gzip: bool,
 }
 
 /// A refused request: the status to answer with and why.
@@ -88,7 +91,18 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
         _ => return Err(reject(404, "not found; the metrics are at /metrics")),
     };
     let mut accept = String::new();
+    let mut encodings = String::new();
     for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("accept-encoding") {
+            // Not UTF-8: ignored, as if absent (identity is always
+            // acceptable, RFC 9110, section 12.5.3).
+            if let Ok(v) = std::str::from_utf8(h.value) {
+                if !encodings.is_empty() {
+                    encodings.push(',');
+                }
+                encodings.push_str(v);
+            }
+        }
         if h.name.eq_ignore_ascii_case("accept") {
             let Ok(v) = std::str::from_utf8(h.value) else {
                 return Err(reject(400, "the Accept header is not UTF-8"));
@@ -103,6 +117,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
         route,
         head_only,
         format: negotiate(&accept),
+        gzip: accepts_gzip(&encodings),
     }))
 }
 
@@ -163,4 +178,33 @@ pub fn negotiate(accept: &str) -> Format {
     } else {
         Format::Classic
     }
+}
+
+/// Whether an `Accept-Encoding` header value accepts gzip: `gzip` (or
+/// `x-gzip`) with a q-value above 0, or else `*` with one (RFC 9110,
+/// section 12.5.3). Names are case-insensitive; an absent or unparsable
+/// value accepts identity only.
+pub fn accepts_gzip(accept_encoding: &str) -> bool {
+    let (mut gzip, mut any) = (None, None);
+    for part in accept_encoding.split(',') {
+        let mut params = part.split(';');
+        let coding = params.next().unwrap_or("").trim();
+        let mut q = 1.0;
+        for p in params {
+            if let Some((k, v)) = p.split_once('=') {
+                if k.trim().eq_ignore_ascii_case("q") {
+                    q = match v.trim().parse::<f64>() {
+                        Ok(q) if (0.0..=1.0).contains(&q) => q,
+                        _ => 0.0,
+                    };
+                }
+            }
+        }
+        if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+            gzip = Some(gzip.map_or(q, |g: f64| g.max(q)));
+        } else if coding == "*" {
+            any = Some(q);
+        }
+    }
+    gzip.or(any).is_some_and(|q| q > 0.0)
 }
