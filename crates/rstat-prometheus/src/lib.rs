@@ -616,8 +616,10 @@ impl Exporter {
     }
 
     /// Serve `/metrics` (and `/snapshot.json`) over HTTP on its own
-    /// threads. Errors: the address does not resolve, is not loopback
-    /// without [`ServerConfig::allow_non_loopback`], or cannot be bound.
+    /// threads, until the returned [`Server`] is dropped. Errors: the
+    /// address does not resolve, is not loopback without
+    /// [`ServerConfig::allow_non_loopback`], or cannot be bound.
+    #[must_use = "the server stops when the returned Server is dropped: keep it"]
     pub fn serve(&self, cfg: ServerConfig) -> io::Result<Server> {
         http::start(self.clone(), cfg)
     }

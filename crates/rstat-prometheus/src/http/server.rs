@@ -72,8 +72,31 @@ impl Default for ServerConfig {
 
 /// A running server; dropping it (or [`shutdown`](Self::shutdown)) stops
 /// accepting and joins the accept thread (connections being served finish
-/// on their own threads).
+/// on their own threads). So keep it for as long as metrics are to be
+/// served: it is `#[must_use]`, and a server dropped at once is a warning
+/// (an error under `#![deny(unused_must_use)]`):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// fn main() -> std::io::Result<()> {
+///     let rs = rstat::Rstat::new();
+///     // Dropped at the end of the statement: nothing would be served.
+///     rstat_prometheus::Exporter::new(&rs).serve(Default::default())?;
+///     Ok(())
+/// }
+/// ```
+///
+/// ```no_run
+/// #![deny(unused_must_use)]
+/// fn main() -> std::io::Result<()> {
+///     let rs = rstat::Rstat::new();
+///     let _server = rstat_prometheus::Exporter::new(&rs).serve(Default::default())?;
+///     // ... the service runs; metrics are served until `_server` drops.
+///     Ok(())
+/// }
+/// ```
 #[derive(Debug)]
+#[must_use = "dropping the Server stops serving metrics: keep it for as long as they are to be served"]
 pub struct Server {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
