@@ -295,6 +295,11 @@ impl std::fmt::Debug for Exporter {
 /// uncommitted leaves its removed groups pending, so the next scrape
 /// reports them again. A removed group is thus reported at least once to
 /// someone who received it, and counted reported (or lost) exactly once.
+/// (A scrape rendered between the last write of an answer and its commit,
+/// on another connection, reports them again: at least once, never lost.
+/// The built-in server commits before it closes a connection or reads
+/// the next request on a kept-alive one, so a client that reads to the
+/// close, or scrapes again on the same connection, never sees a repeat.)
 #[derive(Debug)]
 #[must_use = "an uncommitted scrape's removed groups are reported again by the next one"]
 pub struct PendingScrape {

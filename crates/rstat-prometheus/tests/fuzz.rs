@@ -171,7 +171,8 @@ fn the_server_survives_random_and_mutated_requests() {
         })
         .unwrap();
     let mut s = TcpStream::connect(srv.addr()).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");

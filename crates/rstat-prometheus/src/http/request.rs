@@ -34,6 +34,12 @@ pub struct Request {
     /// `Accept-Encoding` accepts gzip ([`accepts_gzip`]): the body is sent
     /// compressed, with `Content-Encoding: gzip`.
     pub gzip: bool,
+    /// The connection may carry another request after this one's answer:
+    /// HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with
+    /// `Connection: keep-alive`; never for a request with a body
+    /// (`Content-Length` other than 0, or `Transfer-Encoding`), which the
+    /// server does not read.
+    pub keep_alive: bool,
 }
 
 /// A refused request: the status to answer with and why.
@@ -58,9 +64,15 @@ pub(super) fn reject(status: u16, message: impl Into<String>) -> Reject {
 /// request, `Err` with the 4xx to send otherwise. Never panics, whatever
 /// the bytes (fuzzed in CI).
 pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
+    Ok(parse_head(buf)?.map(|(r, _)| r))
+}
+
+/// [`parse_request`], and the length of the head in `buf`: the bytes
+/// after it belong to the next request (pipelining).
+pub(super) fn parse_head(buf: &[u8]) -> Result<Option<(Request, usize)>, Reject> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
-    match req.parse(buf) {
+    let len = match req.parse(buf) {
         Ok(httparse::Status::Partial) => {
             return if buf.len() >= MAX_REQUEST_HEAD {
                 Err(too_large())
@@ -68,7 +80,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
                 Ok(None)
             }
         }
-        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Complete(n)) => n,
         Err(httparse::Error::TooManyHeaders) => {
             return Err(reject(
                 431,
@@ -76,7 +88,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
             ))
         }
         Err(e) => return Err(reject(400, format!("malformed HTTP request: {e}"))),
-    }
+    };
     let head_only = match req.method {
         Some("GET") => false,
         Some("HEAD") => true,
@@ -92,7 +104,22 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
     };
     let mut accept = String::new();
     let mut encodings = String::new();
+    let (mut close, mut keep, mut body) = (false, false, false);
     for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("connection") {
+            // A list of tokens, case-insensitive (RFC 9110, section 7.6.1);
+            // not UTF-8: no token.
+            let tokens = std::str::from_utf8(h.value).unwrap_or("");
+            for t in tokens.split(',').map(str::trim) {
+                close |= t.eq_ignore_ascii_case("close");
+                keep |= t.eq_ignore_ascii_case("keep-alive");
+            }
+        }
+        // A body is never read, so the connection cannot carry another
+        // request after it.
+        body |= (h.name.eq_ignore_ascii_case("content-length")
+            && h.value.iter().any(|&b| b != b'0'))
+            || h.name.eq_ignore_ascii_case("transfer-encoding");
         if h.name.eq_ignore_ascii_case("accept-encoding") {
             // Not UTF-8: ignored, as if absent (identity is always
             // acceptable, RFC 9110, section 12.5.3).
@@ -113,12 +140,18 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
             accept.push_str(v);
         }
     }
-    Ok(Some(Request {
-        route,
-        head_only,
-        format: negotiate(&accept),
-        gzip: accepts_gzip(&encodings),
-    }))
+    // HTTP/1.1 keeps the connection by default, HTTP/1.0 closes it.
+    let keep_alive = !close && !body && (req.version == Some(1) || keep);
+    Ok(Some((
+        Request {
+            route,
+            head_only,
+            format: negotiate(&accept),
+            gzip: accepts_gzip(&encodings),
+            keep_alive,
+        },
+        len,
+    )))
 }
 
 /// The path of a request target: origin-form (`/metrics`) as is, and

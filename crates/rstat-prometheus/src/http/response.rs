@@ -24,13 +24,16 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-/// How a body is sent.
+/// How an answer is sent.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Encoding {
+pub(super) struct Headers {
     /// Compressed with gzip (`Content-Encoding: gzip`).
     pub(super) gzip: bool,
     /// The content was negotiated (`Vary: Accept, Accept-Encoding`).
     pub(super) negotiated: bool,
+    /// The connection stays open for another request
+    /// (`Connection: keep-alive`; else `close`).
+    pub(super) keep_alive: bool,
 }
 
 /// `body` compressed as a gzip stream, at the fastest level: scrapes of
@@ -54,7 +57,7 @@ pub(super) fn respond(
     content_type: &str,
     body: &[u8],
     head_only: bool,
-    encoding: Encoding,
+    headers: Headers,
 ) -> io::Result<()> {
     let allow = if status == 405 {
         "Allow: GET, HEAD\r\n"
@@ -62,19 +65,24 @@ pub(super) fn respond(
         ""
     };
     let compressed;
-    let (body, content_encoding) = if encoding.gzip {
+    let (body, content_encoding) = if headers.gzip {
         compressed = gzip(body)?;
         (&compressed[..], "Content-Encoding: gzip\r\n")
     } else {
         (body, "")
     };
-    let vary = if encoding.negotiated {
+    let vary = if headers.negotiated {
         "Vary: Accept, Accept-Encoding\r\n"
     } else {
         ""
     };
+    let connection = if headers.keep_alive {
+        "keep-alive"
+    } else {
+        "close"
+    };
     let head = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\n{content_encoding}{vary}Content-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\n{content_encoding}{vary}Content-Length: {}\r\n{allow}Connection: {connection}\r\n\r\n",
         reason(status),
         body.len()
     );
@@ -102,7 +110,7 @@ pub(super) fn respond_error(stream: &mut TcpStream, rej: &Reject) -> io::Result<
         "text/plain; charset=utf-8",
         body.as_bytes(),
         false,
-        Encoding::default(),
+        Headers::default(),
     )?;
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let deadline = std::time::Instant::now() + Duration::from_millis(500);
