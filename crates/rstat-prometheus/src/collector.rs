@@ -54,7 +54,10 @@ use crate::Exporter;
 /// [`Exporter::collector`] while this one lives is refused
 /// ([`Error::CollectorInUse`](crate::Error::CollectorInUse)); for a
 /// second registry, create a second [`Exporter`] (each has its own
-/// removed groups). A registry's prefix and constant labels apply to
+/// removed groups). Likewise a collector and the built-in
+/// [`serve`](Exporter::serve) of one exporter share its removed groups
+/// (each goes to whichever scrapes first): give each its own exporter if
+/// both are scraped. A registry's prefix and constant labels apply to
 /// rstat's families as to any collector's.
 #[derive(Debug)]
 pub struct RstatCollector {

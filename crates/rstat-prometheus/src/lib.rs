@@ -171,7 +171,10 @@ pub struct Config {
     pub removed_retention: Duration,
     /// Bytes per memory charge unit. Default 1.
     pub memory_unit_bytes: u64,
-    /// Items exported as gauges, as `controller.item` or `controller.*`.
+    /// Items exported as gauges, as `controller.item` or `controller.*`,
+    /// besides those their controller declares gauges
+    /// ([`rstat::StatKind`]; the better place, as every reader then knows).
+    /// Default: none.
     pub gauges: Vec<String>,
 }
 
