@@ -12,6 +12,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 use rstat::memory::MemoryEvent;
 use rstat::report::{GroupSnapshot, Snapshot};
+use rstat::StatKind;
 
 /// A label value, escaped on the way out as both text formats require:
 /// `\` → `\\`, `"` → `\"`, newline → `\n` (everything else, any UTF-8,
@@ -107,9 +108,18 @@ pub(crate) struct Naming {
     pub(crate) memory_unit_bytes: u64,
     /// `controller.item` or `controller.*` exported as gauges.
     pub(crate) gauges: Vec<String>,
+    /// Each controller's declared item kinds
+    /// ([`rstat::ControllerHandle::stat_kinds`]), by controller name. A
+    /// controller missing here has counters only.
+    pub(crate) kinds: Vec<(String, Vec<StatKind>)>,
 }
 
-const MEMORY_BYTE_ITEMS: [&str; 4] = ["charged", "uncharged", "reclaimed", "forced"];
+/// `memory.stat` items in charge units: bytes once multiplied by
+/// `memory_unit_bytes`.
+const MEMORY_UNIT_ITEMS: [&str; 4] = ["charged", "uncharged", "reclaimed", "forced"];
+/// `memory.stat` items counted in bytes by the accounting allocator,
+/// whatever the charge unit.
+const MEMORY_HEAP_BYTE_ITEMS: [&str; 3] = ["heap", "heap_overhead", "heap_reparented"];
 
 /// The families for a snapshot's controllers (and memory state), names
 /// unique: a name already taken (by the exporter's own metrics or an
@@ -133,11 +143,18 @@ pub(crate) fn families(snap: &Snapshot, naming: &Naming, taken: &[&str]) -> (Vec
     for (ci, c) in snap.controllers.iter().enumerate() {
         let ctl = sanitize_name(&c.name);
         let whole = format!("{}.*", c.name);
+        let declared = naming
+            .kinds
+            .iter()
+            .find(|(n, _)| *n == c.name)
+            .map(|(_, k)| k.as_slice())
+            .unwrap_or(&[]);
         for (ii, item) in c.items.iter().enumerate() {
-            let is_gauge = naming
-                .gauges
-                .iter()
-                .any(|g| *g == whole || *g == format!("{}.{item}", c.name));
+            let is_gauge = declared.get(ii) == Some(&StatKind::Gauge)
+                || naming
+                    .gauges
+                    .iter()
+                    .any(|g| *g == whole || *g == format!("{}.{item}", c.name));
             let kind = if is_gauge { Kind::Gauge } else { Kind::Counter };
             let source = Source::Item { ctl: ci, item: ii };
             let help_of = |what: &str| {
@@ -148,7 +165,7 @@ pub(crate) fn families(snap: &Snapshot, naming: &Naming, taken: &[&str]) -> (Vec
                     sanitize_name(item)
                 )
             };
-            let f = if c.name == "memory" && MEMORY_BYTE_ITEMS.contains(&item.as_str()) {
+            let f = if c.name == "memory" && MEMORY_UNIT_ITEMS.contains(&item.as_str()) {
                 Family {
                     stem: format!("rstat_memory_{item}"),
                     help: format!("memory.stat {item}: units of memory {item}, in bytes, per group (hierarchical)"),
@@ -156,6 +173,15 @@ pub(crate) fn families(snap: &Snapshot, naming: &Naming, taken: &[&str]) -> (Vec
                     kind,
                     source,
                     scale: Scale::Bytes(naming.memory_unit_bytes),
+                }
+            } else if c.name == "memory" && MEMORY_HEAP_BYTE_ITEMS.contains(&item.as_str()) {
+                Family {
+                    stem: format!("rstat_memory_{item}"),
+                    help: help_of("Bytes"),
+                    unit: Some(Unit::Bytes),
+                    kind,
+                    source,
+                    scale: Scale::One,
                 }
             } else if let Some(stem) = item.strip_suffix("_usec") {
                 Family {
@@ -313,12 +339,31 @@ enum CounterValue {
     Float(f64),
 }
 
-fn scaled_u64(v: u64, s: Scale) -> i64 {
-    let v = match s {
-        Scale::Bytes(k) => v.saturating_mul(k),
-        _ => v,
-    };
-    i64::try_from(v).unwrap_or(i64::MAX)
+/// One sample of `f`'s kind from a raw value: scaled (seconds from
+/// microseconds, bytes from charge units), as a float for seconds. A
+/// counter's negative value has no sample (`None`): a counter cannot be
+/// negative.
+fn sample(f: &Family, v: i64, m: &mut MetricEncoder, labels: &Labels) -> Option<fmt::Result> {
+    Some(match (f.kind, f.scale) {
+        (Kind::Gauge, Scale::Micro) => m
+            .encode_family(&labels)
+            .and_then(|mut m| m.encode_gauge(&(v as f64 / 1e6))),
+        (Kind::Gauge, Scale::Bytes(k)) => gauge(
+            m,
+            labels,
+            v.saturating_mul(i64::try_from(k).unwrap_or(i64::MAX)),
+        ),
+        (Kind::Gauge, Scale::One) => gauge(m, labels, v),
+        (Kind::Counter, scale) => {
+            let u = u64::try_from(v).ok()?;
+            let cv = match scale {
+                Scale::Micro => CounterValue::Float(u as f64 / 1e6),
+                Scale::Bytes(k) => CounterValue::Int(u.saturating_mul(k)),
+                Scale::One => CounterValue::Int(u),
+            };
+            counter(m, labels, cv)
+        }
+    })
 }
 
 impl ScrapeCollector {
@@ -326,21 +371,14 @@ impl ScrapeCollector {
         use std::sync::atomic::Ordering::Relaxed;
         let path = [("path", Escaped(&g.path))];
         let one = |m: &mut MetricEncoder, v: i64| -> fmt::Result {
-            self.series.fetch_add(1, Relaxed);
-            match f.kind {
-                Kind::Gauge => gauge(m, &path, v),
-                Kind::Counter => {
-                    let Ok(u) = u64::try_from(v) else {
-                        self.series.fetch_sub(1, Relaxed);
-                        self.skipped.fetch_add(1, Relaxed);
-                        return Ok(());
-                    };
-                    let cv = match f.scale {
-                        Scale::Micro => CounterValue::Float(u as f64 / 1e6),
-                        Scale::Bytes(k) => CounterValue::Int(u.saturating_mul(k)),
-                        Scale::One => CounterValue::Int(u),
-                    };
-                    counter(m, &path, cv)
+            match sample(f, v, m, &path) {
+                Some(r) => {
+                    self.series.fetch_add(1, Relaxed);
+                    r
+                }
+                None => {
+                    self.skipped.fetch_add(1, Relaxed);
+                    Ok(())
                 }
             }
         };
@@ -349,11 +387,6 @@ impl ScrapeCollector {
                 let Some(v) = g.stats.get(ctl).and_then(|s| s.hierarchical.get(item)) else {
                     return Ok(());
                 };
-                if f.kind == Kind::Gauge && matches!(f.scale, Scale::Micro) {
-                    // A time gauge: seconds as a float.
-                    self.series.fetch_add(1, Relaxed);
-                    return m.encode_family(&path)?.encode_gauge(&(*v as f64 / 1e6));
-                }
                 one(m, *v)
             }
             Source::MemEvents => {
@@ -377,7 +410,7 @@ impl ScrapeCollector {
                     _ => None,
                 };
                 match v {
-                    Some(v) => one(m, scaled_u64(v, f.scale)),
+                    Some(v) => one(m, i64::try_from(v).unwrap_or(i64::MAX)),
                     None => Ok(()),
                 }
             }
@@ -422,7 +455,7 @@ impl ScrapeCollector {
             MetricType::Gauge,
         )?
         .encode_gauge(&s.last_scrape_seconds)?;
-        c(enc, "rstat_exporter_skipped_samples", "Counter samples not exposed because the value was negative (declare such items as gauges)", skipped)?;
+        c(enc, "rstat_exporter_skipped_samples", "Counter samples not exposed because the value was negative, which a counter cannot be (declare items that go up and down as gauges: rstat::StatKind::Gauge)", skipped)?;
         g(
             enc,
             "rstat_exporter_skipped_families",

@@ -9,6 +9,10 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 //!
+//! Or, to serve rstat's series from the service's own
+//! `prometheus-client` registry, beside its own metrics, register a
+//! [`RstatCollector`] ([`Exporter::collector`]; example there).
+//!
 //! # What is exposed
 //!
 //! Each family has one series per group, labelled `path` (`/` for the
@@ -24,29 +28,61 @@
 //! | `memory.current`, `memory.peak` | `rstat_memory_current_bytes`, `rstat_memory_peak_bytes` | gauge |
 //! | `memory.max`/`high`/`low`/`min` | `rstat_memory_max_bytes`, ... (no sample when unlimited: the file's `max`) | gauge |
 //! | `memory.events` | `rstat_memory_events_total{event="low\|high\|max\|oom\|oom_kill"}` | counter |
-//! | `memory.stat` `charged`, `uncharged`, `reclaimed`, `forced` / `failcnt` | `rstat_memory_charged_bytes_total`, ... / `rstat_memory_failcnt_total` | counter |
-//! | any controller `C`, item `I` | `rstat_C_I_total` (`I` ending in `_usec`: `rstat_C_<stem>_seconds_total`; in `_bytes`: `..._bytes_total`) | counter, or gauge if listed in [`Config::gauges`] |
+//! | `memory.stat` `charged`, `uncharged`, `reclaimed`, `forced` | `rstat_memory_charged_bytes_total`, ... | counter |
+//! | `memory.stat` `heap`, `heap_overhead` (live heap bytes: levels) | `rstat_memory_heap_bytes`, `rstat_memory_heap_overhead_bytes` | gauge |
+//! | `memory.stat` `heap_reparented` / `failcnt`, `heap_allocs`, `heap_frees` | `rstat_memory_heap_reparented_bytes_total` / `rstat_memory_failcnt_total`, `rstat_memory_heap_allocs_total`, ... | counter |
+//! | any controller `C`, item `I` | counter: `rstat_C_I_total`; gauge: `rstat_C_I` (`I` ending in `_usec`: `rstat_C_<stem>_seconds[_total]`; in `_bytes`: `rstat_C_<stem>_bytes[_total]`) | as the item declares ([`rstat::StatKind`], counter by default), or gauge if listed in [`Config::gauges`] |
 //! | the exporter itself | `rstat_exporter_*`: groups, scrapes, removed groups reported / lost, skipped samples, last scrape duration | |
+//!
+//! A count that only grows is a counter, a level that goes up and down a
+//! gauge: a counter set declares which of its items are levels with
+//! [`CounterSetController::with_kinds`](rstat::CounterSetController::with_kinds)
+//! (or a [`Controller`](rstat::Controller) with
+//! [`stat_kinds`](rstat::Controller::stat_kinds)); [`Config::gauges`]
+//! makes more items gauges without touching the controller. Unit suffixes
+//! follow OpenMetrics: the unit (`_seconds`, `_bytes`) ends the family
+//! name, and a counter's samples add `_total` after it.
 //!
 //! Names are made of `[a-zA-Z0-9_]` (anything else in a controller or item
 //! name becomes `_`); a family whose name is already taken is skipped and
-//! counted (`rstat_exporter_skipped_families`). A counter item whose value
-//! is negative (counter sets accept any delta) is not exposed and is
-//! counted (`rstat_exporter_skipped_samples_total`): list such items in
-//! [`Config::gauges`]. Memory values are in the application's charge
-//! units times [`Config::memory_unit_bytes`] (1: the application charges
-//! bytes).
+//! counted (`rstat_exporter_skipped_families`). Memory values are in the
+//! application's charge units times [`Config::memory_unit_bytes`] (1: the
+//! application charges bytes); the accounting allocator's heap items are
+//! in bytes already.
 //!
+//! # No sample is lost without a reason
+//!
+//! Every live group (up to [`Config::max_depth`]) has a sample of every
+//! family in every scrape, with one exception, counted in
+//! `rstat_exporter_skipped_samples_total`: a **counter** item whose value
+//! is negative, which no counter can be. Only an item that was given
+//! negative deltas can be negative (a fold only adds the deltas), so a
+//! count that only grows is never skipped; a level declared a counter can
+//! be. That is why the counter rose under load before `heap` and
+//! `heap_overhead` were gauges: a scrape reads a level CPU by CPU (each
+//! CPU's stock of allocator deltas, then each CPU's slot), not at one
+//! instant, so an object allocated on a CPU already read and freed on one
+//! not read yet is counted freed and not allocated (and the other way
+//! round), so the level read is off by the objects in flight, possibly
+//! below zero. As gauges such values are exported as read (a later
+//! scrape has them right); declare your own levels gauges and nothing is
+//! skipped.
+
 //! # Formats
 //!
 //! The exposition is encoded by the official `prometheus-client` crate
-//! from a custom [collector](prometheus_client::collector::Collector)
-//! that reads the tree at scrape time (nothing is registered per group,
-//! nothing is kept between scrapes). A request whose `Accept` prefers
+//! from a [collector](prometheus_client::collector::Collector) that reads
+//! the tree at scrape time (nothing is registered per group, nothing is
+//! kept between scrapes): the built-in server's, or the
+//! [`RstatCollector`] in a registry of the service's. A request whose `Accept` prefers
 //! `application/openmetrics-text` (Prometheus's does) gets OpenMetrics
 //! 1.0; any other gets the classic text format 0.0.4, derived from the
 //! OpenMetrics text by [`openmetrics_to_classic`] (the two differ only in
-//! counter family names, `# UNIT` and `# EOF`).
+//! counter family names, `# UNIT` and `# EOF`). A request whose
+//! `Accept-Encoding` accepts gzip ([`accepts_gzip`]; Prometheus's does)
+//! gets the body gzip-compressed (`Content-Encoding: gzip`, by `flate2`),
+//! `/metrics` and `/snapshot.json` alike: exposition text of a large tree
+//! compresses to a small fraction of its size.
 //!
 //! # Removed groups
 //!
@@ -82,9 +118,11 @@
 //! serialized. Measured figures (1k / 10k / 100k groups) are in the README.
 
 mod collect;
+mod collector;
 pub mod http;
 
 use std::io;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -93,7 +131,12 @@ use rstat::report::{GroupSnapshot, Reporter};
 use rstat::Rstat;
 
 pub use collect::{escape_label_value, openmetrics_to_classic, sanitize_name, Escaped};
-pub use http::{negotiate, parse_request, Server, ServerConfig, DEFAULT_ADDR};
+pub use collector::RstatCollector;
+pub use http::{accepts_gzip, negotiate, parse_request, Server, ServerConfig, DEFAULT_ADDR};
+/// The `prometheus-client` this crate encodes with: register a
+/// [`RstatCollector`] in a [`Registry`](prometheus_client::registry::Registry)
+/// of this version.
+pub use prometheus_client;
 
 /// The exposition format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,7 +171,10 @@ pub struct Config {
     pub removed_retention: Duration,
     /// Bytes per memory charge unit. Default 1.
     pub memory_unit_bytes: u64,
-    /// Items exported as gauges, as `controller.item` or `controller.*`.
+    /// Items exported as gauges, as `controller.item` or `controller.*`,
+    /// besides those their controller declares gauges
+    /// ([`rstat::StatKind`]; the better place, as every reader then knows).
+    /// Default: none.
     pub gauges: Vec<String>,
 }
 
@@ -153,6 +199,9 @@ pub enum Error {
     Encode(std::fmt::Error),
     /// JSON serialization failed.
     Json(serde_json::Error),
+    /// [`Exporter::collector`] was called while a collector of this
+    /// exporter is alive.
+    CollectorInUse,
 }
 
 impl std::fmt::Display for Error {
@@ -161,6 +210,11 @@ impl std::fmt::Display for Error {
             Error::Read(e) => write!(f, "reading the group tree failed: {e}"),
             Error::Encode(e) => write!(f, "encoding the exposition failed: {e}"),
             Error::Json(e) => write!(f, "encoding the snapshot as JSON failed: {e}"),
+            Error::CollectorInUse => f.write_str(
+                "this exporter's collector is already registered: register it once (a registry \
+                 lists each family once, and each removed group is reported once); for another \
+                 registry, create another Exporter",
+            ),
         }
     }
 }
@@ -215,6 +269,8 @@ struct Inner {
     watch: RemovalWatch,
     cfg: Config,
     state: Mutex<State>,
+    /// A [`RstatCollector`] of this exporter is alive (at most one is).
+    collector_live: AtomicBool,
     /// Test hook: fail the next scrape after its removed groups were taken.
     #[cfg(test)]
     fail_next: std::sync::atomic::AtomicBool,
@@ -242,6 +298,11 @@ impl std::fmt::Debug for Exporter {
 /// uncommitted leaves its removed groups pending, so the next scrape
 /// reports them again. A removed group is thus reported at least once to
 /// someone who received it, and counted reported (or lost) exactly once.
+/// (A scrape rendered between the last write of an answer and its commit,
+/// on another connection, reports them again: at least once, never lost.
+/// The built-in server commits before it closes a connection or reads
+/// the next request on a kept-alive one, so a client that reads to the
+/// close, or scrapes again on the same connection, never sees a repeat.)
 #[derive(Debug)]
 #[must_use = "an uncommitted scrape's removed groups are reported again by the next one"]
 pub struct PendingScrape {
@@ -263,17 +324,26 @@ impl PendingScrape {
     /// paths) and return the scrape. Groups another scrape committed in
     /// the meantime are not counted twice.
     pub fn commit(self) -> Scrape {
-        let inner = &*self.exporter.inner;
+        self.exporter.commit_removed(&self.reported, &self.collided);
+        self.scrape
+    }
+}
+
+impl Exporter {
+    /// Mark the pending removed groups `reported` (sorted sequence
+    /// numbers) reported and `collided` lost; others stay pending.
+    fn commit_removed(&self, reported: &[u64], collided: &[u64]) {
+        let inner = &*self.inner;
         let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         let keep = inner.cfg.removed_retention;
         let mut delivered = Vec::new();
         let mut lost = 0u64;
         st.pending.retain(|(seq, g)| {
-            if self.reported.binary_search(seq).is_ok() {
+            if reported.binary_search(seq).is_ok() {
                 delivered.push(g.clone());
                 false
-            } else if self.collided.binary_search(seq).is_ok() {
+            } else if collided.binary_search(seq).is_ok() {
                 lost += 1;
                 false
             } else {
@@ -287,8 +357,18 @@ impl PendingScrape {
                 st.recent.extend(snap.groups.into_iter().map(|g| (now, g)));
             }
         }
-        self.scrape
     }
+}
+
+/// What a scrape read, besides its encoding: sizes, and the sequence
+/// numbers of the pending removed groups it reported and gave up on.
+struct ScrapeParts {
+    groups: usize,
+    removed: usize,
+    families: usize,
+    series: u64,
+    reported: Vec<u64>,
+    collided: Vec<u64>,
 }
 
 /// Whether a render takes removed groups from the watch.
@@ -316,6 +396,7 @@ impl Exporter {
                 watch,
                 cfg,
                 state: Mutex::new(State::default()),
+                collector_live: AtomicBool::new(false),
                 #[cfg(test)]
                 fail_next: Default::default(),
             }),
@@ -350,6 +431,40 @@ impl Exporter {
     }
 
     fn render_mode(&self, format: Format, mode: Mode) -> Result<PendingScrape, Error> {
+        let (body, parts) = self.scrape_with(mode, |collector| {
+            let mut registry = prometheus_client::registry::Registry::default();
+            registry.register_collector(Box::new(collector));
+            let mut body = String::new();
+            prometheus_client::encoding::text::encode(&mut body, &registry)
+                .map_err(Error::Encode)?;
+            if format == Format::Classic {
+                body = openmetrics_to_classic(&body);
+            }
+            Ok(body)
+        })?;
+        Ok(PendingScrape {
+            scrape: Scrape {
+                body,
+                format,
+                groups: parts.groups,
+                removed: parts.removed,
+                families: parts.families,
+                series: parts.series,
+            },
+            exporter: self.clone(),
+            reported: parts.reported,
+            collided: parts.collided,
+        })
+    }
+
+    /// Read the tree (taking the removed groups in `Scrape` mode) and
+    /// hand the scrape's collector to `encode`, under the state lock (so
+    /// scrapes are serialized and the self-metrics count this one).
+    fn scrape_with<R>(
+        &self,
+        mode: Mode,
+        encode: impl FnOnce(Arc<collect::ScrapeCollector>) -> Result<R, Error>,
+    ) -> Result<(R, ScrapeParts), Error> {
         let t0 = Instant::now();
         let inner = &*self.inner;
         let mut st = inner.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -420,6 +535,12 @@ impl Exporter {
         let naming = collect::Naming {
             memory_unit_bytes: inner.cfg.memory_unit_bytes,
             gauges: inner.cfg.gauges.clone(),
+            kinds: inner
+                .reporter
+                .controllers()
+                .iter()
+                .map(|c| (c.name().to_owned(), c.stat_kinds()))
+                .collect(),
         };
         let (families, skipped_families) = collect::families(&live, &naming, &collect::SELF_NAMES);
         // The totals as they stand once this scrape is delivered.
@@ -444,31 +565,23 @@ impl Exporter {
             series: Default::default(),
         };
         let collector = Arc::new(collector);
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(Arc::clone(&collector)));
-        let mut body = String::new();
-        prometheus_client::encoding::text::encode(&mut body, &registry).map_err(Error::Encode)?;
-        if format == Format::Classic {
-            body = openmetrics_to_classic(&body);
-        }
+        let out = encode(Arc::clone(&collector))?;
         use std::sync::atomic::Ordering::Relaxed;
         if mode == Mode::Scrape {
             st.skipped_samples += collector.skipped.load(Relaxed);
             st.last_secs = t0.elapsed().as_secs_f64();
         }
-        Ok(PendingScrape {
-            scrape: Scrape {
-                body,
-                format,
+        Ok((
+            out,
+            ScrapeParts {
                 groups,
                 removed: nremoved,
                 families: nfam,
                 series: collector.series.load(Relaxed),
+                reported,
+                collided,
             },
-            exporter: self.clone(),
-            reported,
-            collided,
-        })
+        ))
     }
 
     /// The live tree (up to [`Config::max_depth`]) as JSON: a
@@ -480,9 +593,41 @@ impl Exporter {
         serde_json::to_string(&snap).map_err(Error::Json)
     }
 
+    /// A [`prometheus_client::collector::Collector`] that reads this
+    /// exporter's tree each time its registry is encoded: register it in
+    /// the service's own registry to serve rstat's series beside the
+    /// service's (see [`RstatCollector`]). At most one is alive per
+    /// exporter; another call while it lives is
+    /// [`Error::CollectorInUse`].
+    pub fn collector(&self) -> Result<RstatCollector, Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Relaxed: the flag guards no data (scrapes are serialized by the
+        // state lock); only one caller can turn it from false to true.
+        self.inner
+            .collector_live
+            .compare_exchange(false, true, Relaxed, Relaxed)
+            .map_err(|_| Error::CollectorInUse)?;
+        Ok(RstatCollector::new(self.clone()))
+    }
+
+    /// A scrape encoded by a registry: taken as delivered once `encode`
+    /// succeeded (the registry's caller sends it on).
+    fn encode_into(
+        &self,
+        enc: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), Error> {
+        use prometheus_client::collector::Collector;
+        let ((), parts) =
+            self.scrape_with(Mode::Scrape, |c| c.encode(enc).map_err(Error::Encode))?;
+        self.commit_removed(&parts.reported, &parts.collided);
+        Ok(())
+    }
+
     /// Serve `/metrics` (and `/snapshot.json`) over HTTP on its own
-    /// threads. Errors: the address does not resolve, is not loopback
-    /// without [`ServerConfig::allow_non_loopback`], or cannot be bound.
+    /// threads, until the returned [`Server`] is dropped. Errors: the
+    /// address does not resolve, is not loopback without
+    /// [`ServerConfig::allow_non_loopback`], or cannot be bound.
+    #[must_use = "the server stops when the returned Server is dropped: keep it"]
     pub fn serve(&self, cfg: ServerConfig) -> io::Result<Server> {
         http::start(self.clone(), cfg)
     }

@@ -349,3 +349,89 @@ fn pending_removed_groups_are_bounded_when_scrapes_keep_failing() {
         s.body
     );
 }
+
+/// Levels are gauges (a counter that goes down breaks `rate()`, and a
+/// negative one was dropped from the scrape), byte series end in
+/// `_bytes`, counts are counters whose samples end in `_total`.
+#[test]
+fn memory_levels_are_gauges_and_byte_series_end_in_bytes() {
+    let rs = Rstat::new();
+    let mem = Memory::register(&rs).unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    let stat = mem.stat_controller();
+    let at = |n: &str| stat.index_of(n).unwrap();
+    // A level read while objects move between CPUs can be briefly
+    // negative (see the crate docs); it must be exported all the same.
+    stat.add(&g, at("heap"), -10).unwrap();
+    stat.add(&g, at("heap_overhead"), 3).unwrap();
+    stat.add(&g, at("heap_allocs"), 2).unwrap();
+    stat.add(&g, at("heap_reparented"), 100).unwrap();
+    let ex = Exporter::with_config(
+        &rs,
+        Config {
+            memory_unit_bytes: 4096,
+            ..Config::default()
+        },
+    );
+    let _c = mem.try_charge(&g, 2).unwrap();
+    let b = ex.render(Format::OpenMetrics).unwrap().body;
+    for line in [
+        "# TYPE rstat_memory_heap_bytes gauge",
+        "# UNIT rstat_memory_heap_bytes bytes",
+        "rstat_memory_heap_bytes{path=\"/g\"} -10",
+        "# TYPE rstat_memory_heap_overhead_bytes gauge",
+        "rstat_memory_heap_overhead_bytes{path=\"/g\"} 3",
+        "# TYPE rstat_memory_heap_allocs counter",
+        "rstat_memory_heap_allocs_total{path=\"/g\"} 2",
+        "# TYPE rstat_memory_heap_reparented_bytes counter",
+        "rstat_memory_heap_reparented_bytes_total{path=\"/g\"} 100",
+        // Charge units times memory_unit_bytes; heap bytes are bytes.
+        "rstat_memory_charged_bytes_total{path=\"/g\"} 8192",
+        "rstat_memory_failcnt_total{path=\"/g\"} 0",
+        "rstat_exporter_skipped_samples_total 0",
+    ] {
+        assert!(has(&b, line), "missing {line:?} in\n{b}");
+    }
+    // Stocks included: the batch the charge took.
+    let cur = mem.current(&g).unwrap() * 4096;
+    let line = format!("rstat_memory_current_bytes{{path=\"/g\"}} {cur}");
+    assert!(has(&b, &line), "missing {line:?} in\n{b}");
+    let b = ex.render(Format::Classic).unwrap().body;
+    assert!(has(&b, "# TYPE rstat_memory_heap_bytes gauge"), "{b}");
+    assert!(has(&b, "rstat_memory_heap_bytes{path=\"/g\"} -10"), "{b}");
+    assert!(
+        has(&b, "# TYPE rstat_memory_heap_allocs_total counter"),
+        "{b}"
+    );
+}
+
+/// A counter set's items declared gauges are gauges, without listing
+/// them in `Config::gauges`; undeclared items stay counters.
+#[test]
+fn a_counter_set_declares_its_levels_gauges() {
+    use rstat::{CounterSetController, StatKind};
+    let rs = Rstat::new();
+    let pool = rs
+        .register(
+            CounterSetController::new("pool", &["in_use_bytes", "wait_usec", "served"])
+                .with_kinds(&[StatKind::Gauge, StatKind::Gauge, StatKind::Counter]),
+        )
+        .unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    pool.add(&g, 0, -2).unwrap();
+    pool.add(&g, 1, 1_500_000).unwrap();
+    pool.add(&g, 2, 5).unwrap();
+    let b = Exporter::new(&rs).render(Format::OpenMetrics).unwrap().body;
+    for line in [
+        "# TYPE rstat_pool_in_use_bytes gauge",
+        "# UNIT rstat_pool_in_use_bytes bytes",
+        "rstat_pool_in_use_bytes{path=\"/g\"} -2",
+        "# TYPE rstat_pool_wait_seconds gauge",
+        "rstat_pool_wait_seconds{path=\"/g\"} 1.5",
+        "# TYPE rstat_pool_served counter",
+        "rstat_pool_served_total{path=\"/g\"} 5",
+        "rstat_exporter_skipped_samples_total 0",
+    ] {
+        assert!(has(&b, line), "missing {line:?} in\n{b}");
+    }
+}

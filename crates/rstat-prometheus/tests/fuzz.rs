@@ -12,8 +12,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use rstat::Rstat;
 use rstat_prometheus::{
-    escape_label_value, negotiate, openmetrics_to_classic, parse_request, Exporter, Format,
-    ServerConfig,
+    accepts_gzip, escape_label_value, negotiate, openmetrics_to_classic, parse_request, Exporter,
+    Format, ServerConfig,
 };
 
 fn cases() -> u32 {
@@ -46,6 +46,7 @@ const VALID: &[&[u8]] = &[
     b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: application/openmetrics-text;version=1.0.0;q=0.9,text/plain;q=0.5\r\n\r\n",
     b"HEAD / HTTP/1.0\r\n\r\n",
     b"GET /snapshot.json?x=y HTTP/1.1\r\nUser-Agent: t\r\n\r\n",
+    b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip;q=0.8, identity\r\nConnection: keep-alive\r\n\r\n",
 ];
 
 fn mutated() -> impl Strategy<Value = Vec<u8>> {
@@ -95,6 +96,7 @@ proptest! {
     #[test]
     fn negotiation_never_panics(accept in ".{0,300}") {
         let _ = negotiate(&accept);
+        let _ = accepts_gzip(&accept);
     }
 
     #[test]
@@ -169,7 +171,8 @@ fn the_server_survives_random_and_mutated_requests() {
         })
         .unwrap();
     let mut s = TcpStream::connect(srv.addr()).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");

@@ -18,14 +18,40 @@ fn start(rs: &Rstat, read_timeout: Duration) -> rstat_prometheus::Server {
         .unwrap()
 }
 
-/// Send `raw`, read the answer to EOF: (status, head, body).
+/// Send `raw`, read one answer: (status, head, body). On a connection
+/// the server keeps alive, the body is what `Content-Length` says (none
+/// for a HEAD), so it does not hold the test; otherwise up to the close
+/// (after which the server has committed a scrape's removed groups).
 fn exchange(addr: SocketAddr, raw: &[u8]) -> (u16, String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     // The server may answer (and stop reading) before all is sent.
     let _ = s.write_all(raw);
     let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
+    let mut buf = [0u8; 4096];
+    let mut want = None;
+    loop {
+        if want.is_none() {
+            if let Some(at) = out.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&out[..at]).into_owned();
+                let len = header(&head, "Content-Length").and_then(|v| v.parse::<usize>().ok());
+                let len = if raw.starts_with(b"HEAD") {
+                    Some(0)
+                } else {
+                    len
+                };
+                let kept = header(&head, "Connection") == Some("keep-alive");
+                want = len.filter(|_| kept).map(|n| at + 4 + n);
+            }
+        }
+        if want.is_some_and(|w| out.len() >= w) {
+            break;
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
     let text = String::from_utf8_lossy(&out).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head
@@ -185,7 +211,10 @@ fn head_takes_no_removed_group_from_the_next_get() {
     let (st, head, body) = exchange(srv.addr(), b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(st, 200, "{head}");
     assert!(body.is_empty(), "HEAD sent a body: {body}");
-    let (st, head, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    // Closed after the answer: the server commits the scrape before the
+    // close, so a client that reads to the end finds it committed.
+    let close = b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let (st, head, body) = exchange(srv.addr(), close);
     assert_eq!(st, 200, "{head}");
     assert!(
         body.contains(line),
@@ -196,8 +225,22 @@ fn head_takes_no_removed_group_from_the_next_get() {
         "{body}"
     );
     // Delivered once: the next scrape no longer has it.
-    let (_, _, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (_, _, body) = exchange(srv.addr(), close);
     assert!(!body.contains("/brief"), "{body}");
+    // On a kept-alive connection, the next request is read only after
+    // the previous answer was committed.
+    let g = rs.root().create_child("brief2").unwrap();
+    g.remove().unwrap();
+    drop(g);
+    let mut s = TcpStream::connect(srv.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    for n in 0..2 {
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let (_, body) = read_one(&mut s, false).expect("an answer");
+        let body = String::from_utf8(body).unwrap();
+        assert_eq!(body.contains("/brief2"), n == 0, "{body}");
+    }
 }
 
 #[test]
@@ -400,7 +443,8 @@ fn every_scraper_gets_an_answer_when_there_are_more_than_the_server_serves() {
                 let mut s = TcpStream::connect(srv.addr()).unwrap();
                 s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
                 // A refused connection may be closed before this is sent.
-                let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+                let _ =
+                    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
                 s
             })
             .collect();
@@ -433,4 +477,281 @@ fn every_scraper_gets_an_answer_when_there_are_more_than_the_server_serves() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Send `raw`, read the answer to EOF: (head, body bytes).
+fn exchange_bytes(addr: SocketAddr, raw: &[u8]) -> (String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(raw).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let at = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&out[..at]).into_owned();
+    (head, out[at + 4..].to_vec())
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+fn gunzip(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_string(&mut out)
+        .expect("a gzip stream");
+    out
+}
+
+#[test]
+fn gzip_by_accept_encoding_round_trips() {
+    let rs = Rstat::new();
+    let c = rs.register_counters("jobs", &["done"]).unwrap();
+    let g = rs.root().create_child("t").unwrap();
+    c.add(&g, 0, 42).unwrap();
+    let srv = start(&rs, Duration::from_secs(5));
+    let a = srv.addr();
+    let line = "rstat_jobs_done_total{path=\"/t\"} 42\n";
+    // Prometheus's Accept-Encoding, and others that accept gzip.
+    for ae in ["gzip", "gzip, deflate, br", "identity;q=0.5, GZIP;q=1", "*"] {
+        let req = format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: {ae}\r\nConnection: close\r\n\r\n");
+        let (head, body) = exchange_bytes(a, req.as_bytes());
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(
+            header(&head, "Content-Encoding"),
+            Some("gzip"),
+            "{ae}: {head}"
+        );
+        assert_eq!(
+            header(&head, "Vary"),
+            Some("Accept, Accept-Encoding"),
+            "{head}"
+        );
+        let len: usize = header(&head, "Content-Length").unwrap().parse().unwrap();
+        assert_eq!(len, body.len(), "Content-Length is the compressed size");
+        let text = gunzip(&body);
+        assert!(text.contains(line), "{text}");
+    }
+    // Not acceptable, or not asked for: identity.
+    let not_utf8: &[u8] = b"Accept-Encoding: gzip\xff\r\n";
+    for ae in [
+        &b""[..],
+        b"Accept-Encoding: gzip;q=0\r\n",
+        b"Accept-Encoding: br\r\n",
+        b"Accept-Encoding: *;q=0\r\n",
+        b"Accept-Encoding: *, gzip;q=0\r\n",
+        not_utf8,
+    ] {
+        let mut req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n".to_vec();
+        req.extend_from_slice(ae);
+        req.extend_from_slice(b"Connection: close\r\n\r\n");
+        let (head, body) = exchange_bytes(a, &req);
+        let ae = String::from_utf8_lossy(ae);
+        assert!(head.starts_with("HTTP/1.1 200"), "{ae:?}: {head}");
+        assert_eq!(header(&head, "Content-Encoding"), None, "{ae:?}: {head}");
+        assert!(String::from_utf8(body).unwrap().contains(line));
+    }
+    // HEAD: the length of what a GET would send, compressed.
+    let (head, body) = exchange_bytes(
+        a,
+        b"HEAD /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    );
+    assert!(body.is_empty());
+    assert_eq!(header(&head, "Content-Encoding"), Some("gzip"), "{head}");
+    // The JSON snapshot too.
+    let (head, body) = exchange_bytes(
+        a,
+        b"GET /snapshot.json HTTP/1.1\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(header(&head, "Content-Encoding"), Some("gzip"), "{head}");
+    assert!(gunzip(&body).starts_with("{\"controllers\""));
+}
+
+/// A client that asks for gzip and goes away after the first bytes: the
+/// server stays up and serves the next scrape.
+#[test]
+fn a_gzip_client_that_closes_early_leaves_the_server_serving() {
+    let rs = Rstat::new();
+    let _chain = big_tree(&rs);
+    let srv = start(&rs, Duration::from_secs(5));
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(srv.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n")
+            .unwrap();
+        let mut first = [0u8; 16];
+        s.read_exact(&mut first).unwrap();
+        assert!(first.starts_with(b"HTTP/1.1 200"));
+    }
+    let (head, body) = exchange_bytes(
+        srv.addr(),
+        b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(gunzip(&body).contains("rstat_exporter_scrapes_total"));
+}
+
+/// Read one answer from a kept-alive connection: the head, then exactly
+/// `Content-Length` bytes of body (none for a HEAD). `None` if the server
+/// closed the connection before a whole answer.
+fn read_one(s: &mut TcpStream, head_only: bool) -> Option<(String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => buf.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let len: usize = if head_only {
+        0
+    } else {
+        header(&head, "Content-Length")?.parse().ok()?
+    };
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).ok()?;
+    Some((head, body))
+}
+
+fn scrapes_total(body: &[u8]) -> String {
+    String::from_utf8_lossy(body)
+        .lines()
+        .find_map(|l| l.strip_prefix("rstat_exporter_scrapes_total "))
+        .unwrap_or("none")
+        .to_owned()
+}
+
+#[test]
+fn keep_alive_serves_several_requests_on_one_connection() {
+    let rs = Rstat::new();
+    let srv = start(&rs, Duration::from_secs(5));
+    let mut s = TcpStream::connect(srv.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // One after the other, HTTP/1.1's default: the connection stays open.
+    for n in 1..=2 {
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: identity\r\n\r\n")
+            .unwrap();
+        let (head, body) = read_one(&mut s, false)
+            .unwrap_or_else(|| panic!("request {n}: the connection closed before its answer"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(header(&head, "Connection"), Some("keep-alive"), "{head}");
+        assert_eq!(scrapes_total(&body), n.to_string());
+    }
+    // Pipelined: three requests in one write (a HEAD among them), three
+    // answers in order.
+    s.write_all(
+        b"GET /snapshot.json HTTP/1.1\r\n\r\nHEAD /metrics HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let (head, body) = read_one(&mut s, false).expect("the snapshot");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.starts_with(b"{\"controllers\""));
+    let (head, _) = read_one(&mut s, true).expect("the HEAD");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (head, body) = read_one(&mut s, false).expect("the last scrape");
+    assert_eq!(header(&head, "Connection"), Some("close"), "{head}");
+    assert_eq!(scrapes_total(gunzip(&body).as_bytes()), "3");
+    // It asked for the close: the server closes after the answer.
+    let mut rest = Vec::new();
+    assert_eq!(s.read_to_end(&mut rest).unwrap(), 0);
+}
+
+/// When the server does not keep a connection open: HTTP/1.0 without
+/// `Connection: keep-alive`, a request with a body (never read), and a
+/// kept-alive connection idle past `keep_alive`, which is closed with no
+/// answer (no request was sent).
+#[test]
+fn connections_close_when_they_cannot_or_need_not_be_kept() {
+    let rs = Rstat::new();
+    let srv = Exporter::new(&rs)
+        .serve(ServerConfig {
+            addr: "127.0.0.1:0".into(),
+            keep_alive: Duration::from_millis(200),
+            ..ServerConfig::default()
+        })
+        .unwrap();
+    for (raw, keep) in [
+        (&b"GET /metrics HTTP/1.0\r\n\r\n"[..], false),
+        (
+            b"GET /metrics HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+            true,
+        ),
+        (
+            b"GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+            false,
+        ),
+        (b"GET /metrics HTTP/1.1\r\nConnection: Close\r\n\r\n", false),
+        (
+            b"GET /metrics HTTP/1.1\r\nConnection: TE, keep-alive\r\n\r\n",
+            true,
+        ),
+    ] {
+        let mut s = TcpStream::connect(srv.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(raw).unwrap();
+        let (head, _) = read_one(&mut s, false).expect("an answer");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let want = if keep { "keep-alive" } else { "close" };
+        assert_eq!(header(&head, "Connection"), Some(want), "{head}");
+        // Either way the connection ends: at once, or once idle for
+        // `keep_alive`, with nothing more sent.
+        let mut rest = Vec::new();
+        assert_eq!(s.read_to_end(&mut rest).unwrap(), 0, "{rest:?}");
+    }
+}
+
+/// A full server makes room by closing a kept-alive connection that is
+/// idle between requests, without writing an answer nobody asked for.
+#[test]
+fn idle_kept_alive_connections_make_room_for_new_ones() {
+    let rs = Rstat::new();
+    let srv = Exporter::new(&rs)
+        .serve(ServerConfig {
+            addr: "127.0.0.1:0".into(),
+            max_connections: 2,
+            ..ServerConfig::default()
+        })
+        .unwrap();
+    let kept: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = TcpStream::connect(srv.addr()).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+            read_one(&mut s, false).expect("the first answer");
+            s
+        })
+        .collect();
+    // A new scraper (retrying on refusal) is served once they idled a
+    // while (IDLE_BEFORE_EVICTION).
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (st, head, _) = exchange(
+            srv.addr(),
+            b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n",
+        );
+        if st == 200 {
+            break;
+        }
+        assert!(st == 503 && std::time::Instant::now() < give_up, "{head}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // At least one kept connection was closed, with nothing written.
+    let mut closed = 0;
+    for mut s in kept {
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut rest = Vec::new();
+        if let Ok(0) = s.read_to_end(&mut rest) {
+            closed += 1;
+        }
+        assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    }
+    assert!(closed >= 1);
 }

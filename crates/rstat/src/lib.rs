@@ -139,7 +139,7 @@ mod stat;
 pub mod testing;
 
 pub use attach::{current_group, EnterGuard};
-pub use controller::{Controller, FlushCtx, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};
+pub use controller::{Controller, FlushCtx, StatKind, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};
 pub use controller::{
     ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle, StatItem,
 };

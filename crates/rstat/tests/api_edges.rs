@@ -704,3 +704,48 @@ fn a_fold_over_resized_totals_does_not_panic() {
     );
     assert_eq!((s.local(), s.get_local("n")), (&[][..], None));
 }
+
+/// Each item says whether it is a count that only grows (a counter) or a
+/// level that goes up and down (a gauge), for exporters: counter by
+/// default, so counter sets declared before kinds existed keep their meaning.
+#[test]
+fn items_declare_counter_or_gauge_and_counter_is_the_default() {
+    use rstat::{CounterSetController, StatKind};
+    let rs = engine_with(2, FlushPolicy::Always);
+    let plain = rs.register_counters("plain", &["a", "b"]).unwrap();
+    assert_eq!(plain.stat_kinds(), [StatKind::Counter, StatKind::Counter]);
+    let cpu = rs
+        .controllers()
+        .into_iter()
+        .find(|c| c.name() == "cpu")
+        .unwrap();
+    assert_eq!(cpu.stat_kinds(), [StatKind::Counter; 3]);
+    let pool = rs
+        .register(
+            CounterSetController::with_units("pool", &[("in_use_bytes", 4096), ("served", 1)])
+                .with_kinds(&[StatKind::Gauge, StatKind::Counter]),
+        )
+        .unwrap();
+    assert_eq!(pool.stat_kinds(), [StatKind::Gauge, StatKind::Counter]);
+    assert_eq!(pool.stat_units(), [4096, 1]);
+    let bad =
+        rs.register(CounterSetController::new("bad", &["a", "b"]).with_kinds(&[StatKind::Gauge]));
+    match bad {
+        Err(Error::InvalidController { name, reason }) => {
+            assert_eq!(name, "bad");
+            assert!(reason.contains("1 stat kinds for 2 stat items"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The memory controller's levels are gauges, its counts counters.
+    let mem = rstat::memory::Memory::register(&rs).unwrap();
+    let ctl = mem.stat_controller();
+    let gauges: Vec<&str> = ctl
+        .stat_names()
+        .iter()
+        .zip(ctl.stat_kinds())
+        .filter(|(_, k)| *k == StatKind::Gauge)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(gauges, ["heap", "heap_overhead"]);
+}

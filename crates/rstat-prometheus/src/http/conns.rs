@@ -20,9 +20,11 @@ use std::time::{Duration, Instant};
 pub const IDLE_BEFORE_EVICTION: Duration = Duration::from_millis(250);
 
 /// The connections being served. When the server is full, a new
-/// connection takes the place of one that is really idle (`Idle` for
-/// [`IDLE_BEFORE_EVICTION`] with nothing unread in its socket, oldest
-/// first; it is answered `503`), or else of the one whose answer has been
+/// connection takes the place of one that is really idle (`Idle` or
+/// `KeptAlive` for [`IDLE_BEFORE_EVICTION`] with nothing unread in its
+/// socket, oldest first; an `Idle` one is answered `503`, a `KeptAlive`
+/// one, which asked nothing, is closed without a word, as HTTP lets a
+/// server close an idle persistent connection), or else of the one whose answer has been
 /// stalled longest (`Writing`, no progress for [`STALLED`]): clients that
 /// connect and send nothing, or ask and never read, cannot keep a scraper
 /// out. (Prometheus sends its request at once and reads the answer as it
@@ -68,6 +70,8 @@ pub(super) enum ConnState {
     Busy,
     /// Writing the answer.
     Writing,
+    /// Kept alive after an answer, no byte of the next request yet.
+    KeptAlive,
 }
 
 /// An answer that made no progress for this long may be evicted when the
@@ -124,7 +128,7 @@ impl Conns {
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.state == ConnState::Idle)
+            .filter(|(_, s)| matches!(s.state, ConnState::Idle | ConnState::KeptAlive))
             .filter(|(_, s)| match unread(&s.stream) {
                 Unread::Bytes => false,
                 Unread::Gone => true,

@@ -31,6 +31,15 @@ pub struct Request {
     pub head_only: bool,
     /// The exposition format negotiated from `Accept`.
     pub format: Format,
+    /// `Accept-Encoding` accepts gzip ([`accepts_gzip`]): the body is sent
+    /// compressed, with `Content-Encoding: gzip`.
+    pub gzip: bool,
+    /// The connection may carry another request after this one's answer:
+    /// HTTP/1.1 unless `Connection: close`, HTTP/1.0 only with
+    /// `Connection: keep-alive`; never for a request with a body
+    /// (`Content-Length` other than 0, or `Transfer-Encoding`), which the
+    /// server does not read.
+    pub keep_alive: bool,
 }
 
 /// A refused request: the status to answer with and why.
@@ -55,9 +64,15 @@ pub(super) fn reject(status: u16, message: impl Into<String>) -> Reject {
 /// request, `Err` with the 4xx to send otherwise. Never panics, whatever
 /// the bytes (fuzzed in CI).
 pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
+    Ok(parse_head(buf)?.map(|(r, _)| r))
+}
+
+/// [`parse_request`], and the length of the head in `buf`: the bytes
+/// after it belong to the next request (pipelining).
+pub(super) fn parse_head(buf: &[u8]) -> Result<Option<(Request, usize)>, Reject> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
-    match req.parse(buf) {
+    let len = match req.parse(buf) {
         Ok(httparse::Status::Partial) => {
             return if buf.len() >= MAX_REQUEST_HEAD {
                 Err(too_large())
@@ -65,7 +80,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
                 Ok(None)
             }
         }
-        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Complete(n)) => n,
         Err(httparse::Error::TooManyHeaders) => {
             return Err(reject(
                 431,
@@ -73,7 +88,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
             ))
         }
         Err(e) => return Err(reject(400, format!("malformed HTTP request: {e}"))),
-    }
+    };
     let head_only = match req.method {
         Some("GET") => false,
         Some("HEAD") => true,
@@ -88,7 +103,33 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
         _ => return Err(reject(404, "not found; the metrics are at /metrics")),
     };
     let mut accept = String::new();
+    let mut encodings = String::new();
+    let (mut close, mut keep, mut body) = (false, false, false);
     for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("connection") {
+            // A list of tokens, case-insensitive (RFC 9110, section 7.6.1);
+            // not UTF-8: no token.
+            let tokens = std::str::from_utf8(h.value).unwrap_or("");
+            for t in tokens.split(',').map(str::trim) {
+                close |= t.eq_ignore_ascii_case("close");
+                keep |= t.eq_ignore_ascii_case("keep-alive");
+            }
+        }
+        // A body is never read, so the connection cannot carry another
+        // request after it.
+        body |= (h.name.eq_ignore_ascii_case("content-length")
+            && h.value.iter().any(|&b| b != b'0'))
+            || h.name.eq_ignore_ascii_case("transfer-encoding");
+        if h.name.eq_ignore_ascii_case("accept-encoding") {
+            // Not UTF-8: ignored, as if absent (identity is always
+            // acceptable, RFC 9110, section 12.5.3).
+            if let Ok(v) = std::str::from_utf8(h.value) {
+                if !encodings.is_empty() {
+                    encodings.push(',');
+                }
+                encodings.push_str(v);
+            }
+        }
         if h.name.eq_ignore_ascii_case("accept") {
             let Ok(v) = std::str::from_utf8(h.value) else {
                 return Err(reject(400, "the Accept header is not UTF-8"));
@@ -99,11 +140,18 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request>, Reject> {
             accept.push_str(v);
         }
     }
-    Ok(Some(Request {
-        route,
-        head_only,
-        format: negotiate(&accept),
-    }))
+    // HTTP/1.1 keeps the connection by default, HTTP/1.0 closes it.
+    let keep_alive = !close && !body && (req.version == Some(1) || keep);
+    Ok(Some((
+        Request {
+            route,
+            head_only,
+            format: negotiate(&accept),
+            gzip: accepts_gzip(&encodings),
+            keep_alive,
+        },
+        len,
+    )))
 }
 
 /// The path of a request target: origin-form (`/metrics`) as is, and
@@ -163,4 +211,33 @@ pub fn negotiate(accept: &str) -> Format {
     } else {
         Format::Classic
     }
+}
+
+/// Whether an `Accept-Encoding` header value accepts gzip: `gzip` (or
+/// `x-gzip`) with a q-value above 0, or else `*` with one (RFC 9110,
+/// section 12.5.3). Names are case-insensitive; an absent or unparsable
+/// value accepts identity only.
+pub fn accepts_gzip(accept_encoding: &str) -> bool {
+    let (mut gzip, mut any) = (None, None);
+    for part in accept_encoding.split(',') {
+        let mut params = part.split(';');
+        let coding = params.next().unwrap_or("").trim();
+        let mut q = 1.0;
+        for p in params {
+            if let Some((k, v)) = p.split_once('=') {
+                if k.trim().eq_ignore_ascii_case("q") {
+                    q = match v.trim().parse::<f64>() {
+                        Ok(q) if (0.0..=1.0).contains(&q) => q,
+                        _ => 0.0,
+                    };
+                }
+            }
+        }
+        if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+            gzip = Some(gzip.map_or(q, |g: f64| g.max(q)));
+        } else if coding == "*" {
+            any = Some(q);
+        }
+    }
+    gzip.or(any).is_some_and(|q| q > 0.0)
 }

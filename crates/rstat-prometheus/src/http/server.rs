@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::connection::serve_connection;
+use super::connection::{serve_connection, Timeouts};
 use super::conns::{lock, ConnState, SharedConns, Slot};
 use super::response::refuse;
 use crate::Exporter;
@@ -38,8 +38,9 @@ pub struct ServerConfig {
     /// idle, oldest first: one still waiting for its request head that
     /// has received no byte for [`IDLE_BEFORE_EVICTION`] and has none
     /// waiting unread in its socket (a client that connected and sends
-    /// nothing); it is answered `503` with `Retry-After` before it is
-    /// closed. Failing that, it replaces one whose answer has not moved
+    /// nothing; it is answered `503` with `Retry-After` before it is
+    /// closed), or a kept-alive one idle as long between two requests
+    /// (closed without an answer: it asked nothing). Failing that, it replaces one whose answer has not moved
     /// for 2 s (a client that asked and does not read; it has the start
     /// of its answer). A connection whose request has arrived, read yet
     /// or not, is not replaced: it is served. (Only a client that stays
@@ -51,9 +52,20 @@ pub struct ServerConfig {
     ///
     /// [`IDLE_BEFORE_EVICTION`]: super::IDLE_BEFORE_EVICTION
     pub max_connections: usize,
-    /// How long a client may take to send its whole request head.
+    /// How long a client may take to send its whole request head (for
+    /// a later request on a kept-alive connection: from its first byte).
     /// Default 2 s (Prometheus sends it at once).
     pub read_timeout: Duration,
+    /// How long a connection is kept open after an answer, waiting for
+    /// the client's next request (HTTP keep-alive); then it is closed.
+    /// Zero: one request per connection. Default 120 s, longer than
+    /// usual scrape intervals, so a scraper reuses its connection. A
+    /// kept-alive connection holds its thread, but is closed to make room
+    /// when the server is full (see `max_connections`); a client that
+    /// sends its next request just then sees the connection close without
+    /// an answer, and resends it on a new one (as HTTP clients do for a
+    /// request on a reused connection that got no answer).
+    pub keep_alive: Duration,
 }
 
 /// The default listen address.
@@ -66,14 +78,38 @@ impl Default for ServerConfig {
             allow_non_loopback: false,
             max_connections: 16,
             read_timeout: Duration::from_secs(2),
+            keep_alive: Duration::from_secs(120),
         }
     }
 }
 
 /// A running server; dropping it (or [`shutdown`](Self::shutdown)) stops
 /// accepting and joins the accept thread (connections being served finish
-/// on their own threads).
+/// on their own threads). So keep it for as long as metrics are to be
+/// served: it is `#[must_use]`, and a server dropped at once is a warning
+/// (an error under `#![deny(unused_must_use)]`):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// fn main() -> std::io::Result<()> {
+///     let rs = rstat::Rstat::new();
+///     // Dropped at the end of the statement: nothing would be served.
+///     rstat_prometheus::Exporter::new(&rs).serve(Default::default())?;
+///     Ok(())
+/// }
+/// ```
+///
+/// ```no_run
+/// #![deny(unused_must_use)]
+/// fn main() -> std::io::Result<()> {
+///     let rs = rstat::Rstat::new();
+///     let _server = rstat_prometheus::Exporter::new(&rs).serve(Default::default())?;
+///     // ... the service runs; metrics are served until `_server` drops.
+///     Ok(())
+/// }
+/// ```
 #[derive(Debug)]
+#[must_use = "dropping the Server stops serving metrics: keep it for as long as they are to be served"]
 pub struct Server {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -187,7 +223,8 @@ fn accept_loop(
                     let old = c.slots.remove(i);
                     // An idle one has not been answered (its thread
                     // answers only once it claims its slot, see `Conns`);
-                    // a stalled one has the start of its answer.
+                    // a stalled one has the start of its answer; a
+                    // kept-alive one asked nothing since its last answer.
                     if old.state == ConnState::Idle {
                         refuse(&old.stream);
                     }
@@ -210,11 +247,15 @@ fn accept_loop(
             });
             id
         };
-        let (exporter, conns2, timeout) = (exporter.clone(), Arc::clone(&conns), cfg.read_timeout);
+        let (exporter, conns2) = (exporter.clone(), Arc::clone(&conns));
+        let timeouts = Timeouts {
+            head: cfg.read_timeout,
+            keep_alive: cfg.keep_alive,
+        };
         let spawned = std::thread::Builder::new()
             .name("rstat-exporter-conn".into())
             .spawn(move || {
-                serve_connection(stream, &exporter, timeout, &|st| {
+                serve_connection(stream, &exporter, timeouts, &|st| {
                     lock(&conns2).claim(id, st)
                 });
                 lock(&conns2).slots.retain(|s| s.id != id);

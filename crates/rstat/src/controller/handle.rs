@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::Controller;
+use super::{Controller, StatKind};
 use crate::error::{Error, Result};
 use crate::group::EngineInner;
 use crate::group::{Group, GroupInner};
@@ -24,6 +24,7 @@ pub struct CounterSetController {
     name: String,
     items: Vec<String>,
     units: Vec<u64>,
+    kinds: Vec<StatKind>,
 }
 
 impl CounterSetController {
@@ -33,6 +34,7 @@ impl CounterSetController {
             name: name.to_owned(),
             items: items.iter().map(|s| (*s).to_owned()).collect(),
             units: vec![1; items.len()],
+            kinds: vec![StatKind::Counter; items.len()],
         }
     }
 
@@ -45,7 +47,29 @@ impl CounterSetController {
             name: name.to_owned(),
             items: items.iter().map(|(s, _)| (*s).to_owned()).collect(),
             units: items.iter().map(|&(_, u)| u).collect(),
+            kinds: vec![StatKind::Counter; items.len()],
         }
+    }
+
+    /// Declare each item's [`StatKind`], in item order (every item is a
+    /// [`Counter`](StatKind::Counter) unless declared otherwise): an item
+    /// that goes up and down is a [`Gauge`](StatKind::Gauge), so an
+    /// exporter types it as one. A list whose length is not the items'
+    /// is refused at registration ([`Error::InvalidController`]).
+    ///
+    /// ```
+    /// use rstat::{CounterSetController, StatKind};
+    /// let rs = rstat::Rstat::new();
+    /// let pool = rs.register(
+    ///     CounterSetController::new("pool", &["in_use", "served"])
+    ///         .with_kinds(&[StatKind::Gauge, StatKind::Counter]),
+    /// )?;
+    /// assert_eq!(pool.stat_kinds(), [StatKind::Gauge, StatKind::Counter]);
+    /// # Ok::<(), rstat::Error>(())
+    /// ```
+    pub fn with_kinds(mut self, kinds: &[StatKind]) -> Self {
+        self.kinds = kinds.to_vec();
+        self
     }
 }
 
@@ -58,6 +82,9 @@ impl Controller for CounterSetController {
     }
     fn stat_units(&self) -> Vec<u64> {
         self.units.clone()
+    }
+    fn stat_kinds(&self) -> Vec<StatKind> {
+        self.kinds.clone()
     }
 }
 
@@ -131,6 +158,12 @@ impl ControllerHandle {
             .iter()
             .map(|&s| 1u64 << (u32::from(s) - crate::stat::css::UPDATE_BATCH_SHIFT))
             .collect()
+    }
+
+    /// Each item's declared kind ([`Controller::stat_kinds`]), in index
+    /// order: counter (only grows) or gauge (goes up and down). Allocates.
+    pub fn stat_kinds(&self) -> Vec<StatKind> {
+        self.ctl.imp.stat_kinds()
     }
 
     /// The index of the item called `name`, for [`add`](Self::add). Cost:

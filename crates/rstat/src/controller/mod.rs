@@ -91,7 +91,7 @@ mod stat_handle;
 mod stats;
 
 pub use crate::stat::css::UPDATE_BATCH;
-pub use crate::stat::ops::{Controller, FlushCtx, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};
+pub use crate::stat::ops::{Controller, FlushCtx, StatKind, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};
 pub use handle::{ControllerHandle, CounterSet, CounterSetController};
 pub use stat_handle::{StatHandle, StatItem};
 pub use stats::GroupStats;

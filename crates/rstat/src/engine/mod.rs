@@ -206,6 +206,13 @@ impl Rstat {
                 ));
             }
         }
+        let kinds = imp.stat_kinds().len();
+        if kinds != items.len() {
+            return bad(format!(
+                "it declares {kinds} stat kinds for {} stat items; give one kind per item (StatKind::Counter for counts)",
+                items.len()
+            ));
+        }
         let unit_shifts = units
             .iter()
             .map(|u| (UPDATE_BATCH_SHIFT + u.trailing_zeros()) as u8)

@@ -72,7 +72,12 @@ pub fn stat_unit(batch: u64) -> u64 {
 /// the parent's hierarchical totals) the nearest live ancestor. So a
 /// subtree's hierarchical `heap + heap_overhead` is exactly its live heap,
 /// while a group's local figure is its own objects' bytes less those of
-/// removed descendants' objects freed since their removal.
+/// removed descendants' objects freed since their removal. `heap` and
+/// `heap_overhead` are levels, declared [`StatKind::Gauge`]; the others
+/// only grow, [`StatKind::Counter`].
+///
+/// [`StatKind::Gauge`]: crate::StatKind::Gauge
+/// [`StatKind::Counter`]: crate::StatKind::Counter
 pub const MEMORY_STAT_NAMES: [&str; 10] = [
     "charged",
     "uncharged",

@@ -7,13 +7,14 @@
 use std::sync::Arc;
 
 use super::config::{
-    stat_unit, MemoryConfig, MAX_BATCH, MEMORY_STAT_NAMES, STAT_FAILCNT, STAT_HEAP_ALLOCS,
-    STAT_HEAP_FREES,
+    stat_unit, MemoryConfig, MAX_BATCH, MEMORY_STAT_NAMES, STAT_FAILCNT, STAT_HEAP,
+    STAT_HEAP_ALLOCS, STAT_HEAP_FREES, STAT_HEAP_OVERHEAD,
 };
 use super::error::MemoryError;
 use super::ext::{MemExt, Shared};
 use super::handle::{Memory, MemoryInner};
 use super::stock::Stocks;
+use crate::controller::{CounterSetController, StatKind};
 use crate::engine::Rstat;
 
 impl Memory {
@@ -53,7 +54,15 @@ impl Memory {
                 (n, if counts { 1 } else { unit })
             })
             .collect();
-        let stats = rs.register_counters_with_units("memory", &items)?;
+        // The heap's bytes live and overhead are levels; the rest count.
+        let kinds: Vec<StatKind> = (0..items.len())
+            .map(|i| match i {
+                STAT_HEAP | STAT_HEAP_OVERHEAD => StatKind::Gauge,
+                _ => StatKind::Counter,
+            })
+            .collect();
+        let stats =
+            rs.register(CounterSetController::with_units("memory", &items).with_kinds(&kinds))?;
         let shared = Arc::new(Shared::new(
             Stocks::new(rs.nr_cpus(), cfg.batch, stats.ctl.id),
             cfg.max_reclaim_retries,

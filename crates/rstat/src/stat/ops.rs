@@ -26,6 +26,19 @@ pub(crate) trait NodeOwner {
     fn path(&self) -> String;
 }
 
+/// What an item's value means to a reader: a count that only grows, or a
+/// level. See [`Controller::stat_kinds`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StatKind {
+    /// A count of events or amounts that only grows (every delta is
+    /// non-negative): requests, bytes read, CPU time. The default.
+    #[default]
+    Counter,
+    /// A level that goes up and down (deltas of either sign): bytes in
+    /// use, queue depth, connections open.
+    Gauge,
+}
+
 /// A controller: a named list of stat items and how its deltas are folded.
 ///
 /// Implement this to get your own per-group, per-CPU, hierarchically
@@ -60,6 +73,18 @@ pub trait Controller: Send + Sync + 'static {
     /// two in range, is refused with [`Error::InvalidController`](crate::Error::InvalidController).
     fn stat_units(&self) -> Vec<u64> {
         vec![1; self.stat_names().len()]
+    }
+
+    /// Each item's [`StatKind`], in item order: whether it only grows (a
+    /// count, [`StatKind::Counter`], the default for every item) or goes up
+    /// and down (a level, [`StatKind::Gauge`]). The engine folds both the
+    /// same way; readers such as an exporter use it to type the item (a
+    /// Prometheus counter must never decrease, so a level exported as one
+    /// breaks `rate()`). Read once, at registration; a length other than
+    /// [`stat_names`](Self::stat_names)'s is refused with
+    /// [`Error::InvalidController`](crate::Error::InvalidController).
+    fn stat_kinds(&self) -> Vec<StatKind> {
+        vec![StatKind::Counter; self.stat_names().len()]
     }
 
     /// Fold one (group, CPU)'s deltas. Called under this controller's flush
