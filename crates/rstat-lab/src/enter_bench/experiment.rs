@@ -19,7 +19,7 @@ impl Experiment for Enter {
     }
 
     fn about(&self) -> &'static str {
-        "Enter/exit and scoped-poll cost vs a thread-clock pair; accuracy of a hog's CPU time"
+        "Enter/exit cost vs a thread-clock pair; scoped poll vs tokio-metrics; CPU time's accuracy"
     }
 
     fn title(&self) -> &'static str {
@@ -30,8 +30,11 @@ impl Experiment for Enter {
         "The cost of entering and leaving a group on one thread (each change of the \
          current group reads the thread's CPU clock once) against two \
          `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` calls measured in the same run; a \
-         `scope`d future's poll against a bare poll; and the accuracy of a hog's \
-         `usage_usec` against the thread's own clock, exact and sampled."
+         `scope`d future's overhead per poll against `tokio-metrics`' `TaskMonitor`'s, \
+         both over the same bare poll; the accuracy of a hog's `usage_usec` against \
+         the thread's own clock, exact and sampled; and the error model: per-group \
+         `usage_usec` against the thread's clock around each request, for a mix of \
+         CPU-bound and blocking requests in four groups on one thread."
     }
 
     fn run(&self, p: &Params<'_>) -> Result<Output, BenchError> {
@@ -40,6 +43,7 @@ impl Experiment for Enter {
             cfg.iters = 20_000;
             cfg.samples = 1;
             cfg.hog = Duration::from_millis(100);
+            cfg.requests = 400;
         }
         Output::new(&super::run(&cfg), super::table)
     }
@@ -59,6 +63,13 @@ impl Experiment for Enter {
                 Op::Le,
                 1.0,
                 "attach: CPU time as exact as the kernel's selftest asks",
+            ),
+            Target::new(
+                "scope_vs_tokio_metrics",
+                "/scope_vs_tokio_metrics",
+                Op::Le,
+                1.2,
+                "attach: a scoped poll costs at most 1.2x tokio-metrics' per-poll overhead",
             ),
         ]
     }
@@ -85,11 +96,13 @@ fn plot(f: &Fig, machine: &str) -> Result<String, String> {
         ("nested enter + exit", "/nested_enter_exit_ns"),
         ("re-enter the current group", "/reenter_ns"),
         ("sampled mode: enter + exit", "/sampled_enter_exit_ns"),
-        ("scoped poll overhead", "/poll_overhead_ns"),
+        ("scope: overhead per poll", "/scope_poll_ns"),
+        ("tokio-metrics: overhead per poll", "/tokio_metrics_poll_ns"),
     ]);
     let error = bars(&[
         ("exact (clock on each change)", "/hog_usage_error_pct"),
         ("sampled", "/sampled_hog_usage_error_pct"),
+        ("request mix: worst group", "/cpu_error_pct_max"),
     ]);
     if cost.is_empty() {
         return Err("its JSON has none of the enter/exit costs".into());
@@ -102,7 +115,7 @@ fn plot(f: &Fig, machine: &str) -> Result<String, String> {
             cats: cost,
         },
         Panel::Bars {
-            title: "a hog's usage_usec vs its own CPU clock".into(),
+            title: "usage_usec vs the thread's CPU clock".into(),
             x_desc: "error, %".into(),
             series: vec!["median".into()],
             cats: error,
