@@ -180,6 +180,26 @@ fn too_large() -> Reject {
     )
 }
 
+/// One element of an `Accept` or `Accept-Encoding` list: its name
+/// (trimmed) and its q-value (1 when absent; 0 when out of range or
+/// unparsable, so a malformed weight never makes a choice acceptable).
+fn weighted(part: &str) -> (&str, f64) {
+    let mut params = part.split(';');
+    let name = params.next().unwrap_or("").trim();
+    let mut q = 1.0;
+    for p in params {
+        if let Some((k, v)) = p.split_once('=') {
+            if k.trim().eq_ignore_ascii_case("q") {
+                q = match v.trim().parse::<f64>() {
+                    Ok(q) if (0.0..=1.0).contains(&q) => q,
+                    _ => 0.0,
+                };
+            }
+        }
+    }
+    (name, q)
+}
+
 /// Pick the exposition format from an `Accept` header value: OpenMetrics
 /// if `application/openmetrics-text` is acceptable (q > 0) and preferred at
 /// least as much as `text/plain`, classic text otherwise (also when the
@@ -187,19 +207,7 @@ fn too_large() -> Reject {
 pub fn negotiate(accept: &str) -> Format {
     let (mut om, mut text) = (0.0f64, 0.0f64);
     for part in accept.split(',') {
-        let mut params = part.split(';');
-        let media = params.next().unwrap_or("").trim();
-        let mut q = 1.0;
-        for p in params {
-            if let Some((k, v)) = p.split_once('=') {
-                if k.trim().eq_ignore_ascii_case("q") {
-                    q = match v.trim().parse::<f64>() {
-                        Ok(q) if (0.0..=1.0).contains(&q) => q,
-                        _ => 0.0,
-                    };
-                }
-            }
-        }
+        let (media, q) = weighted(part);
         if media.eq_ignore_ascii_case("application/openmetrics-text") {
             om = om.max(q);
         } else if media.eq_ignore_ascii_case("text/plain") {
@@ -220,19 +228,7 @@ pub fn negotiate(accept: &str) -> Format {
 pub fn accepts_gzip(accept_encoding: &str) -> bool {
     let (mut gzip, mut any) = (None, None);
     for part in accept_encoding.split(',') {
-        let mut params = part.split(';');
-        let coding = params.next().unwrap_or("").trim();
-        let mut q = 1.0;
-        for p in params {
-            if let Some((k, v)) = p.split_once('=') {
-                if k.trim().eq_ignore_ascii_case("q") {
-                    q = match v.trim().parse::<f64>() {
-                        Ok(q) if (0.0..=1.0).contains(&q) => q,
-                        _ => 0.0,
-                    };
-                }
-            }
-        }
+        let (coding, q) = weighted(part);
         if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
             gzip = Some(gzip.map_or(q, |g: f64| g.max(q)));
         } else if coding == "*" {
