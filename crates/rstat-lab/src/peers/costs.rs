@@ -141,8 +141,9 @@ fn heap_in_use() -> Option<usize> {
     None
 }
 
-/// The `membarrier` command an exact read on the rseq path issues, or
-/// the plain private expedited one where the kernel lacks it.
+/// The `membarrier` command an exact read on the rseq path issues: the
+/// plain private expedited one (a barrier on each CPU running the
+/// process's threads), or the rseq one where the kernel lacks it.
 #[derive(Clone, Copy, Debug)]
 pub struct Membarrier {
     cmd: libc::c_long,
@@ -177,9 +178,9 @@ fn sys_membarrier(_cmd: libc::c_long) -> libc::c_long {
 }
 
 impl Membarrier {
-    /// Register this process for the rseq command (the one rstat's
-    /// restartable sections use), else for the plain private expedited
-    /// one; `None` if the kernel offers neither.
+    /// Register this process for the plain private expedited command (the
+    /// one rstat's flushes issue), else for the rseq one; `None` if the
+    /// kernel offers neither.
     pub fn register() -> Option<Self> {
         let cmds = sys_membarrier(CMD_QUERY);
         if cmds < 0 {
@@ -187,14 +188,14 @@ impl Membarrier {
         }
         for (cmd, register, name) in [
             (
-                CMD_PRIVATE_EXPEDITED_RSEQ,
-                CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
-                "MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ",
-            ),
-            (
                 CMD_PRIVATE_EXPEDITED,
                 CMD_REGISTER_PRIVATE_EXPEDITED,
                 "MEMBARRIER_CMD_PRIVATE_EXPEDITED",
+            ),
+            (
+                CMD_PRIVATE_EXPEDITED_RSEQ,
+                CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
+                "MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ",
             ),
         ] {
             if cmds & cmd != 0 && sys_membarrier(register) == 0 {

@@ -66,7 +66,8 @@
 //!   needs a barrier on both sides. It is asymmetric (folly's
 //!   `asymmetric_thread_fence_light/heavy`): the updater only keeps the
 //!   compiler from reordering (a compiler fence, free), and the flusher,
-//!   after its `OFF_LIST` stores, calls `membarrier`, which runs a full
+//!   after its `OFF_LIST` stores, calls `membarrier` (the plain private
+//!   expedited command: see `Domain::heavy_fence`), which runs a full
 //!   barrier on every CPU executing one of our threads (a thread not
 //!   running has passed a context switch, itself a full barrier). The pair
 //!   then forbids the same outcome as two `SeqCst` fences: either the

@@ -204,6 +204,19 @@ impl Domain {
     /// the node again). Under loom the updater's and this side's `SeqCst`
     /// fences model the pair (`crate::sync`).
     ///
+    /// The plain barrier ([`rseq::barrier`](crate::percpu::rseq::barrier)),
+    /// not the rseq command that also restarts sections: the pair needs a
+    /// barrier between an updater's slot store and its on-list load, not a
+    /// restart. Where the barrier lands on an updater's CPU: after its
+    /// store, it orders the store before the load (or drains it before
+    /// the flusher's slot loads, which follow the call's return); before
+    /// its store (even inside the section, between the slot's load and
+    /// store), the updater's on-list load comes after it and so after our
+    /// `OFF_LIST` stores, which the call orders before its barriers: it
+    /// sees `OFF_LIST` and pushes the node, and its update, concurrent
+    /// with this flush, goes to the next one. A thread off its CPU passed
+    /// a context switch (a full barrier), and its section restarts anyway.
+    ///
     /// On the locked path it is free: the updaters' locked RMWs and the
     /// `SeqCst` `OFF_LIST` stores and slot loads already form the
     /// store-buffering pair (loom models that pair with the same fence).
@@ -215,7 +228,7 @@ impl Domain {
             // as a last resort wait far longer than any store buffer holds
             // a store (documented as the one unproven fallback).
             for _ in 0..8 {
-                if crate::percpu::rseq::membarrier().is_ok() {
+                if crate::percpu::rseq::barrier().is_ok() {
                     return;
                 }
                 std::thread::yield_now();

@@ -7,8 +7,16 @@
 
 /// `enum membarrier_cmd` values (linux/membarrier.h).
 const CMD_QUERY: libc::c_long = 0;
+const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
 const CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
 const CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 8;
+
+/// Which command [`barrier`] issues: the plain private expedited one once
+/// registered and proven here, else the rseq one (which is a barrier
+/// too). Set by [`supported`] before anything uses either.
+static BARRIER_CMD: std::sync::atomic::AtomicI64 =
+    std::sync::atomic::AtomicI64::new(CMD_PRIVATE_EXPEDITED_RSEQ);
 
 fn sys_membarrier(cmd: libc::c_long) -> Result<libc::c_long, i32> {
     // SAFETY: membarrier takes (cmd, flags, cpu_id) integers and touches
@@ -38,7 +46,28 @@ pub(super) fn supported() -> Option<isize> {
     // Prove the command works here (a seccomp filter may allow the query
     // and refuse the rest) before anything relies on it.
     membarrier().ok()?;
+    // The plain barrier, where offered and working: see `barrier`.
+    if cmds & CMD_PRIVATE_EXPEDITED != 0
+        && sys_membarrier(CMD_REGISTER_PRIVATE_EXPEDITED).is_ok()
+        && sys_membarrier(CMD_PRIVATE_EXPEDITED).is_ok()
+    {
+        BARRIER_CMD.store(CMD_PRIVATE_EXPEDITED, std::sync::atomic::Ordering::Relaxed);
+    }
     Some(off)
+}
+
+/// A full memory barrier on every CPU running a thread of this process,
+/// without restarting their sections (the parent's `barrier`).
+pub(super) fn barrier() -> Result<(), i32> {
+    // (`c_long` is `i64` on x86-64.)
+    let cmd = BARRIER_CMD.load(std::sync::atomic::Ordering::Relaxed);
+    loop {
+        match sys_membarrier(cmd) {
+            Ok(_) => return Ok(()),
+            Err(libc::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 pub(super) fn membarrier() -> Result<(), i32> {

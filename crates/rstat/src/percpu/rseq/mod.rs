@@ -86,6 +86,24 @@ pub(crate) fn membarrier() -> Result<(), i32> {
     imp::membarrier()
 }
 
+/// A full memory barrier on every CPU running a thread of this process,
+/// returning once all of them have run it, without aborting the
+/// restartable sections running there: `MEMBARRIER_CMD_PRIVATE_EXPEDITED`
+/// where the kernel offers it (registered at detection), else the rseq
+/// command of [`membarrier`], which is such a barrier too. What a
+/// store-buffering pair needs from the heavy side (the stat flush's
+/// asymmetric fence), and on some kernels far cheaper than the rseq
+/// command while other threads of the process run sections: that one
+/// also makes each interrupted thread re-enter its section through the
+/// kernel. Only meaningful once [`available`] returned `Some`.
+///
+/// # Errors
+/// As [`membarrier`].
+#[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+pub(crate) fn barrier() -> Result<(), i32> {
+    imp::barrier()
+}
+
 /// log2 of the distance between two CPUs' slots for [`add_on_this_cpu`]:
 /// one [`CACHE_LINE`](super::CACHE_LINE), the stride of an array of
 /// [`CachePadded`](super::CachePadded) slots (128 bytes on x86-64, two
@@ -274,6 +292,11 @@ mod imp {
     }
 
     pub(super) fn membarrier() -> Result<(), i32> {
+        Ok(())
+    }
+
+    #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
+    pub(super) fn barrier() -> Result<(), i32> {
         Ok(())
     }
 
