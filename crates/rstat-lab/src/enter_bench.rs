@@ -260,11 +260,12 @@ const AFTER_SLEEP: Duration = Duration::from_micros(20);
 /// the thread's clock around its requests.
 ///
 /// The truth is read inside each request's guard, so the reads are CPU
-/// time the group really spent; but the thread's clock is a system call
-/// (about a µs on a busy VM), and the part of the first read before its
+/// time the group really spent; but the thread's clock is a system call,
+/// and the part of the first read before its
 /// sample and the part of the last read after its sample are in the
 /// group's stay and not in the difference of the two: about one read per
-/// request, a bias of several percent on a 20 µs request. So the first
+/// request, a bias that grows as requests get shorter (BENCHMARKS.md has
+/// the clock pair's cost on the lab's machine). So the first
 /// read is followed by a second one at once, whose difference (the first
 /// read's part after its sample and the second's before it: one read) is
 /// added to the request's truth. What is left out is the enter's and the
