@@ -31,7 +31,7 @@
 
 // Minor version of the ABI: grows when functions, flags or struct fields
 // are added.
-#define RSTAT_ABI_VERSION_MINOR 1
+#define RSTAT_ABI_VERSION_MINOR 2
 
 // The ABI version this header describes: `(major << 16) | minor`.
 #define RSTAT_ABI_VERSION ((RSTAT_ABI_VERSION_MAJOR << 16) | RSTAT_ABI_VERSION_MINOR)
@@ -175,6 +175,15 @@
 // The size of the first version of `struct rstat_memory_events`.
 #define RSTAT_MEMORY_EVENTS_SIZE_VER0 48
 
+// `rstat_serve_options.flags`: listen on an address that is not loopback.
+// The metrics name every group, so exposing them beyond this machine is
+// an explicit choice; without this flag such an address is refused with
+// `RSTAT_EPERM`.
+#define RSTAT_SERVE_ALLOW_NON_LOOPBACK 1
+
+// The size of the first version of `struct rstat_serve_options`.
+#define RSTAT_SERVE_OPTIONS_SIZE_VER0 24
+
 // An rstat instance (the engine): opaque, from `rstat_new`.
 typedef struct rstat rstat;
 
@@ -226,6 +235,26 @@ typedef struct rstat_memory_events {
   // OOM handlers that freed something (never from C: no handlers).
   uint64_t oom_kill;
 } rstat_memory_events;
+
+// Options of `rstat_serve`. Zero-initialise it, set `size` to
+// `sizeof(struct rstat_serve_options)`, then the fields you want; a zero
+// field means the default. Later versions only add fields at the end.
+typedef struct rstat_serve_options {
+  // `sizeof(struct rstat_serve_options)`.
+  uint32_t size;
+  // `RSTAT_SERVE_*` bits.
+  uint32_t flags;
+  // Connections served at once, each on its own thread (0: 16; at most
+  // 1024). When all are taken, an idle one makes room or the new one is
+  // answered `503` with `Retry-After`.
+  uint32_t max_connections;
+  // Export groups at most this deep, the root being depth 0 (0: all).
+  // The root alone is not selectable: depth 0 means no limit.
+  uint32_t max_depth;
+  // Bytes per memory charge unit, so memory series are in bytes
+  // (0: 1, charges are bytes).
+  uint64_t memory_unit_bytes;
+} rstat_serve_options;
 
 #ifdef __cplusplus
 extern "C" {
@@ -655,6 +684,44 @@ int rstat_memory_read_events(struct rstat_group *g, uint32_t flags, struct rstat
 // `file` must be NULL or NUL-terminated; `buf` NULL or valid for `len`
 // bytes; `out_len` NULL or valid for one write.
 int rstat_read(struct rstat_group *g, const char *file, char *buf, size_t len, size_t *out_len);
+
+// Serve `rs`'s groups to Prometheus over HTTP: `/metrics` (the text
+// format, or OpenMetrics when the scraper asks for it; gzip when it
+// accepts it) and `/snapshot.json` (what `rstat top` reads), on threads
+// of the library's own, until `rstat_serve_stop(rs)` or `rstat_free(rs)`.
+//
+// `addr` is `"HOST:PORT"`; NULL means `"127.0.0.1:9756"`, and port 0 lets
+// the system pick a free port, written to `*port_out` (which may be
+// NULL). A non-loopback address is refused unless `opts->flags` has
+// `RSTAT_SERVE_ALLOW_NON_LOOPBACK`. `opts` may be NULL for the defaults.
+//
+// Errors: `RSTAT_EBADF`, `RSTAT_EPROTOTYPE` (`rs`), `RSTAT_EBUSY`
+// (`rs` is already serving: stop it first; or the address is in use),
+// `RSTAT_EINVAL` (`addr` not UTF-8 or not `HOST:PORT`, unknown flag,
+// `size` below `RSTAT_SERVE_OPTIONS_SIZE_VER0`, `max_connections` above
+// 1024), `RSTAT_E2BIG` (fields this library does not know are set),
+// `RSTAT_EPERM` (a non-loopback address without the flag), `RSTAT_EFAULT`
+// (`opts` or `port_out` misaligned), `RSTAT_EAGAIN` (the socket or the
+// server's thread could not be made). `rstat_last_error` says which.
+//
+// Cost: a listening socket and a thread, plus a thread per connection
+// being served. Each scrape reads every exported group (as
+// `rstat_read_exact` would) on the connection's thread.
+//
+// # Safety
+// `addr` must be NULL or a NUL-terminated string; `opts` NULL or pointing
+// to `opts->size` readable bytes; `port_out` NULL or valid for one write.
+int rstat_serve(struct rstat *rs, const char *addr, const struct rstat_serve_options *opts, uint16_t *port_out);
+
+// Stop the server `rstat_serve` started: stop accepting, wait for the
+// accepting thread (connections being answered finish on their own
+// threads). `rstat_free` does this too.
+//
+// Errors: `RSTAT_EBADF`, `RSTAT_EPROTOTYPE`, `RSTAT_ENOENT` (`rs` is not
+// serving).
+//
+// Cost: joins the accepting thread (it wakes within its poll interval).
+int rstat_serve_stop(struct rstat *rs);
 
 #ifdef __cplusplus
 }  // extern "C"

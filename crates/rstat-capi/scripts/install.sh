@@ -5,6 +5,13 @@
 #   PREFIX/lib/librstat.so.0.<minor>.0, librstat.so.0, librstat.so
 #   PREFIX/lib/pkgconfig/rstat.pc               (pkg-config --cflags --libs rstat)
 #
+# Any PREFIX works without root and without LD_LIBRARY_PATH: rstat.pc's
+# link flags carry an rpath to PREFIX/lib, so a program linked with
+# `pkg-config --libs rstat` finds librstat.so.0 where it was installed.
+# Run as root, the script also refreshes the dynamic linker's cache
+# (ldconfig), for programs linked without pkg-config when PREFIX/lib is a
+# system library directory (/usr/local/lib on Debian).
+#
 # The shared library is linked here from the static one with rstat.map as
 # the only version script, so the script alone decides what is exported:
 # the rstat_* functions under the version node RSTAT_0. (A cargo cdylib adds
@@ -44,4 +51,7 @@ ln -sf "$so" "$prefix/lib/librstat.so.0"
 ln -sf librstat.so.0 "$prefix/lib/librstat.so"
 sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" -e "s|@PRIVATE_LIBS@|$private_libs|" \
   "$crate/rstat.pc.in" > "$prefix/lib/pkgconfig/rstat.pc"
+if [ "$(id -u)" = 0 ] && command -v ldconfig > /dev/null; then
+  ldconfig
+fi
 echo "installed rstat $version (ABI 0.$minor) in $prefix"

@@ -17,7 +17,7 @@ use crate::{rstat, rstat_counters, rstat_group};
 pub const RSTAT_ABI_VERSION_MAJOR: u32 = 0;
 /// Minor version of the ABI: grows when functions, flags or struct fields
 /// are added.
-pub const RSTAT_ABI_VERSION_MINOR: u32 = 1;
+pub const RSTAT_ABI_VERSION_MINOR: u32 = 2;
 /// The ABI version this header describes: `(major << 16) | minor`.
 pub const RSTAT_ABI_VERSION: u32 = (RSTAT_ABI_VERSION_MAJOR << 16) | RSTAT_ABI_VERSION_MINOR;
 

@@ -73,6 +73,7 @@ pub mod error;
 pub mod group;
 pub mod memory;
 pub mod report;
+pub mod serve;
 pub mod table;
 
 /// An rstat instance (the engine): opaque, from `rstat_new`.
@@ -99,3 +100,4 @@ pub use error::*;
 pub use group::*;
 pub use memory::*;
 pub use report::*;
+pub use serve::*;

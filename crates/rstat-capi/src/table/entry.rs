@@ -25,6 +25,9 @@ pub(crate) struct Engine {
     /// [`Table::remove_engine`]: super::Table::remove_engine
     /// [`Table::insert`]: super::Table::insert
     pub(super) live: AtomicBool,
+    /// The exporter `rstat_serve` started, if any: stopped when the engine
+    /// is dropped (the last handle of a freed `rstat`).
+    pub(crate) serving: crate::serve::Serving,
 }
 
 impl Engine {
@@ -33,6 +36,7 @@ impl Engine {
             rs,
             memory,
             live: AtomicBool::new(true),
+            serving: Default::default(),
         }
     }
 }

@@ -4,8 +4,13 @@
  * made-up handles; bad names, paths, limits, flags and option sizes; NULL
  * pointers and buffers that are too small. Built by CI with
  * -fsanitize=address,undefined against librstat.so. */
+#define _POSIX_C_SOURCE 200809L /* sockets, for rstat_serve's test */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -613,6 +618,112 @@ static void test_enter_exit(void) {
     CHECK_OK(rstat_free(other));
 }
 
+/* GET `path` from 127.0.0.1:`port` (HTTP/1.0: the server closes after
+ * answering); the answer goes into `buf`, NUL-terminated. Returns the
+ * number of bytes read, or -1 if the connection was refused. */
+static long http_get(uint16_t port, const char *path, char *buf, size_t len) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK_EQ(fd >= 0, 1);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return -1;
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    CHECK_EQ(write(fd, req, (size_t)n), n);
+    size_t got = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + got, len - 1 - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+        if (got == len - 1)
+            break;
+    }
+    buf[got] = 0;
+    close(fd);
+    return (long)got;
+}
+
+/* rstat_serve: the exporter from C, on loopback, its series scraped over
+ * a real socket; one server per rstat; stopped by rstat_serve_stop and by
+ * rstat_free. */
+static void test_serve(void) {
+    rstat *rs = new_rstat(), *other = new_rstat();
+    rstat_group *root, *tenant;
+    CHECK_OK(rstat_root(rs, &root));
+    CHECK_OK(rstat_group_create(root, "tenant-x", &tenant));
+    CHECK_OK(rstat_memory_try_charge(tenant, 4096, 0, NULL));
+
+    uint16_t port = 0;
+    CHECK_OK(rstat_serve(rs, "127.0.0.1:0", NULL, &port));
+    CHECK_EQ(port != 0, 1);
+    static char buf[1 << 20];
+    CHECK_EQ(http_get(port, "/metrics", buf, sizeof buf) > 0, 1);
+    CHECK_EQ(strncmp(buf, "HTTP/1.1 200", 12) == 0, 1);
+    CHECK_EQ(strstr(buf, "path=\"/tenant-x\"") != NULL, 1);
+    CHECK_EQ(strstr(buf, "rstat_memory_current_bytes{path=\"/tenant-x\"} 4096") != NULL, 1);
+    CHECK_EQ(http_get(port, "/nothing-here", buf, sizeof buf) > 0, 1);
+    CHECK_EQ(strncmp(buf, "HTTP/1.1 404", 12) == 0, 1);
+
+    /* One server per rstat; another rstat cannot take the same port. */
+    CHECK_RC(rstat_serve(rs, "127.0.0.1:0", NULL, NULL), RSTAT_EBUSY);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)port);
+    CHECK_RC(rstat_serve(other, addr, NULL, NULL), RSTAT_EBUSY);
+
+    /* Stopped: the port no longer answers, a second stop is an error. */
+    CHECK_OK(rstat_serve_stop(rs));
+    CHECK_EQ(http_get(port, "/metrics", buf, sizeof buf), -1);
+    CHECK_RC(rstat_serve_stop(rs), RSTAT_ENOENT);
+    CHECK_RC(rstat_serve_stop(other), RSTAT_ENOENT);
+
+    /* Bad input: handles, addresses, options. */
+    CHECK_RC(rstat_serve(NULL, NULL, NULL, NULL), RSTAT_EBADF);
+    CHECK_RC(rstat_serve((rstat *)tenant, NULL, NULL, NULL), RSTAT_EPROTOTYPE);
+    CHECK_RC(rstat_serve_stop(NULL), RSTAT_EBADF);
+    CHECK_RC(rstat_serve(rs, "not an address", NULL, NULL), RSTAT_EINVAL);
+    CHECK_RC(rstat_serve(rs, "127.0.0.1:99999", NULL, NULL), RSTAT_EINVAL);
+    CHECK_RC(rstat_serve(rs, "\xff\xfe:0", NULL, NULL), RSTAT_EINVAL);
+    CHECK_RC(rstat_serve(rs, "0.0.0.0:0", NULL, NULL), RSTAT_EPERM); /* not loopback */
+    rstat_serve_options o = {.size = sizeof o, .flags = 0x80};
+    CHECK_RC(rstat_serve(rs, "127.0.0.1:0", &o, NULL), RSTAT_EINVAL);
+    o.flags = 0;
+    o.max_connections = 100000;
+    CHECK_RC(rstat_serve(rs, "127.0.0.1:0", &o, NULL), RSTAT_EINVAL);
+    o.max_connections = 0;
+    o.size = 4;
+    CHECK_RC(rstat_serve(rs, "127.0.0.1:0", &o, NULL), RSTAT_EINVAL);
+    struct {
+        rstat_serve_options o;
+        uint64_t newer;
+    } big = {.o = {.size = sizeof big}, .newer = 1};
+    CHECK_RC(rstat_serve(rs, "127.0.0.1:0", &big.o, NULL), RSTAT_E2BIG);
+
+    /* Options: depth 1 exports the tenant, memory in 4 KiB units. */
+    o.size = sizeof o;
+    o.max_depth = 1;
+    o.memory_unit_bytes = 4096;
+    o.max_connections = 2;
+    CHECK_OK(rstat_serve(rs, "127.0.0.1:0", &o, &port));
+    CHECK_EQ(http_get(port, "/metrics", buf, sizeof buf) > 0, 1);
+    CHECK_EQ(strstr(buf, "rstat_memory_current_bytes{path=\"/tenant-x\"} 16777216") != NULL, 1);
+
+    /* rstat_free stops a running server. */
+    CHECK_OK(rstat_memory_uncharge(tenant, 4096));
+    CHECK_OK(rstat_group_put(tenant));
+    CHECK_OK(rstat_group_put(root));
+    CHECK_OK(rstat_free(rs));
+    CHECK_EQ(http_get(port, "/metrics", buf, sizeof buf), -1);
+    CHECK_RC(rstat_serve_stop(rs), RSTAT_EBADF);
+    CHECK_OK(rstat_free(other));
+}
+
 int main(void) {
     test_version_and_errors();
     test_made_up_handles();
@@ -623,5 +734,6 @@ int main(void) {
     test_memory();
     test_read();
     test_enter_exit();
+    test_serve();
     DONE("test_capi");
 }
