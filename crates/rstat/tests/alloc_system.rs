@@ -551,7 +551,8 @@ fn enforce_fails_fallible_allocations_account_counts_events() {
     };
     assert!(current(mem, &g) >= 100_000);
     let ev = mem.events(&g).unwrap();
-    assert!(ev.get(MemoryEvent::Max) >= 1 && ev.get(MemoryEvent::Oom) >= 1);
+    // `max`, not `oom`: the allocation succeeded.
+    assert!(ev.get(MemoryEvent::Max) >= 1 && ev.get(MemoryEvent::Oom) == 0);
     drop(big);
     // Enforce: refused cleanly.
     mem.set_heap_limit_mode(&g, HeapLimitMode::Enforce).unwrap();
@@ -827,5 +828,34 @@ fn an_allocation_the_inner_allocator_refuses_is_not_counted() {
     assert_eq!(current(mem, &g), 0);
     let peak = mem.peak(&g).unwrap();
     assert!(peak < 1 << 30, "memory.peak {peak} after refused requests");
+    g.remove().unwrap();
+}
+
+/// `memory.events` mean what the kernel's mean: in `Account` mode an
+/// allocation over `memory.max` succeeds (charged past the limit), so it
+/// counts `max` (usage hit the limit) but never `oom`, which counts only
+/// charges that could not be satisfied (a failure or a kill). An alert on
+/// `oom` must not fire for a tenant whose allocations all succeeded.
+#[test]
+fn account_mode_counts_max_but_never_oom_for_allocations_that_succeeded() {
+    let (rs, mem) = env();
+    let g = rs.root().create_child("account-events").unwrap();
+    mem.set_limit(&g, Limit::Max, 64 * 1024).unwrap();
+    mem.set_heap_limit_mode(&g, HeapLimitMode::Account).unwrap();
+    let kept: Vec<Vec<u8>> = {
+        let _in = g.enter();
+        (0..8)
+            .map(|_| std::hint::black_box(Vec::with_capacity(16 * 1024)))
+            .collect()
+    };
+    assert!(current(mem, &g) > 64 * 1024, "charged past memory.max");
+    let ev = mem.events(&g).unwrap();
+    assert!(ev.max >= 1, "usage hit memory.max: {ev:?}");
+    assert_eq!(
+        (ev.oom, ev.oom_kill),
+        (0, 0),
+        "every allocation succeeded: {ev:?}"
+    );
+    drop(kept);
     g.remove().unwrap();
 }

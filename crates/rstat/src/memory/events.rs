@@ -24,12 +24,21 @@ pub enum MemoryEvent {
     Low,
     /// A charge left a group's usage above its `memory.high`.
     High,
-    /// A charge found a group at its `memory.max` and had to drain stocks
-    /// and reclaim. (The kernel counts one per reclaim attempt; we count
-    /// one per charge, so the figure does not depend on the retry count.)
+    /// A charge found a group at its `memory.max`: it had to drain stocks
+    /// and reclaim, or (the accounting allocator in
+    /// [`HeapLimitMode::Account`](super::HeapLimitMode::Account)) was
+    /// charged past it. (The kernel counts one per reclaim attempt; we
+    /// count one per charge, so the figure does not depend on the retry
+    /// count.)
     Max,
-    /// Reclaim could not bring a group under its `memory.max`: a charge
-    /// failed or was forced, or a `memory.max` write stopped short.
+    /// A charge could not be satisfied within a group's `memory.max` after
+    /// draining and reclaim: it failed, or (asked with
+    /// [`OnOom::Force`](super::OnOom::Force), the kernel's `__GFP_NOFAIL`)
+    /// was forced past it; or a `memory.max` write could not reclaim down
+    /// to the new limit. Never raised for an allocation that was accounted
+    /// past the limit without trying to reclaim (`HeapLimitMode::Account`):
+    /// nothing was refused or about to be, so an alert on `oom` means
+    /// work failed or had to be stopped.
     Oom,
     /// The group's OOM handler reported that it freed something (killed a
     /// task, cancelled a query): the analog of the kernel's `oom_kill`.

@@ -216,8 +216,10 @@ impl Memory {
                 },
                 Err(PageCounterError::OverLimit { level, .. }) => {
                     let (over_g, over) = ancestor(&t, level);
+                    // Usage hit the limit (`max`); the allocation still
+                    // succeeds, so this is not an `oom`, which counts only
+                    // charges that could not be satisfied.
                     over.raise(MemoryEvent::Max);
-                    over.raise(MemoryEvent::Oom);
                     // Never release a group inside the allocator.
                     over_g.drop_deferred();
                     self.force(&t, n)?

@@ -50,7 +50,7 @@
 //!    ([`crate::memory::stock`]): the common case writes no shared cache
 //!    line. A miss charges a batch to the page counters. Over
 //!    `memory.max`: the group's [`HeapLimitMode`](super::HeapLimitMode) (account: force and count
-//!    `max`/`oom`; enforce: drain, reclaim, retry, then return null). Over
+//!    `max`, never `oom`, as nothing failed; enforce: drain, reclaim, retry, then return null). Over
 //!    `memory.high`: the registered reclaimers run
 //!    ([`Memory::reclaim_high`]).
 //! 4. **Owner**: the trailer records the group's *owner handle*
