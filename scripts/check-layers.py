@@ -24,7 +24,7 @@ import re
 import sys
 
 LAYERS = [
-    ["sync"],
+    ["sync", "os"],
     ["percpu"],
     ["error"],
     ["page_counter"],

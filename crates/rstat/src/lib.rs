@@ -122,6 +122,7 @@
     missing_docs
 )]
 
+mod os;
 mod sync;
 
 pub mod attach;

@@ -52,21 +52,6 @@ pub(crate) const COARSE_SAMPLE_TICKS: u64 = 10;
 /// One in the fixed-point user fraction (`user_frac / SPLIT_ONE`).
 pub(crate) const SPLIT_ONE: u32 = 1 << 16;
 
-fn read(clock: libc::clockid_t) -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; an invalid clock id is an error
-    // return, not UB.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return None;
-    }
-    let secs = u64::try_from(ts.tv_sec).ok()?;
-    let nanos = u64::try_from(ts.tv_nsec).ok()?;
-    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
-}
-
 std::thread_local! {
     /// How many times this thread read its own CPU clock through
     /// [`thread_cpu_ns`] (for tests: `testing::thread_clock_reads`).
@@ -84,9 +69,9 @@ pub(crate) fn own_clock_reads() -> u64 {
 pub(crate) fn thread_cpu_ns() -> Option<u64> {
     let _ = OWN_CLOCK_READS.try_with(|c| c.set(c.get().wrapping_add(1)));
     if cfg!(miri) {
-        read(libc::CLOCK_MONOTONIC)
+        crate::os::clock_ns(libc::CLOCK_MONOTONIC)
     } else {
-        read(libc::CLOCK_THREAD_CPUTIME_ID)
+        crate::os::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
     }
 }
 
@@ -94,7 +79,7 @@ pub(crate) fn thread_cpu_ns() -> Option<u64> {
 /// system call); 0 if the system refuses it (not seen on Linux).
 #[inline]
 pub(crate) fn mono_ns() -> u64 {
-    read(libc::CLOCK_MONOTONIC).unwrap_or(0)
+    crate::os::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
 /// The id of the calling thread's CPU clock, readable from other threads
@@ -113,7 +98,7 @@ fn own_clock_id() -> Option<libc::clockid_t> {
 /// Read a thread CPU clock obtained from [`own_clock_id`] (of a thread
 /// that is still alive).
 pub(crate) fn read_clock(id: libc::clockid_t) -> Option<u64> {
-    read(id)
+    crate::os::clock_ns(id)
 }
 
 /// What the periodic charger needs to read a thread from outside: its CPU
@@ -225,20 +210,7 @@ pub(crate) fn thread_rusage_us() -> Option<(u64, u64)> {
     if cfg!(miri) {
         return None;
     }
-    // SAFETY: an all-zero `rusage` is a valid value of this plain C
-    // struct.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid out-pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
-        return None;
-    }
-    let us = |tv: libc::timeval| {
-        u64::try_from(tv.tv_sec)
-            .ok()?
-            .checked_mul(1_000_000)?
-            .checked_add(u64::try_from(tv.tv_usec).ok()?)
-    };
-    Some((us(ru.ru_utime)?, us(ru.ru_stime)?))
+    crate::os::rusage_us(libc::RUSAGE_THREAD)
 }
 
 /// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`): the clock

@@ -28,38 +28,14 @@ const USER: usize = 1;
 const SYSTEM: usize = 2;
 
 /// This process's CPU time in µs, and its `(user, system)` split in µs.
-// `time_t` and `suseconds_t` are `i64` here, not on every target.
-#[allow(clippy::useless_conversion)]
 fn process_times_us() -> Option<(i64, i64, i64)> {
     if cfg!(any(miri, rstat_loom)) {
         return None;
     }
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
-        return None;
-    }
-    let usage = i64::try_from(ts.tv_sec)
-        .ok()?
-        .checked_mul(1_000_000)?
-        .checked_add(i64::try_from(ts.tv_nsec).ok()? / 1000)?;
-    // SAFETY: an all-zero `rusage` is a valid value of this plain C
-    // struct.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid out-pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return None;
-    }
-    let us = |tv: libc::timeval| {
-        i64::try_from(tv.tv_sec)
-            .ok()?
-            .checked_mul(1_000_000)?
-            .checked_add(i64::try_from(tv.tv_usec).ok()?)
-    };
-    Some((usage, us(ru.ru_utime)?, us(ru.ru_stime)?))
+    let usage = crate::os::clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)? / 1000;
+    let (user, system) = crate::os::rusage_us(libc::RUSAGE_SELF)?;
+    let i = |v: u64| i64::try_from(v).ok();
+    Some((i(usage)?, i(user)?, i(system)?))
 }
 
 /// Make the root's `cpu` totals the process's (module docs), item by
