@@ -7,6 +7,10 @@
 //! the readers keep finding a root stamp younger than the pace instead of
 //! flushing themselves, however many of them ask.
 //!
+//! After each period's flush it runs the extensions' housekeeping
+//! ([`GroupExt::periodic`](crate::group::ext::GroupExt::periodic)): the
+//! memory controller returns idle groups' stock there.
+//!
 //! One thread per engine, started and stopped with it: stopping wakes the
 //! thread and joins it, so no thread outlives the `Rstat` that started it.
 //! It sleeps on the engine's [`Nudge`], which readers wake.
@@ -55,6 +59,8 @@ impl Periodic {
                         Woken::Stopped => return,
                         Woken::Tick => {
                             engine.flush_all_roots();
+                            // E.g. the memory controller's idle stock.
+                            engine.run_ext_periodic();
                             next += period;
                             let now = Instant::now();
                             if next < now {

@@ -55,6 +55,13 @@ pub trait GroupExt: Send + Sync + 'static {
 
     /// The group's last reference is gone; after this the state is dropped.
     fn release(&self, _state: &Self::State, _parent: Option<&Self::State>) {}
+
+    /// Housekeeping, called by the engine's periodic flusher thread once
+    /// per period, after it flushed the roots (never if the engine has no
+    /// periodic flusher: [`Builder::periodic_flush`](crate::Builder::periodic_flush)
+    /// `None`). No lock of the engine is held; it should not block for
+    /// long, as the next flush waits for it.
+    fn periodic(&self) {}
 }
 
 /// The type-erased form the engine stores.
@@ -78,6 +85,7 @@ pub(crate) trait ErasedExt: Send + Sync {
     /// # Safety
     /// `s` came from `create_erased` and is not used afterwards.
     unsafe fn destroy_erased(&self, s: *mut ());
+    fn periodic_erased(&self);
 }
 
 impl<E: GroupExt> ErasedExt for E {
@@ -109,6 +117,9 @@ impl<E: GroupExt> ErasedExt for E {
     unsafe fn destroy_erased(&self, s: *mut ()) {
         // SAFETY: caller's guarantee: `s` is a Box<E::State> from create.
         drop(unsafe { Box::from_raw(s.cast::<E::State>()) });
+    }
+    fn periodic_erased(&self) {
+        self.periodic()
     }
 }
 

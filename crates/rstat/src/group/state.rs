@@ -80,6 +80,17 @@ impl EngineInner {
         self.flush_roots(|_| true);
     }
 
+    /// Run every extension's [`periodic`](crate::group::ext::GroupExt::periodic)
+    /// housekeeping (the periodic flusher's, after a root flush), outside
+    /// the topology lock.
+    #[cfg_attr(rstat_loom, allow(dead_code))]
+    pub(crate) fn run_ext_periodic(&self) {
+        let exts = crate::sync::lock(&self.topo).exts.clone();
+        for e in &exts {
+            e.periodic_erased();
+        }
+    }
+
     /// Flush the root of every domain whose paced reads asked for it since
     /// the last take (the periodic flusher's answer to a nudge).
     #[cfg_attr(rstat_loom, allow(dead_code))]

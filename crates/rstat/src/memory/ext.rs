@@ -136,4 +136,10 @@ impl GroupExt for MemExt {
         self.shared.stocks.drain(|m| core::ptr::eq(m, &**state));
         self.shared.stocks.clear_over(state);
     }
+
+    fn periodic(&self) {
+        // Idle groups' pre-charged units back out of their usage (the
+        // stock's "Idle stock").
+        self.shared.stocks.return_idle();
+    }
 }

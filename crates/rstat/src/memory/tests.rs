@@ -698,3 +698,70 @@ fn an_over_uncharge_hidden_in_a_stock_is_reported() {
     ));
     assert_eq!(mem.uncharge_underflows(&g).unwrap(), 1);
 }
+
+/// Idle stock goes back: a slot not used between two passes of the
+/// periodic housekeeping is emptied into its page counter, so an idle
+/// group's `memory.current` comes down to what its callers hold; a slot
+/// used in between is kept for one more pass.
+#[test]
+fn idle_stock_is_returned_within_two_passes() {
+    let (rs, mem) = setup(2, 64);
+    let idle = rs.root().create_child("idle").unwrap();
+    let busy = rs.root().create_child("busy").unwrap();
+    let held = mem.try_charge_on_cpu(&idle, 10, OnOom::Fail, 0).unwrap();
+    mem.charge_raw_on_cpu(&busy, 1, OnOom::Fail, 1).unwrap();
+    assert_eq!(mem.current(&idle).unwrap(), 64, "a batch, 54 of it stocked");
+    let stocks = &mem.inner.shared.stocks;
+    // First pass: both slots were used since the start; kept, marked.
+    assert_eq!(stocks.return_idle(), 0);
+    assert_eq!(mem.current(&idle).unwrap(), 64);
+    // `busy` charges again between the passes; `idle` does not.
+    mem.charge_raw_on_cpu(&busy, 1, OnOom::Fail, 1).unwrap();
+    assert_eq!(stocks.return_idle(), 54);
+    assert_eq!(mem.current(&idle).unwrap(), 10, "what its caller holds");
+    assert_eq!(mem.stocked(&idle).unwrap(), 0);
+    assert_eq!(mem.current(&busy).unwrap(), 64, "used: still stocked");
+    // Idle from now on: gone at the next pass.
+    assert_eq!(stocks.return_idle(), 62);
+    assert_eq!(mem.current(&busy).unwrap(), 2);
+    held.uncharge().unwrap();
+    mem.uncharge_raw_on_cpu(&busy, 2, 1).unwrap();
+    mem.drain_stocks(rs.root()).unwrap();
+    assert_eq!(mem.current(rs.root()).unwrap(), 0, "nothing lost or made");
+}
+
+/// The engine's periodic flusher runs the idle pass: a group that stops
+/// using its stock has it back out of `memory.current` after two periods
+/// (waited for with a generous deadline: a liveness check, not a timing
+/// one).
+#[test]
+#[cfg_attr(miri, ignore = "waits for the periodic flusher's wall-clock period")]
+fn the_periodic_flusher_returns_idle_stock() {
+    let rs = Rstat::builder()
+        .nr_cpus(2)
+        .periodic_flush(Some(std::time::Duration::from_millis(5)))
+        .build()
+        .unwrap();
+    let mem = Memory::register_with(
+        &rs,
+        MemoryConfig {
+            batch: 64,
+            ..MemoryConfig::default()
+        },
+    )
+    .unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    let held = mem.try_charge_on_cpu(&g, 10, OnOom::Fail, 0).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while mem.current(&g).unwrap() != 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "idle stock not returned: current {}, stocked {}",
+            mem.current(&g).unwrap(),
+            mem.stocked(&g).unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(mem.stocked(&g).unwrap(), 0);
+    held.uncharge().unwrap();
+}

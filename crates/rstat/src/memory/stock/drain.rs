@@ -37,6 +37,29 @@ impl Stocks {
         total
     }
 
+    /// Return idle stock (the periodic flusher's pass, every
+    /// [`DEFAULT_FLUSH_PERIOD`](crate::DEFAULT_FLUSH_PERIOD) by default):
+    /// on every CPU, empty the slots not used since the previous pass into
+    /// their page counters, and mark the others unused. So a group that
+    /// stops charging and uncharging gets its pre-charged units back out of
+    /// its `memory.current` within two passes. Takes each CPU's lock in
+    /// turn (waiting for it, as every drain does). Returns the units
+    /// uncharged.
+    pub(crate) fn return_idle(&self) -> u64 {
+        let mut total = 0u64;
+        // On the stack, as in `drain`: nothing allocated under a lock.
+        let mut taken: [Option<Taken>; NR_STOCK] = Default::default();
+        for cpu in self.cpus.iter() {
+            let mut h = cpu.lock();
+            h.with(|s| s.return_idle(&mut taken));
+            drop(h);
+            for t in taken.iter_mut().filter_map(Option::take) {
+                total = total.saturating_add(t.give_back());
+            }
+        }
+        total
+    }
+
     /// Add the pending heap stat deltas of every slot whose group
     /// satisfies `pred`, on every CPU, to their groups' stat items. Takes
     /// each CPU's lock in turn.

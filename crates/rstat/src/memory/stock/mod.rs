@@ -38,6 +38,22 @@
 //! `batch × nr_cpus` (plus the amounts of operations in flight). Draining
 //! before OOM means a charge never fails because of them.
 //!
+//! **Idle stock.** Pre-charged units show in `memory.current` (as in the
+//! kernel): a group's usage reads up to `batch` per CPU above what its
+//! callers hold. So they do not sit there for good once a group goes
+//! quiet, the engine's periodic flusher (every
+//! [`DEFAULT_FLUSH_PERIOD`](crate::DEFAULT_FLUSH_PERIOD) unless the
+//! engine was built otherwise) makes an idle pass over every CPU's slots
+//! after each root flush (`Stocks::return_idle`): a slot not used since
+//! the previous pass is emptied into its page counter; the others are
+//! marked unused. An idle group's `memory.current` thus comes down to what
+//! its callers hold within two flush periods, while a busy group keeps its
+//! stock (marking a slot used is one plain store to the line the operation
+//! writes anyway). Without a periodic flusher
+//! ([`Builder::periodic_flush`](crate::Builder::periodic_flush) `None`),
+//! stock leaves only when evicted, overflowing or drained
+//! ([`Memory::drain_stocks`](super::Memory::drain_stocks)).
+//!
 //! **Over the limit.** Units uncharged while the group or an ancestor is
 //! above its `memory.max` (a forced charge, or a `memory.max` write reclaim
 //! could not reach) go back to the page counter, not the stock, so they
@@ -207,6 +223,7 @@ impl Stocks {
         h.with(|s| match s.find(memcg) {
             Some(i) if s.nr[i] >= n => {
                 s.nr[i] -= n;
+                s.used |= 1 << i;
                 true
             }
             _ => false,
@@ -240,6 +257,7 @@ impl Stocks {
             if let Some(i) = s.find(memcg) {
                 // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
                 s.nr[i] += n;
+                s.used |= 1 << i;
                 return if s.nr[i] > batch { s.take(i) } else { None };
             }
             let (i, evicted) = s.slot_for(memcg);

@@ -62,7 +62,13 @@ pub(super) struct Slots {
     pub(super) stat_ctl: usize,
     /// The next slot to evict when none is free (round-robin).
     pub(super) next_evict: usize,
+    /// Bit `i`: slot `i` was used (units taken or put) since the last
+    /// idle pass ([`return_idle`](Self::return_idle)), which empties the
+    /// slots whose bit is clear and clears the others'.
+    pub(super) used: u8,
 }
+
+const _: () = assert!(NR_STOCK <= 8, "Slots::used has a bit per slot");
 
 impl Slots {
     /// An empty table for CPU `cpu`; `stat_ctl`: the memory controller's
@@ -79,6 +85,7 @@ impl Slots {
             cpu,
             stat_ctl,
             next_evict: 0,
+            used: 0,
         }
     }
 
@@ -116,6 +123,7 @@ impl Slots {
             return false;
         }
         self.nr[i] -= n;
+        self.used |= 1 << i;
         if self.refs[i] == 0 {
             // SAFETY: the handle is live (above).
             unsafe { ObjCg::get(NonNull::new_unchecked(self.keys[i].cast_mut()), REF_BATCH) };
@@ -145,6 +153,7 @@ impl Slots {
         // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
         self.nr[i] += size + overhead;
         self.refs[i] += 1;
+        self.used |= 1 << i;
         self.count(i, d);
         if self.refs[i] > REF_MAX {
             let surplus = self.refs[i] - REF_BATCH;
@@ -242,7 +251,20 @@ impl Slots {
         self.cached[i] = Some(Arc::clone(memcg));
         self.keys[i] = memcg.objcg().as_ptr();
         self.serials[i] = memcg.objcg_serial();
+        self.used |= 1 << i;
         (i, evicted)
+    }
+
+    /// The idle pass: empty every slot not used since the previous pass
+    /// into `taken` (given back by the caller once the lock is released),
+    /// and start a new round for the others.
+    pub(super) fn return_idle(&mut self, taken: &mut [Option<Taken>; NR_STOCK]) {
+        for (i, t) in taken.iter_mut().enumerate() {
+            if self.cached[i].is_some() && self.used & (1 << i) == 0 {
+                *t = self.take(i);
+            }
+        }
+        self.used = 0;
     }
 }
 
