@@ -1,5 +1,5 @@
-//! Per-tenant accounting for an HTTP service built on tower (axum, hyper,
-//! tonic): add one [`GroupLayer`].
+//! Per-tenant accounting for an HTTP service built on tower (axum, or
+//! hyper through a tower adapter): add one [`GroupLayer`].
 //!
 //! The layer maps each request to an [`rstat::Group`] with a rule you give
 //! (a header, a path segment, an extension, any closure over the
@@ -92,7 +92,8 @@
 //! | each poll of the response body | [`Group::enter`] and its drop (a reference taken and put, the same two changes); a counter add per non-empty data frame |
 //! | cloning the service (axum clones it per request) | the inner service's clone and one reference count |
 //!
-//! No allocation of its own per request. Reads: [`HttpStats::read`] and
+//! No allocation of its own per request, except the creation of a group
+//! on a name's first sight ([`Children::create`]). Reads: [`HttpStats::read`] and
 //! [`HttpStats::read_exact`], as any rstat controller's.
 //!
 //! [`Group::enter`]: rstat::Group::enter
