@@ -132,6 +132,32 @@ impl Default for MemoryConfig {
     }
 }
 
+impl MemoryConfig {
+    /// For a controller charged in **pages** (or any unit about a page in
+    /// size): the default, a batch of [`MEMCG_CHARGE_BATCH`] units, as the
+    /// kernel's.
+    pub fn pages() -> Self {
+        Self::default()
+    }
+
+    /// For a controller charged in **bytes** (buffers, heap objects): a
+    /// batch of the kernel's 64 pages counted in bytes
+    /// ([`BYTES_BATCH`], 256 KiB). With the default batch of 64 units,
+    /// a charge of more than 64 bytes would miss the per-CPU stock and go
+    /// to the shared page counters every time. The accounting allocator's
+    /// [`heap_config`](crate::alloc::heap_config) is this.
+    pub fn bytes() -> Self {
+        MemoryConfig {
+            batch: BYTES_BATCH,
+            ..Self::default()
+        }
+    }
+}
+
+/// [`MemoryConfig::bytes`]'s batch: [`MEMCG_CHARGE_BATCH`] pages of
+/// 4 KiB, in bytes.
+pub const BYTES_BATCH: u64 = MEMCG_CHARGE_BATCH * 4096;
+
 /// The allocator's `memory.stat` deltas of one group kept in a stock slot:
 /// `heap`, `heap_overhead`, `heap_allocs`, `heap_frees` (the items at
 /// `STAT_HEAP..` in [`MEMORY_STAT_NAMES`]).

@@ -187,7 +187,7 @@ mod tests_reclaim;
 
 pub use charge::{Charged, OnOom};
 pub use config::{
-    stat_unit, MemoryConfig, MAX_BATCH, MAX_RECLAIM_RETRIES, MAX_RECLAIM_ROUNDS,
+    stat_unit, MemoryConfig, BYTES_BATCH, MAX_BATCH, MAX_RECLAIM_RETRIES, MAX_RECLAIM_ROUNDS,
     MEMCG_CHARGE_BATCH, MEMORY_STAT_NAMES,
 };
 pub use error::{parse_limit, MemoryError, OverLimit};

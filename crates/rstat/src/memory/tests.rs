@@ -765,3 +765,33 @@ fn the_periodic_flusher_returns_idle_stock() {
     assert_eq!(mem.stocked(&g).unwrap(), 0);
     held.uncharge().unwrap();
 }
+
+/// A byte-charged controller registered with `MemoryConfig::bytes()`
+/// serves byte-sized charges from the stock; with the page-sized default
+/// each such charge goes to the page counter.
+#[test]
+fn byte_config_serves_byte_charges_from_the_stock() {
+    let rs = engine(2);
+    let mem = Memory::register_with(&rs, MemoryConfig::bytes()).unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    mem.charge_raw_on_cpu(&g, 1500, OnOom::Fail, 0).unwrap();
+    let pc = mem.page_counter(&g).unwrap();
+    let after_first = pc.usage();
+    assert_eq!(
+        after_first, BYTES_BATCH,
+        "one batch charged, the rest stocked"
+    );
+    for _ in 0..100 {
+        mem.charge_raw_on_cpu(&g, 1500, OnOom::Fail, 0).unwrap();
+        mem.uncharge_raw_on_cpu(&g, 1500, 0).unwrap();
+    }
+    assert_eq!(pc.usage(), after_first, "served from the stock");
+    let (rs2, pages) = setup(2, MemoryConfig::pages().batch);
+    let g2 = rs2.root().create_child("g").unwrap();
+    pages.charge_raw_on_cpu(&g2, 1500, OnOom::Fail, 0).unwrap();
+    assert_eq!(
+        pages.stocked(&g2).unwrap(),
+        0,
+        "above the batch: not stocked"
+    );
+}

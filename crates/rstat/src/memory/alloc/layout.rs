@@ -5,7 +5,7 @@
 
 use std::alloc::Layout;
 
-use crate::memory::config::{MemoryConfig, MEMCG_CHARGE_BATCH};
+use crate::memory::config::{MemoryConfig, BYTES_BATCH};
 use crate::memory::handle::Memory;
 use crate::memory::objcg::ObjCg;
 
@@ -17,15 +17,12 @@ pub const TRAILER: usize = 8;
 /// With the default batch of 64 units, most allocations would miss the
 /// stock.
 pub fn heap_config() -> MemoryConfig {
-    MemoryConfig {
-        batch: HEAP_BATCH,
-        ..MemoryConfig::default()
-    }
+    MemoryConfig::bytes()
 }
 
 /// The batch of [`heap_config`]: the kernel's batch of
-/// [`MEMCG_CHARGE_BATCH`] pages, in bytes of 4 KiB pages (256 KiB).
-pub const HEAP_BATCH: u64 = MEMCG_CHARGE_BATCH * 4096;
+/// [`MEMCG_CHARGE_BATCH`](crate::memory::MEMCG_CHARGE_BATCH) pages, in bytes of 4 KiB pages (256 KiB).
+pub const HEAP_BATCH: u64 = BYTES_BATCH;
 
 /// The bytes the allocator adds to an object of `size` bytes (any
 /// alignment): its trailer and the padding before it, 8 to 15.
