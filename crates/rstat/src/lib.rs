@@ -60,6 +60,7 @@
 //! |---|---|
 //! | [`StatItem::add`], [`StatHandle::add`] | [`UpdatePath::Rseq`]: one restartable section (an unlocked load, add and store on this CPU's slot) + one load; [`UpdatePath::Locked`]: one uncontended locked add + one load; no lock, no allocation, no fence; once per [`UPDATE_BATCH`](controller::UPDATE_BATCH) × the item's [unit](Controller::stat_units) of change on a CPU, one uncontended add per ancestor to that CPU's pending counters (no line another CPU's updates write) |
 //! | [`ControllerHandle::add`] | the same, plus a range check, an engine check and two dependent loads to find the group's state (a [`StatItem`] resolves these once and keeps the item's slot and links addresses: its `add` loads nothing from the group or its state on the common path) |
+//! | [`ItemHandle::add`], [`ItemHandle::add_current`] | as [`ControllerHandle::add`] (the item was found by name once, [`ControllerHandle::item`]); `add_current` finds the thread's current group with one thread-local load and no reference count, and charges the root when the thread is in none of the engine's groups |
 //! | [`ControllerHandle::read_exact`] | the controller's lock; per CPU, drain the backlog; on the rseq path one `membarrier` system call (more when it must interrupt CPUs running our threads; the locked path has none); then fold the changed groups under the target |
 //! | [`ControllerHandle::read`] | by policy; `Threshold`: nr_cpus loads of the group's per-CPU pending counters, then a lock-free copy (no lock, no system call) unless more than [`UPDATE_BATCH`](controller::UPDATE_BATCH) × nr_cpus units (each item in its declared unit) are pending; then still a copy if a flush of the group's subtree or of the root's started within the read pace ([`Builder::read_pace`]), else as `read_exact` |
 //! | the periodic flusher | one root flush (as `read_exact` of the root) per period |
@@ -69,8 +70,11 @@
 //!
 //! # At the edges
 //!
-//! - **Misuse is visible.** [`StatHandle::item`] / [`StatHandle::item_named`]
-//!   check an item once and return a [`StatItem`] whose `add` cannot fail;
+//! - **Misuse is visible.** [`ControllerHandle::item`],
+//!   [`StatHandle::item`] / [`StatHandle::item_named`] check an item once
+//!   (a misspelt name is an error listing the items) and return an
+//!   [`ItemHandle`] or a [`StatItem`], whose `add_current` / `add` cannot
+//!   fail;
 //!   [`ControllerHandle::add`] and [`StatHandle::add`] (which can) return
 //!   the same `Result`, which must be used.
 //! - **No silent wrap.** Totals saturate at the `i64` bounds and each clamp
@@ -142,7 +146,8 @@ pub mod testing;
 pub use attach::{current_group, EnterGuard};
 pub use controller::{Controller, FlushCtx, StatKind, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};
 pub use controller::{
-    ControllerHandle, CounterSet, CounterSetController, GroupStats, StatHandle, StatItem,
+    ControllerHandle, CounterSet, CounterSetController, GroupStats, ItemHandle, StatHandle,
+    StatItem,
 };
 pub use engine::{
     Builder, Rstat, UpdatePath, CPU_STAT_NAMES, DEFAULT_FLUSH_PERIOD, DEFAULT_READ_PACE,

@@ -220,6 +220,7 @@ mod scope;
 
 use core::marker::PhantomData;
 
+use crate::controller::ItemHandle;
 use crate::engine::Rstat;
 use crate::error::{Error, Result};
 use crate::group::Group;
@@ -398,6 +399,32 @@ impl Rstat {
             Some(g) if g.belongs_to(self) => g,
             _ => self.root().clone(),
         }
+    }
+}
+
+impl ItemHandle {
+    /// Add `delta` to this item of the calling thread's current group in
+    /// this item's engine: the group of its innermost live [`EnterGuard`]
+    /// (or scoped poll, or tracing span) if that is one of this engine's,
+    /// else the engine's root, as [`Rstat::current_group`] answers. So a
+    /// thread in no group, or in another engine's group, counts in the
+    /// root; a current group that was removed while the thread is inside
+    /// is charged, and its history reaches its parent (as every update of
+    /// a removed group does). Cannot fail.
+    ///
+    /// Cost: [`current_group`]'s thread-local load without its reference
+    /// get, an engine compare, the group's entry for this controller (one
+    /// load), then the update of
+    /// [`ControllerHandle::add`](crate::ControllerHandle::add): no lock,
+    /// no allocation, no reference count touched.
+    #[inline]
+    pub fn add_current(&self, delta: i64) {
+        let g = current_group_ptr();
+        // SAFETY: a non-null current group stays allocated until this
+        // thread next enters or leaves a group (the guard that made it
+        // current holds a reference; see `current_group_ptr`), and
+        // `add_to_ptr` does neither.
+        unsafe { self.add_to_ptr(g, delta) };
     }
 }
 

@@ -90,7 +90,11 @@ impl Controller for CounterSetController {
 
 /// A registered controller: update and read its stats in any group.
 ///
-/// Cheap to clone (two reference counts).
+/// Cheap to clone (three reference counts: the engine, the controller and
+/// the engine's root group). A handle keeps the root group allocated (not
+/// live: dropping the [`Rstat`](crate::Rstat) still takes it offline), so
+/// do not keep one in a group's own extension state
+/// ([`GroupExt`](crate::GroupExt)): the root would hold itself.
 #[derive(Clone)]
 pub struct ControllerHandle {
     pub(crate) engine: Arc<EngineInner>,
@@ -102,8 +106,12 @@ pub struct ControllerHandle {
     /// Copies of the engine's slot count and update path, so
     /// [`add`](Self::add) reads nothing from the engine or the css for
     /// them.
-    nr_cpus: usize,
-    path: PathCopy,
+    pub(super) nr_cpus: usize,
+    pub(super) path: PathCopy,
+    /// The engine's root, where an [`ItemHandle::add_current`](crate::ItemHandle::add_current) of a
+    /// thread in none of this engine's groups goes (as
+    /// [`Rstat::current_group`](crate::Rstat::current_group) says).
+    pub(super) root: Group,
 }
 
 /// A handle to a counter-set controller.
@@ -118,7 +126,12 @@ impl std::fmt::Debug for ControllerHandle {
 }
 
 impl ControllerHandle {
-    pub(crate) fn new(engine: Arc<EngineInner>, ctl: Arc<CtlEntry>) -> Self {
+    /// A handle on `ctl`, a controller of `engine`, whose root is `root`.
+    pub(crate) fn new(engine: Arc<EngineInner>, ctl: Arc<CtlEntry>, root: Group) -> Self {
+        debug_assert!(
+            Arc::ptr_eq(&root.inner().engine, &engine) && root.inner().parent.is_none(),
+            "a controller handle's root is its engine's root"
+        );
         let (id, nr_stats) = (ctl.id, ctl.nr_stats);
         assert!(
             id < crate::stat::ops::MAX_CONTROLLERS,
@@ -136,6 +149,7 @@ impl ControllerHandle {
             id,
             nr_stats,
             path,
+            root,
         }
     }
 
@@ -179,7 +193,7 @@ impl ControllerHandle {
     /// Resolve `group`'s state for this controller. A group removed before
     /// this controller was registered has none: its nearest ancestor's is
     /// used (the root always has one).
-    fn css_of(&self, group: &GroupInner) -> Result<*const Css> {
+    pub(super) fn css_of(&self, group: &GroupInner) -> Result<*const Css> {
         // The common case, one line of the group and one of the css: a css
         // whose controller entry is ours is of this engine (another
         // engine's group has other entries).
@@ -207,7 +221,7 @@ impl ControllerHandle {
         }
     }
 
-    fn check_item(&self, item: usize) -> Result<Item> {
+    pub(super) fn check_item(&self, item: usize) -> Result<Item> {
         Item::new(item, self.ctl.nr_stats).ok_or_else(|| Error::UnknownStat {
             controller: self.ctl.name.to_string(),
             index: item,
@@ -264,7 +278,7 @@ impl ControllerHandle {
     /// independent of the table load (checking the css's controller
     /// instead would add a fourth dependent load before the update).
     #[inline(always)]
-    fn css_for_add(&self, group: &GroupInner) -> *const Css {
+    pub(super) fn css_for_add(&self, group: &GroupInner) -> *const Css {
         // A non-null css of `group` lives as long as the group, which the
         // caller's handle keeps alive.
         // SAFETY: `id < MAX_CONTROLLERS`, the table's length: registration

@@ -16,6 +16,22 @@
 //! controller has its own updated trees and flush lock unless the engine is
 //! built in unified mode.
 //!
+//! # Handles
+//!
+//! From the most general to the most resolved, all updating the same
+//! per-CPU counters:
+//!
+//! | handle | names | `add` |
+//! |---|---|---|
+//! | [`ControllerHandle`] | a controller | `add(&group, index, delta)`: checks the index and finds the group's state at each call |
+//! | [`ItemHandle`] ([`ControllerHandle::item`]) | one item, by name, found once | `add(&group, delta)`, or `add_current(delta)`: the thread's current group ([`attach`](crate::attach)), else the root |
+//! | [`StatHandle`] ([`ControllerHandle::stat_handle`]) | one (group, controller) pair | `add(index, delta)` |
+//! | [`StatItem`] ([`StatHandle::item_named`], [`ItemHandle::stat_item`]) | one (group, item) pair | `add(delta)`, which cannot fail and loads nothing but the handle |
+//!
+//! Levels that go up and down (connections open, bytes in use) are items
+//! declared [`StatKind::Gauge`] and moved by paired adds; why there is no
+//! `set`: [`ItemHandle`]'s "Levels (gauges)".
+//!
 //! Each item declares a unit of significance ([`Controller::stat_units`]:
 //! 4096 for bytes charged in pages, 1 by default): the `Threshold` policy
 //! counts changes in it, so the update path walks the ancestors' pending
@@ -86,6 +102,7 @@
 //! aborts as usual.
 
 mod handle;
+mod item;
 mod process;
 mod stat_handle;
 mod stats;
@@ -93,5 +110,6 @@ mod stats;
 pub use crate::stat::css::UPDATE_BATCH;
 pub use crate::stat::ops::{Controller, FlushCtx, StatKind, Totals, MAX_STAT_ITEMS, MAX_STAT_UNIT};
 pub use handle::{ControllerHandle, CounterSet, CounterSetController};
+pub use item::ItemHandle;
 pub use stat_handle::{StatHandle, StatItem};
 pub use stats::GroupStats;

@@ -265,7 +265,11 @@ impl Rstat {
             queue.extend(g.children());
         }
         topo.controllers.push(Arc::clone(&entry));
-        Ok(ControllerHandle::new(Arc::clone(&self.inner), entry))
+        Ok(ControllerHandle::new(
+            Arc::clone(&self.inner),
+            entry,
+            self.root.clone(),
+        ))
     }
 
     /// Register a group extension (per-group state with lifecycle hooks;
@@ -333,12 +337,14 @@ impl Rstat {
     /// Every registered controller, in registration order: the built-in
     /// `cpu` (if enabled), `memory`'s stat items (if a
     /// [`Memory`](crate::memory::Memory) is registered) and user ones.
-    /// Cost: the topology lock, two reference counts per controller.
+    /// Cost: the topology lock, three reference counts per controller.
     pub fn controllers(&self) -> Vec<ControllerHandle> {
         sync::lock(&self.inner.topo)
             .controllers
             .iter()
-            .map(|c| ControllerHandle::new(Arc::clone(&self.inner), Arc::clone(c)))
+            .map(|c| {
+                ControllerHandle::new(Arc::clone(&self.inner), Arc::clone(c), self.root.clone())
+            })
             .collect()
     }
 

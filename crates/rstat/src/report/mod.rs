@@ -183,7 +183,7 @@ impl Reporter {
         sync::lock(&engine.topo)
             .controllers
             .iter()
-            .map(|c| ControllerHandle::new(Arc::clone(engine), Arc::clone(c)))
+            .map(|c| ControllerHandle::new(Arc::clone(engine), Arc::clone(c), self.root.clone()))
             .collect()
     }
 
