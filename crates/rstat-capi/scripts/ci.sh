@@ -14,19 +14,19 @@ out=$target/capi-tests
 mkdir -p "$out"
 cd "$root"
 
-# A block of the README's "## From C" section: `code` is its first ```c
-# block (the program), `output` the first plain ``` block after that (what
+# A block of the README's "From C" section: `code` is its first ```c
+# block (the program), `output` the first ```text block after that (what
 # the program prints).
 readme_block() {
   awk -v want="$1" '
-    /^## / { sec = ($0 ~ /^## From C/) }
+    /^##+ / { sec = ($0 ~ /^##+ From C/) }
     !sec { next }
     inside && $0 == "```" { inside = 0; if (printing) exit; next }
     inside { if (printing) print; next }
     /^```/ {
       inside = 1
       if ($0 == "```c" && !code_seen) { code_seen = 1; printing = (want == "code") }
-      else if ($0 == "```" && code_seen && want == "output") printing = 1
+      else if ($0 == "```text" && code_seen && want == "output") printing = 1
     }
   ' "$root/README.md"
 }
