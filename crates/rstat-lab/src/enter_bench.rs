@@ -75,7 +75,7 @@ impl Default for Config {
         Config {
             iters: 200_000,
             samples: 7,
-            hog: Duration::from_secs(1),
+            hog: Duration::from_secs(2),
             requests: 4000,
         }
     }
@@ -136,6 +136,14 @@ pub struct Report {
     /// max over the error model's groups of |charged - truth| / truth, in
     /// percent.
     pub cpu_error_pct_max: f64,
+    /// The root's `usage_usec` (the process, by rstat) against
+    /// `getrusage(RUSAGE_SELF)` user + system read around it, at the end
+    /// of the run: |root - getrusage| / getrusage, in percent (target <= 1).
+    pub root_vs_getrusage_pct: f64,
+    /// The two figures of `root_vs_getrusage_pct`, µs.
+    pub root_usage_usec: i64,
+    /// See `root_usage_usec`.
+    pub getrusage_usec: u64,
     /// The error model's requests, over all its groups.
     pub error_model_requests: u64,
     /// Operations per figure per sample.
@@ -444,6 +452,7 @@ pub fn run(cfg: &Config) -> Report {
         .iter()
         .map(|e| e.error_pct)
         .fold(0.0f64, |m, e| if e.is_nan() { f64::NAN } else { m.max(e) });
+    let (root_usage_usec, getrusage_usec, root_vs_getrusage_pct) = root_vs_getrusage(&rs, &cpu);
     unpin();
     Report {
         enter_exit_ns: round(enter_exit_ns, 1),
@@ -470,11 +479,45 @@ pub fn run(cfg: &Config) -> Report {
         error_model_requests: cfg.requests.max(1),
         error_model,
         cpu_error_pct_max: round(cpu_error_pct_max, 3),
+        root_vs_getrusage_pct: round(root_vs_getrusage_pct, 4),
+        root_usage_usec,
+        getrusage_usec,
         iters,
         samples,
         loadavg_1m: loadavg(),
         machine: Machine::detect(),
     }
+}
+
+/// The process's user + system CPU time by `getrusage(RUSAGE_SELF)`, µs.
+fn getrusage_self_us() -> u64 {
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out-pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
+    let us = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64;
+    us(ru.ru_utime) + us(ru.ru_stime)
+}
+
+/// The root's `usage_usec` (an exact read) against `getrusage(RUSAGE_SELF)`
+/// read just before and just after it (their mean): `(root, getrusage,
+/// error %)`. Issue: "the root's `usage_usec` matches `getrusage` within 1%
+/// over a run".
+fn root_vs_getrusage(rs: &Rstat, cpu: &rstat::ControllerHandle) -> (i64, u64, f64) {
+    let before = getrusage_self_us();
+    let root = must(cpu.read_exact(rs.root()))
+        .get("usage_usec")
+        .unwrap_or(0);
+    let after = getrusage_self_us();
+    let os = (before + after) / 2;
+    let err = if os == 0 {
+        f64::NAN
+    } else {
+        (root - os as i64).unsigned_abs() as f64 / os as f64 * 100.0
+    };
+    (root, os, err)
 }
 
 fn error_table(rows: &[GroupError]) -> String {
@@ -557,5 +600,8 @@ pub fn table(r: &Report) -> String {
         r.cpu_error_pct_max,
         error_table(&r.error_model),
         busy
+    ) + &format!(
+        "\nthe root (the process): usage_usec {} µs, getrusage(RUSAGE_SELF) {} µs: {:.3}% apart\n",
+        r.root_usage_usec, r.getrusage_usec, r.root_vs_getrusage_pct
     )
 }

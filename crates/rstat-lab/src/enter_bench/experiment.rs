@@ -65,6 +65,20 @@ impl Experiment for Enter {
                 "attach: CPU time as exact as the kernel's selftest asks",
             ),
             Target::new(
+                "enter_exit_ns",
+                "/enter_exit_ns",
+                Op::Le,
+                150.0,
+                "attach: an enter + exit pair without a system call per switch",
+            ),
+            Target::new(
+                "root_vs_getrusage_pct",
+                "/root_vs_getrusage_pct",
+                Op::Le,
+                1.0,
+                "attach: the root is the process (its usage_usec matches getrusage)",
+            ),
+            Target::new(
                 "scope_vs_tokio_metrics",
                 "/scope_vs_tokio_metrics",
                 Op::Le,
