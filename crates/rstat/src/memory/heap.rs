@@ -34,8 +34,8 @@ use crate::sync::Ordering;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum HeapLimitMode {
     /// Charge anyway: an allocation over `memory.max` succeeds, counting a
-    /// `max` event on the level that refused and an `oom` event, and the
-    /// `forced` stat item. No reclaim runs on this path (set `memory.high`
+    /// `max` event on the level that refused (not `oom`: nothing failed)
+    /// and the `forced` stat item. No reclaim runs on this path (set `memory.high`
     /// to have reclaimers called).
     #[default]
     Account,
