@@ -109,6 +109,10 @@ pub struct Ledger {
     pub cpu_ns: [AtomicU64; TENANTS],
     /// Requests served.
     pub requests: [AtomicU64; TENANTS],
+    /// CPU time by the worker's thread clock around each whole poll of
+    /// the wrapped request (the span's or the scope's entering and
+    /// leaving included) and around dropping it (see [`Bracket`]).
+    pub outer_ns: [AtomicU64; TENANTS],
 }
 
 impl Ledger {
@@ -117,6 +121,7 @@ impl Ledger {
         Ledger {
             cpu_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             requests: std::array::from_fn(|_| AtomicU64::new(0)),
+            outer_ns: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
@@ -298,6 +303,57 @@ impl<F: Future> Future for Tagged<F> {
     }
 }
 
+/// The check phases' upper bound: the thread's CPU clock around each poll
+/// of the wrapped request (outside the span or scope, so everything the
+/// group can have been current for is inside) and around dropping it (a
+/// span's `Instrumented` enters the span again to drop its future). Boxed,
+/// so it can drop the request inside a measured stretch: used only in the
+/// check phases, never in a timed sample.
+struct Bracket<'a, F> {
+    fut: Option<Pin<Box<F>>>,
+    ledger: &'a Ledger,
+    t: usize,
+}
+
+impl<F: Future> Future for Bracket<'_, F> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let start = thread_cpu_time();
+        let ready = match self.fut.as_mut() {
+            Some(f) => f.as_mut().poll(cx).is_ready(),
+            None => true,
+        };
+        if ready {
+            self.fut = None;
+        }
+        let ns = (thread_cpu_time() - start).as_nanos() as u64;
+        self.ledger.outer_ns[self.t].fetch_add(ns, Ordering::Relaxed);
+        if ready {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// Await `fut`, inside a [`Bracket`] when there is a ledger.
+async fn bracketed<F: Future>(fut: F, ledger: Option<&Ledger>, t: usize) {
+    match ledger {
+        Some(ledger) => {
+            Bracket {
+                fut: Some(Box::pin(fut)),
+                ledger,
+                t,
+            }
+            .await
+        }
+        None => {
+            fut.await;
+        }
+    }
+}
+
 /// What every request of a run shares.
 pub struct Ctx {
     /// The bare variant's allocator.
@@ -378,7 +434,7 @@ pub async fn connection(
             Variant::Tenant => {
                 let items = &ctx.tenant_items[t];
                 let span = tracing::info_span!("request", tenant = TENANT_NAMES[t]);
-                serve(
+                let fut = serve(
                     ctx.accounted,
                     ctx.queue(v),
                     t,
@@ -392,8 +448,8 @@ pub async fn connection(
                         items[2].add(OBJECTS as i64);
                     },
                 )
-                .instrument(span)
-                .await;
+                .instrument(span);
+                bracketed(fut, ledger, t).await;
             }
             Variant::Request => {
                 let mut buf = [0u8; 24];
@@ -415,7 +471,7 @@ pub async fn connection(
                         errors.fetch_add(1, Ordering::Relaxed);
                     }
                 };
-                g.scope(serve(
+                let fut = g.scope(serve(
                     ctx.accounted,
                     ctx.queue(v),
                     t,
@@ -424,8 +480,8 @@ pub async fn connection(
                     ledger,
                     errors,
                     count,
-                ))
-                .await;
+                ));
+                bracketed(fut, ledger, t).await;
                 if g.remove().is_err() {
                     errors.fetch_add(1, Ordering::Relaxed);
                 }
