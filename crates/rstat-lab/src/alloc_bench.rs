@@ -51,7 +51,7 @@
 //! bytes from one group to the other for good).
 
 pub mod experiment;
-mod trackers;
+pub(crate) mod trackers;
 
 pub use trackers::THREAD_BATCH;
 

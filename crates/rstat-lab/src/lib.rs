@@ -21,4 +21,5 @@ pub mod read_latency;
 pub mod rseq_aborts;
 pub mod scrape_bench;
 pub mod separate_trees;
+pub mod server_bench;
 pub mod update_bench;

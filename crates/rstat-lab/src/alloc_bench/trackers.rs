@@ -4,7 +4,8 @@
 //! [`ThreadBatch`] (a per-thread untracked amount flushed past
 //! [`THREAD_BATCH`], no owner), both charging [`Node`]s, the trackers'
 //! groups; [`NODE`] is a thread's current group. The workload that drives
-//! them is in [`super`].
+//! them is in [`super`]; `rstat bench server` uses [`Eager`] with one
+//! parentless [`Node`] per tenant as its peers' counting allocator.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
@@ -17,13 +18,13 @@ use rstat::percpu::CachePadded;
 pub const THREAD_BATCH: i64 = 4 << 20;
 
 /// A group of the trackers: a shared counter, chained to its parent.
-pub(super) struct Node {
-    pub(super) amount: CachePadded<AtomicI64>,
+pub(crate) struct Node {
+    pub(crate) amount: CachePadded<AtomicI64>,
     parent: Option<&'static Node>,
 }
 
 impl Node {
-    pub(super) fn leak(parent: Option<&'static Node>) -> &'static Node {
+    pub(crate) fn leak(parent: Option<&'static Node>) -> &'static Node {
         Box::leak(Box::new(Node {
             amount: CachePadded::new(AtomicI64::new(0)),
             parent,
@@ -42,13 +43,20 @@ impl Node {
 
 thread_local! {
     /// The trackers' "current group" of this thread.
-    pub(super) static NODE: Cell<Option<&'static Node>> = const { Cell::new(None) };
+    pub(crate) static NODE: Cell<Option<&'static Node>> = const { Cell::new(None) };
     /// The thread batch tracker's untracked amount.
     static UNTRACKED: Cell<i64> = const { Cell::new(0) };
 }
 
 /// The eager tracker: an owner trailer, every level charged per call.
-pub(super) struct Eager<I>(I);
+pub(crate) struct Eager<I>(I);
+
+impl<I> Eager<I> {
+    /// The eager tracker over `inner`.
+    pub(crate) const fn new(inner: I) -> Self {
+        Eager(inner)
+    }
+}
 
 fn trailer_layout(l: Layout) -> (Layout, usize) {
     let body = l.size().next_multiple_of(8);

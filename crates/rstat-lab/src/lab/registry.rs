@@ -10,7 +10,7 @@
 use super::experiment::Experiment;
 use crate::{
     accuracy, alloc_bench, charge_bench, enter_bench, flush_scaling, page_counter_bench, peers,
-    percpu_ref_bench, read_latency, scrape_bench, separate_trees, update_bench,
+    percpu_ref_bench, read_latency, scrape_bench, separate_trees, server_bench, update_bench,
 };
 
 /// Every experiment, in report order.
@@ -27,6 +27,7 @@ pub static EXPERIMENTS: &[&dyn Experiment] = &[
     &alloc_bench::experiment::Alloc,
     &scrape_bench::experiment::Scrape,
     &peers::experiment::Peers,
+    &server_bench::experiment::Server,
 ];
 
 /// The experiment `rstat bench name` runs, if there is one.
