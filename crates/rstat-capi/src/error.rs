@@ -131,7 +131,7 @@ impl From<::rstat::Error> for CError {
 impl From<MemoryError> for CError {
     fn from(e: MemoryError) -> CError {
         let code = match &e {
-            MemoryError::OverLimit(_) => RSTAT_ENOMEM,
+            MemoryError::OverLimit(_) | MemoryError::Killed { .. } => RSTAT_ENOMEM,
             MemoryError::TooLarge { .. } | MemoryError::Overflow { .. } => RSTAT_EOVERFLOW,
             MemoryError::Underflow { .. }
             | MemoryError::InvalidLimit { .. }

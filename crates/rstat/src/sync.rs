@@ -37,7 +37,7 @@
 #[allow(unused_imports)]
 #[cfg(not(rstat_loom))]
 pub(crate) use std::sync::atomic::{
-    fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 #[cfg(not(rstat_loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
@@ -45,7 +45,7 @@ pub(crate) use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
 #[allow(unused_imports)]
 #[cfg(rstat_loom)]
 pub(crate) use loom::sync::atomic::{
-    fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 #[cfg(rstat_loom)]
 pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
@@ -237,4 +237,60 @@ impl<T> UnsafeCell<T> {
         #[cfg(rstat_loom)]
         return self.0.with_mut(f);
     }
+}
+
+// The accounting allocator's re-entry flag, here at the lowest layer so
+// that any module can keep its own allocations out of the groups'
+// accounts ([`untracked`]).
+
+thread_local! {
+    /// Whether this thread is inside the accounting allocator's
+    /// accounting, or in code whose allocations are the crate's own
+    /// ([`untracked`]). No destructor, `const`: usable in any phase of the
+    /// thread's life.
+    static INSIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The re-entry guard: `None` if this thread is already inside.
+pub(crate) struct Inside;
+
+impl Inside {
+    #[inline(always)]
+    pub(crate) fn enter() -> Option<Inside> {
+        // `try_with` cannot fail for a slot without a destructor; treat it
+        // as "inside" (pass through) if it ever did.
+        let was = INSIDE.try_with(|c| c.replace(true)).unwrap_or(true);
+        // Not `then_some(Inside)`: that builds (and, when already inside,
+        // drops) a guard either way, and the drop would clear the flag.
+        if was {
+            None
+        } else {
+            Some(Inside)
+        }
+    }
+}
+
+impl Drop for Inside {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let _ = INSIDE.try_with(|c| c.set(false));
+    }
+}
+
+/// Whether this thread is inside the allocator (or treated so: see
+/// [`Inside::enter`]).
+#[inline(always)]
+pub(crate) fn inside() -> bool {
+    INSIDE.try_with(std::cell::Cell::get).unwrap_or(true)
+}
+
+/// Run `f` with this thread's allocations passing through the accounting
+/// allocator uncharged (counted in its `pass_through`): for the crate's
+/// own memory, which must not be billed to whatever group the thread
+/// happens to be in: owner handles, the per-CPU arena's bookkeeping, a
+/// group's final release (which may run inside any other group's work,
+/// wherever the last handle is dropped).
+pub(crate) fn untracked<R>(f: impl FnOnce() -> R) -> R {
+    let _inside = Inside::enter();
+    f()
 }

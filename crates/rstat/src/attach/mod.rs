@@ -229,7 +229,7 @@ use current::Level;
 pub use charger::{charge_all_threads, charge_period, set_charge_period, DEFAULT_CHARGE_PERIOD};
 pub use clock::thread_cpu_time;
 pub use feed::{cpu_mode, set_cpu_mode, CpuMode, LONG_SEGMENT, RECONCILE_PERIOD};
-pub use scope::{FutureExt, Scoped};
+pub use scope::{FutureExt, Killable, Scoped};
 
 /// Charge the calling thread's current group for its CPU time up to now,
 /// without leaving it (a guard's drop and the periodic charger do this
@@ -280,6 +280,18 @@ mod tests;
 /// ```
 pub fn current_group() -> Option<Group> {
     current::current_group()
+}
+
+/// Whether the calling thread's current group was killed
+/// ([`Group::kill`]): the cheap check a thread makes where it can stop
+/// (one thread-local load and one load of the group's flag; false in no
+/// group).
+#[inline]
+pub fn current_killed() -> bool {
+    let g = current::current_group_ptr();
+    // SAFETY: the current group is kept allocated by the guard or scoped
+    // poll that made it current (see `current_group_ptr`).
+    !g.is_null() && unsafe { &*g }.is_killed()
 }
 
 /// Keeps a group current on this thread while it lives; see

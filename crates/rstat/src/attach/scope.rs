@@ -23,7 +23,7 @@ use core::pin::Pin;
 use core::task::{Context, Poll};
 
 use super::current::Level;
-use crate::group::Group;
+use crate::group::{Group, Killed};
 
 /// A future that runs each poll of `F` inside a group; see
 /// [`Group::scope`] and the [attach module docs](crate::attach#async-tasks).
@@ -117,11 +117,93 @@ impl Group {
     }
 }
 
+/// A future whose polls run inside a group, as [`Scoped`], and which stops
+/// when the group is killed ([`Group::kill`]): made by
+/// [`Group::killable`]. Resolves to `Ok(output)`, or to
+/// `Err(`[`Killed`]`)` at the first poll that finds the group (or an
+/// ancestor) killed, without polling the inner future again; the executor
+/// then drops it, with whatever it held.
+#[must_use = "futures do nothing unless polled"]
+pub struct Killable<F> {
+    inner: Scoped<F>,
+}
+
+impl<F> Killable<F> {
+    /// The group each poll enters.
+    pub fn group(&self) -> Option<&Group> {
+        self.inner.group()
+    }
+
+    /// The wrapped future.
+    pub fn into_inner(self) -> F {
+        self.inner.into_inner()
+    }
+}
+
+impl<F: std::fmt::Debug> std::fmt::Debug for Killable<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Killable")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl<F: Future> Future for Killable<F> {
+    type Output = Result<F::Output, Killed>;
+
+    /// The kill check (one load), then a [`Scoped`] poll.
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: `inner` is structurally pinned, as `Scoped::fut` is (no
+        // `Drop`, never moved out of a pinned `Killable`).
+        let inner = unsafe { self.map_unchecked_mut(|k| &mut k.inner) };
+        if let Some(g) = inner.group.as_ref() {
+            if g.is_killed() {
+                return Poll::Ready(Err(Killed { path: g.path() }));
+            }
+        }
+        inner.poll(cx).map(Ok)
+    }
+}
+
+impl Group {
+    /// [`scope`](Self::scope) `fut`, and stop it when this group is killed
+    /// ([`Group::kill`]; the memory controller's OOM kill in
+    /// [`HeapLimitMode::Kill`](crate::memory::HeapLimitMode::Kill)): the
+    /// future resolves to `Err(`[`Killed`]`)` at its next poll instead of
+    /// running on. Cost over [`scope`](Self::scope): one load per poll.
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// # let rs = rstat::Rstat::new();
+    /// let tenant = rs.root().create_child("tenant")?;
+    /// let mut fut = std::pin::pin!(tenant.killable(std::future::pending::<()>()));
+    /// let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// assert!(fut.as_mut().poll(&mut cx).is_pending());
+    /// tenant.kill();
+    /// assert_eq!(
+    ///     fut.as_mut().poll(&mut cx),
+    ///     std::task::Poll::Ready(Err(rstat::Killed { path: "/tenant".into() }))
+    /// );
+    /// # Ok::<(), rstat::Error>(())
+    /// ```
+    pub fn killable<F: Future>(&self, fut: F) -> Killable<F> {
+        Killable {
+            inner: self.scope(fut),
+        }
+    }
+}
+
 /// Scoping for any future: `fut.in_group(&g)`, `fut.in_current_group()`.
 pub trait FutureExt: Future + Sized {
     /// [`group.scope(self)`](Group::scope).
     fn in_group(self, group: &Group) -> Scoped<Self> {
         group.scope(self)
+    }
+
+    /// [`group.killable(self)`](Group::killable).
+    fn in_group_killable(self, group: &Group) -> Killable<Self> {
+        group.killable(self)
     }
 
     /// Scope `self` in the group current on this thread now

@@ -14,6 +14,7 @@
 //! children, then a child's children, then domain locks, then the arena.
 
 pub mod ext;
+mod kill;
 mod name;
 mod release;
 pub(crate) mod state;
@@ -34,6 +35,7 @@ use crate::stat::ops::{NodeOwner, MAX_CONTROLLERS};
 use crate::stat::tree::{lock_domain, TreeNode};
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
 use ext::MAX_EXTS;
+pub use kill::Killed;
 use name::{name_problem, shown, shown_path};
 pub use name::{validate_name, MAX_NAME_LEN};
 use release::release;
@@ -70,6 +72,10 @@ pub(crate) struct GroupInner {
     /// The next group on the engine's deferred-release stack
     /// ([`Group::drop_deferred`]); written once, by the pusher.
     deferred_next: AtomicPtr<GroupInner>,
+    /// Killed ([`Group::kill`], module `kill`): set once, never cleared.
+    pub(crate) killed: AtomicBool,
+    /// Hooks to run when killed ([`Group::on_kill`]).
+    pub(crate) kill_hooks: Mutex<Vec<kill::KillHook>>,
 }
 
 /// A group pointer that holds no reference (see `GroupInner::children`).
@@ -262,6 +268,8 @@ impl Group {
             refcnt,
             ref_slots,
             deferred_next: AtomicPtr::new(core::ptr::null_mut()),
+            killed: AtomicBool::new(false),
+            kill_hooks: Mutex::new(Vec::new()),
         });
         // The count starts at 1: the hierarchy's base reference, dropped
         // by `remove`. The handle returned takes a second one.
@@ -440,6 +448,11 @@ impl Group {
             child.abandon();
             drop(child);
             return Err(e);
+        }
+        // Under the children lock, which a kill of this group takes after
+        // marking it (module `kill`): a child of a killed group is killed.
+        if self.inner().is_killed() {
+            child.inner().killed.store(true, Ordering::Release);
         }
         children.insert(name.into(), child.as_ptr());
         Ok(child)

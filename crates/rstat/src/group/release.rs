@@ -99,6 +99,20 @@ impl GroupInner {
 /// The group's count reached zero on this thread (`put_and_test` returned
 /// true): no other reference to it exists.
 pub(super) unsafe fn release(ptr: NonNull<GroupInner>) -> Option<Group> {
+    // The engine's own memory (the arena's free lists, the removal
+    // watches' queues) may grow here, on whatever thread dropped the last
+    // handle, inside whatever group it is in: not that group's to pay.
+    crate::sync::untracked(|| {
+        // SAFETY: forwarded.
+        unsafe { release_untracked(ptr) }
+    })
+}
+
+/// [`release`]'s body.
+///
+/// # Safety
+/// As [`release`].
+unsafe fn release_untracked(ptr: NonNull<GroupInner>) -> Option<Group> {
     // SAFETY: caller's guarantee: we are the only user.
     let inner = unsafe { ptr.as_ref() };
     inner.release_state();

@@ -44,3 +44,37 @@ fn concurrent_last_drops_and_release_release_each_group_once() {
         assert_eq!(rs.zombie_count(), 0);
     });
 }
+
+/// The kill protocol (module `kill`): a kill of a subtree racing the
+/// creation of a child under it never leaves the child unkilled, and a
+/// hook registered while the kill runs runs exactly once.
+#[test]
+fn a_kill_racing_a_child_creation_kills_the_child_and_runs_hooks_once() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(|| {
+        let rs = engine();
+        let parent = rs.root().create_child("p").unwrap();
+        let runs = std::sync::Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+        let killer = {
+            let parent = parent.clone();
+            thread::spawn(move || parent.kill())
+        };
+        let child = parent.create_child("c").unwrap();
+        {
+            let runs = runs.clone();
+            child.on_kill(move |_| {
+                runs.fetch_add(1, loom::sync::atomic::Ordering::Relaxed);
+            });
+        }
+        killer.join().unwrap();
+        assert!(parent.is_killed());
+        assert!(
+            child.is_killed(),
+            "a child created during the kill escaped it"
+        );
+        assert_eq!(runs.load(loom::sync::atomic::Ordering::Relaxed), 1);
+        child.remove().unwrap();
+        parent.remove().unwrap();
+    });
+}

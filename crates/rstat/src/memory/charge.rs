@@ -26,6 +26,13 @@ pub enum OnOom {
     /// Charge anyway, past the limit (the kernel's `__GFP_NOFAIL`); counts
     /// `oom` and the `forced` stat item.
     Force,
+    /// Kill the charged group's work ([`Group::kill`]: it and its
+    /// subtree), count `oom` and `oom_kill` on the level over its limit,
+    /// and charge anyway (forced), so the work runs on to its next
+    /// cancellation point. A charge to a group already killed is forced at
+    /// once, without reclaiming. What the accounting allocator does in
+    /// [`HeapLimitMode::Kill`](super::HeapLimitMode::Kill).
+    Kill,
 }
 
 /// Flags of a successful charge.
@@ -224,6 +231,21 @@ impl Memory {
         let t = self.target(group)?;
         if n == 0 {
             return Ok((t, Charged::default()));
+        }
+        if t.group.is_killed() {
+            match on_oom {
+                OnOom::Fail => {
+                    return Err(MemoryError::Killed {
+                        path: t.group.path(),
+                    })
+                }
+                OnOom::Kill => {
+                    let flags = self.force(&t, n)?;
+                    self.count_on(&t.group, STAT_CHARGED, n, cpu);
+                    return Ok((t, flags));
+                }
+                OnOom::Force => {}
+            }
         }
         let flags = match charge_memcg(&self.inner.shared.stocks, &t.memcg, cpu, n) {
             Ok(false) => Charged::default(),

@@ -74,6 +74,14 @@ pub enum MemoryError {
         /// What is wrong.
         reason: String,
     },
+    /// The group's work was killed ([`Group::kill`](crate::Group::kill),
+    /// e.g. by an OOM kill in
+    /// [`HeapLimitMode::Kill`](super::HeapLimitMode::Kill)): fallible
+    /// charges to it fail. Nothing was charged.
+    Killed {
+        /// The group charged.
+        path: String,
+    },
     /// An engine error (a group of another engine, the controller already
     /// registered, ...).
     Engine(Error),
@@ -127,6 +135,11 @@ impl fmt::Display for MemoryError {
             MemoryError::InvalidConfig { reason } => {
                 write!(f, "invalid memory controller configuration: {reason}")
             }
+            MemoryError::Killed { path } => write!(
+                f,
+                "group {path:?} was killed (an OOM kill, or Group::kill): it takes no new charges; \
+                 end its work and remove it, or run new work in a new group"
+            ),
             MemoryError::Engine(e) => e.fmt(f),
         }
     }

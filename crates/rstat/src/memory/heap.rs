@@ -44,8 +44,45 @@ pub enum HeapLimitMode {
     /// `try_reserve`, `Vec::try_with_capacity` and the like then fail
     /// cleanly; an infallible allocation (`Box::new`, `vec![]`, a `push`
     /// that grows) calls `handle_alloc_error`, which aborts the process,
-    /// as Rust requires of a null from the global allocator.
+    /// as Rust requires of a null from the global allocator. The first
+    /// refusal in a group writes a line to standard error naming rstat,
+    /// the group and the limit (written without charging anything), so
+    /// that such an abort is explained.
     Enforce,
+    /// OOM-kill the work, not the process (the kernel's
+    /// `memory.oom.group`): an allocation that cannot be brought under
+    /// `memory.max` by the stocks' drain, the reclaimers and the OOM
+    /// handler kills the allocating thread's group
+    /// ([`Group::kill`](crate::Group::kill): it and its subtree; counts
+    /// `oom` and `oom_kill`) and succeeds, past the limit, as does every
+    /// later allocation of the killed work, so nothing aborts. The work
+    /// stops at its next check: a [`killable`](crate::Group::killable)
+    /// future resolves to `Err(Killed)` at its next poll and is dropped,
+    /// which frees (and uncharges) what it held; a thread checks
+    /// [`current_killed`](crate::attach::current_killed) or registers
+    /// [`on_kill`](crate::Group::on_kill). Fallible charges of a killed
+    /// group (`try_charge`) fail with [`MemoryError::Killed`]. Every
+    /// allocation succeeds in this mode, `try_reserve`'s too: choose
+    /// [`Enforce`](Self::Enforce) to have those fail instead.
+    Kill,
+}
+
+impl HeapLimitMode {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => HeapLimitMode::Enforce,
+            2 => HeapLimitMode::Kill,
+            _ => HeapLimitMode::Account,
+        }
+    }
+
+    fn as_u8(self) -> u8 {
+        match self {
+            HeapLimitMode::Account => 0,
+            HeapLimitMode::Enforce => 1,
+            HeapLimitMode::Kill => 2,
+        }
+    }
 }
 
 /// The sign of a byte delta, for the stat items (amounts are below
@@ -70,18 +107,15 @@ impl Memory {
     ) -> Result<(), MemoryError> {
         let m = self.live_memcg(group)?;
         // Relaxed: a setting read on its own by later charges.
-        m.heap_enforce
-            .store(mode == HeapLimitMode::Enforce, Ordering::Relaxed);
+        m.heap_mode.store(mode.as_u8(), Ordering::Relaxed);
         Ok(())
     }
 
     /// `group`'s [`HeapLimitMode`]. One load.
     pub fn heap_limit_mode(&self, group: &Group) -> Result<HeapLimitMode, MemoryError> {
-        Ok(if self.memcg(group)?.heap_enforce.load(Ordering::Relaxed) {
-            HeapLimitMode::Enforce
-        } else {
-            HeapLimitMode::Account
-        })
+        Ok(HeapLimitMode::from_u8(
+            self.memcg(group)?.heap_mode.load(Ordering::Relaxed),
+        ))
     }
 
     /// The controller's stocks.
@@ -182,6 +216,27 @@ impl Memory {
         g.map(|g| (g, cur.reparented))
     }
 
+    /// The first refusal of an allocation in `group`'s state, on standard
+    /// error (see [`HeapLimitMode::Enforce`]): what an abort that follows
+    /// is about. Runs inside the allocator, whose own allocations pass
+    /// through uncharged.
+    #[cold]
+    fn report_refusal(&self, group: &Group, n: u64, e: &MemoryError) {
+        let Ok(m) = self.memcg(group) else { return };
+        if m.refusal_reported.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "rstat: refused a heap allocation of {n} bytes (object and trailer) in group {:?} \
+             (HeapLimitMode::Enforce): {e}. A fallible allocation (try_reserve) gets an error; \
+             an infallible one aborts the process next. HeapLimitMode::Kill cancels the \
+             group's work instead. (Reported once per group.)",
+            group.path()
+        );
+    }
+
     /// Charge `n` bytes for the heap to `group` by its limit mode: the
     /// stock, else the page counter; over `memory.max`, account (force,
     /// counting `max` and `oom`) or enforce (the full charge path, which
@@ -203,9 +258,24 @@ impl Memory {
         // reclaimer: charge, forced if need be, and leave reclaim to a
         // later allocation.
         let held = crate::sync::locks_held();
-        let enforce = !held && self.memcg(group)?.heap_enforce.load(Ordering::Relaxed);
-        let (t, flags) = if enforce {
-            self.charge_target(group, n, OnOom::Fail, cpu)?
+        let mode = if held {
+            HeapLimitMode::Account
+        } else {
+            HeapLimitMode::from_u8(self.memcg(group)?.heap_mode.load(Ordering::Relaxed))
+        };
+        let (t, flags) = if mode != HeapLimitMode::Account {
+            let on_oom = if mode == HeapLimitMode::Kill {
+                OnOom::Kill
+            } else {
+                OnOom::Fail
+            };
+            match self.charge_target(group, n, on_oom, cpu) {
+                Ok(tf) => tf,
+                Err(e) => {
+                    self.report_refusal(group, n, &e);
+                    return Err(e);
+                }
+            }
         } else {
             let t = self.target(group)?;
             let flags = match charge_memcg(&self.inner.shared.stocks, &t.memcg, cpu, n) {

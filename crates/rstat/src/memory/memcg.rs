@@ -16,7 +16,7 @@ use super::objcg::ObjCg;
 use super::reclaim::{OomHandler, ReclaimCursor, ReclaimerList};
 use crate::page_counter::PageCounter;
 use crate::stat::css::{Item, Slot};
-use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
+use crate::sync::{self, AtomicBool, AtomicPtr, AtomicU8, Mutex, Ordering};
 
 /// One group's memory state (the kernel's `struct mem_cgroup`, for this
 /// controller). Shared by the group, stock slots naming it, and in-flight
@@ -38,8 +38,11 @@ pub(crate) struct MemCg {
     pub(crate) reclaim_reserved: Mutex<u64>,
     pub(crate) oom_handler: Mutex<Option<Arc<dyn OomHandler>>>,
     /// The accounting allocator's [`HeapLimitMode`](super::HeapLimitMode)
-    /// here: enforce if true.
-    pub(crate) heap_enforce: AtomicBool,
+    /// here (`HeapLimitMode as u8`).
+    pub(crate) heap_mode: AtomicU8,
+    /// The first refusal of an allocation here was reported on standard
+    /// error (`Memory::report_refusal`).
+    pub(crate) refusal_reported: AtomicBool,
     /// The group's owner handle for heap objects ([`objcg`](super::objcg)), bound to
     /// the group by the extension's `online` hook.
     objcg: ObjCgPtr,
@@ -107,9 +110,8 @@ impl MemCg {
             oom_handler: Mutex::new(None),
             // Relaxed: a setting read on its own; a child starts with its
             // parent's.
-            heap_enforce: AtomicBool::new(
-                parent.is_some_and(|p| p.heap_enforce.load(Ordering::Relaxed)),
-            ),
+            heap_mode: AtomicU8::new(parent.map_or(0, |p| p.heap_mode.load(Ordering::Relaxed))),
+            refusal_reported: AtomicBool::new(false),
         }
     }
 

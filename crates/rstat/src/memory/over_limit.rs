@@ -78,6 +78,14 @@ impl Memory {
                 }
                 return match on_oom {
                     OnOom::Force => self.force(t, n),
+                    OnOom::Kill => {
+                        // The allocating work's group (and its subtree)
+                        // stops at its next check; this charge goes
+                        // through so it can get there.
+                        t.group.kill();
+                        over_m.raise(MemoryEvent::OomKill);
+                        self.force(t, n)
+                    }
                     OnOom::Fail => {
                         self.count(&t.group, STAT_FAILCNT, 1);
                         Err(MemoryError::OverLimit(OverLimit {

@@ -253,10 +253,17 @@ impl Arena {
             let bytes = UNIT_SIZE * self.nr_units;
             let layout = Layout::from_size_align(bytes, 4096)
                 .map_err(|_| ArenaError::OutOfMemory { bytes })?;
-            // SAFETY: the layout has non-zero size.
-            let raw = unsafe { std::alloc::alloc(layout) };
-            let base = NonNull::new(raw).ok_or(ArenaError::OutOfMemory { bytes })?;
-            self.chunks.push(Chunk { base, layout });
+            // The engine's memory, shared by every group and kept for the
+            // engine's life: not charged to whichever group's work needed
+            // the new chunk (`sync::untracked`).
+            let chunks = &mut self.chunks;
+            crate::sync::untracked(|| {
+                // SAFETY: the layout has non-zero size.
+                let raw = unsafe { std::alloc::alloc(layout) };
+                let base = NonNull::new(raw).ok_or(ArenaError::OutOfMemory { bytes })?;
+                chunks.push(Chunk { base, layout });
+                Ok::<(), ArenaError>(())
+            })?;
             self.bump = 0;
         }
         let chunk = self.chunks.last().expect("a chunk was just ensured");
@@ -279,10 +286,13 @@ impl Arena {
             unsafe { core::ptr::drop_in_place(core::ptr::slice_from_raw_parts_mut(unit, ptr.len)) };
         }
         let size = Self::rounded_size::<T>(ptr.len);
-        self.free
-            .entry(size)
-            .or_default()
-            .push(ptr.base.cast::<u8>());
+        // The free lists are the engine's (see `bump_alloc`).
+        crate::sync::untracked(|| {
+            self.free
+                .entry(size)
+                .or_default()
+                .push(ptr.base.cast::<u8>())
+        });
         self.live_allocations -= 1;
         self.bytes_in_use_per_unit -= size;
     }

@@ -1,0 +1,144 @@
+//! Killing a group's work: the analog of the kernel's `memory.oom.group`
+//! kill, for work that is not a process.
+//!
+//! A group is *killed* by [`Group::kill`] (the memory controller calls it
+//! when a group in [`HeapLimitMode::Kill`](crate::memory::HeapLimitMode::Kill)
+//! cannot be brought under its `memory.max`; a program may call it to
+//! cancel a tenant's or a query's work). Killing marks the group and every
+//! descendant, present and created later, and runs each one's kill hooks
+//! once. It does not stop anything by force, since rstat cannot stop a
+//! thread or drop a task: the work stops at its next check.
+//!
+//! - A future wrapped by [`Group::killable`](crate::Group::killable)
+//!   checks at each poll and resolves to `Err(`[`Killed`]`)` instead of
+//!   polling its inner future again; the executor then drops it, and the
+//!   memory it held is freed (and uncharged).
+//! - A thread checks [`Group::is_killed`] or
+//!   [`attach::current_killed`](crate::attach::current_killed) (one load)
+//!   where it can stop, or registers a hook ([`Group::on_kill`]).
+//! - The memory controller refuses further fallible charges to a killed
+//!   group; allocations of its work still succeed, so the work can unwind.
+//!
+//! A kill is final: a killed group stays killed (remove it when its work
+//! is gone, and create a new one to start over).
+//!
+//! # Synchronization
+//!
+//! The mark is an atomic flag per group, set with `Release` and read with
+//! `Acquire` (a reader that sees it also sees what the killer did before,
+//! e.g. the event counts). Killing a subtree marks a group, then takes its
+//! children lock to list the children; [`Group::create_child`] reads the
+//! parent's mark under the same lock when it links the child. So a child
+//! linked before the killer's listing is in the list, and one linked after
+//! it reads the mark: no descendant escapes. Hooks are taken out of their
+//! group under its hook lock, so each runs once, on the killing thread,
+//! after the marks are set and with no lock of the engine held.
+
+use std::fmt;
+
+use super::{Group, GroupInner};
+use crate::sync::{self, Ordering};
+
+/// The outcome of work whose group was killed ([`Group::kill`]): what a
+/// [`killable`](crate::Group::killable) future resolves to instead of its
+/// output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Killed {
+    /// The path of the group the work ran in.
+    pub path: String,
+}
+
+impl fmt::Display for Killed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the work of group {:?} was killed (Group::kill; the memory controller kills a group in HeapLimitMode::Kill that it cannot bring under memory.max)",
+            self.path
+        )
+    }
+}
+
+impl std::error::Error for Killed {}
+
+/// A kill hook: called once, with the group, when it is killed.
+pub(crate) type KillHook = Box<dyn FnOnce(&Group) + Send>;
+
+impl GroupInner {
+    /// Marked killed (this group or an ancestor, at or before its
+    /// creation). One load.
+    #[inline]
+    pub(crate) fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Acquire)
+    }
+}
+
+impl Group {
+    /// Kill this group's work and its descendants' (module docs): mark
+    /// each one killed and run its kill hooks once. Returns how many
+    /// groups were newly killed (0 if all already were).
+    ///
+    /// Cost: a walk of the subtree (each group's children lock in turn,
+    /// a reference taken per child), plus the hooks.
+    pub fn kill(&self) -> usize {
+        let mut killed = Vec::new();
+        let mut todo = vec![self.clone()];
+        while let Some(g) = todo.pop() {
+            let inner = g.inner();
+            // Release: whoever sees the mark sees what came before it.
+            let was = inner.killed.swap(true, Ordering::AcqRel);
+            {
+                // After the mark (see the module's "Synchronization").
+                let children = sync::lock(&inner.children);
+                todo.extend(children.values().copied().filter_map(Group::from_map));
+            }
+            if !was {
+                killed.push(g);
+            }
+        }
+        for g in &killed {
+            let hooks = core::mem::take(&mut *sync::lock(&g.inner().kill_hooks));
+            for hook in hooks {
+                hook(g);
+            }
+        }
+        killed.len()
+    }
+
+    /// Whether this group's work was killed ([`kill`](Self::kill), of it
+    /// or of an ancestor). One load.
+    #[inline]
+    pub fn is_killed(&self) -> bool {
+        self.inner().is_killed()
+    }
+
+    /// Call `hook` once when this group is killed, on the thread that
+    /// kills it, with no lock of the engine held; at once if it already
+    /// was. Meant for a thread to learn it should stop (set a flag, wake a
+    /// task, cancel a query): keep it short. When the memory controller
+    /// kills, that thread is in the middle of an allocation: what the hook
+    /// allocates is not charged, and it must not wait for the killed work.
+    ///
+    /// Hooks of a group removed before any kill are dropped with it.
+    pub fn on_kill(&self, hook: impl FnOnce(&Group) + Send + 'static) {
+        {
+            let mut hooks = sync::lock(&self.inner().kill_hooks);
+            // Checked under the hook lock: a kill marks first, then takes
+            // the hooks under this lock, so a hook added after that take
+            // sees the mark and runs here instead.
+            if !self.is_killed() {
+                hooks.push(Box::new(hook));
+                return;
+            }
+        }
+        hook(self);
+    }
+
+    /// `Err(`[`Killed`]`)` if this group was killed.
+    pub fn check_killed(&self) -> Result<(), Killed> {
+        if self.is_killed() {
+            Err(Killed { path: self.path() })
+        } else {
+            Ok(())
+        }
+    }
+}
