@@ -100,7 +100,7 @@ impl From<::rstat::Error> for CError {
     fn from(e: ::rstat::Error) -> CError {
         use ::rstat::Error as E;
         let code = match &e {
-            E::InvalidName { .. } | E::InvalidPath { .. } => RSTAT_EINVAL,
+            E::InvalidName { .. } | E::InvalidPath { .. } | E::InvalidCpuMax { .. } => RSTAT_EINVAL,
             E::NameExists { .. } | E::ControllerExists { .. } | E::ExtensionExists { .. } => {
                 RSTAT_EEXIST
             }

@@ -47,6 +47,13 @@ pub enum Error {
         /// How many live children it has.
         children: usize,
     },
+    /// A `cpu.max` value is malformed or out of range.
+    InvalidCpuMax {
+        /// The text given (at most 64 characters of it).
+        input: String,
+        /// What is wrong, and the format.
+        reason: String,
+    },
     /// The group has been removed (it is offline).
     Removed {
         /// Path the group had, absolute (`/` for the root).
@@ -188,6 +195,9 @@ impl fmt::Display for Error {
                 f,
                 "group {path:?} still has {children} live child group(s); remove them first (bottom-up)"
             ),
+            Error::InvalidCpuMax { input, reason } => {
+                write!(f, "invalid cpu.max {input:?}: {reason}")
+            }
             Error::Removed { path } => write!(
                 f,
                 "group {path:?} has been removed; its handle can still be read and updated, but it cannot gain children, be looked up from, or be removed again"

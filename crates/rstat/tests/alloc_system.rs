@@ -859,3 +859,60 @@ fn account_mode_counts_max_but_never_oom_for_allocations_that_succeeded() {
     drop(kept);
     g.remove().unwrap();
 }
+
+/// `memory.high` slows the allocating work, never inside the allocator:
+/// an allocation that leaves a group above its `high` (no reclaimer can
+/// bring it back) owes a delay that grows with the overage; a thread sees
+/// it pending (slept at `throttle_point`), and a scoped future that
+/// returned pending from the poll that allocated is held back: its next
+/// poll does not run the inner future. A group under its `high` owes
+/// nothing.
+#[test]
+fn memory_high_holds_back_the_work_that_allocated_past_it() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let (rs, mem) = env();
+    let g = rs.root().create_child("high-penalty").unwrap();
+    let calm = rs.root().create_child("high-calm").unwrap();
+    mem.write_limit(&g, Limit::High, "1M").unwrap();
+    mem.write_limit(&calm, Limit::High, "64M").unwrap();
+    assert_eq!(rstat::attach::pending_penalty(), std::time::Duration::ZERO);
+    let under = {
+        let _in = calm.enter();
+        std::hint::black_box(vec![1u8; 2 << 20])
+    };
+    assert_eq!(
+        rstat::attach::pending_penalty(),
+        std::time::Duration::ZERO,
+        "under high: no penalty"
+    );
+    let over = {
+        let _in = g.enter();
+        std::hint::black_box(vec![1u8; 2 << 20]) // twice its high
+    };
+    let owed = rstat::attach::pending_penalty();
+    assert!(
+        owed > std::time::Duration::ZERO,
+        "over high: a penalty is owed"
+    );
+    // A scoped future: the penalty of its own poll holds its next poll.
+    let mut polls = 0u32;
+    let mut kept = Vec::new();
+    {
+        let mut fut = std::pin::pin!(g.scope(std::future::poll_fn(|cx: &mut Context<'_>| {
+            polls += 1;
+            kept.push(std::hint::black_box(vec![1u8; 1 << 20]));
+            cx.waker().wake_by_ref();
+            Poll::<()>::Pending
+        })));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        // The thread's own penalty is still its own (the future took only what
+        // its poll added).
+        assert_eq!(rstat::attach::pending_penalty(), owed);
+    }
+    assert_eq!(polls, 1, "the held poll ran the inner future");
+    drop(kept);
+    drop((under, over));
+}

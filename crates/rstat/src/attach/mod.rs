@@ -217,6 +217,7 @@ mod clock;
 pub(crate) mod current;
 mod feed;
 mod scope;
+pub(crate) mod throttle;
 
 use core::marker::PhantomData;
 
@@ -230,6 +231,7 @@ pub use charger::{charge_all_threads, charge_period, set_charge_period, DEFAULT_
 pub use clock::thread_cpu_time;
 pub use feed::{cpu_mode, set_cpu_mode, CpuMode, LONG_SEGMENT, RECONCILE_PERIOD};
 pub use scope::{FutureExt, Killable, Scoped};
+pub use throttle::{pending_penalty, throttle_point, MAX_PENALTY};
 
 /// Charge the calling thread's current group for its CPU time up to now,
 /// without leaving it (a guard's drop and the periodic charger do this

@@ -23,6 +23,7 @@ use core::pin::Pin;
 use core::task::{Context, Poll};
 
 use super::current::Level;
+use super::{clock, throttle};
 use crate::group::{Group, Killed};
 
 /// A future that runs each poll of `F` inside a group; see
@@ -32,10 +33,34 @@ pub struct Scoped<F> {
     /// `None`: no group (made by [`FutureExt::in_current_group`] outside
     /// any group); polls run in whatever group the polling thread is in.
     group: Option<Group>,
+    /// The next poll is held back until the monotonic clock reaches this
+    /// (ns; 0: not held): a `memory.high` penalty or a `cpu.max` deferral
+    /// (module `throttle`).
+    hold_until: u64,
     fut: F,
 }
 
 impl<F> Scoped<F> {
+    /// Whether this poll must wait, and until when (monotonic ns): a
+    /// penalty's hold not over yet, or the group's `cpu.max` quota spent.
+    #[cold]
+    fn held(&mut self, limited: bool) -> Option<u64> {
+        let now = clock::mono_ns();
+        if self.hold_until != 0 {
+            if now < self.hold_until {
+                return Some(self.hold_until);
+            }
+            self.hold_until = 0;
+        }
+        if limited {
+            if let Some(until) = self.group.as_ref().and_then(|g| g.cpu_throttled_until(now)) {
+                self.hold_until = until;
+                return Some(until);
+            }
+        }
+        None
+    }
+
     /// The group each poll enters.
     pub fn group(&self) -> Option<&Group> {
         self.group.as_ref()
@@ -63,6 +88,12 @@ impl<F: Future> Future for Scoped<F> {
     /// the current group in and out (two monotonic clock reads and the
     /// segment bookkeeping; a reconciliation now and then), no reference
     /// count traffic (the wrapper holds the group).
+    ///
+    /// A poll may also not run the inner future at all, returning pending
+    /// and waking itself later: while a `memory.high` penalty from its last
+    /// poll holds it back, or while its group (or an ancestor) has spent
+    /// its `cpu.max` quota for the period (module `throttle`). A group with
+    /// a `cpu.max` above it costs each poll two more monotonic clock reads.
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         // SAFETY: `fut` is structurally pinned: it is never moved out of a
@@ -70,13 +101,35 @@ impl<F: Future> Future for Scoped<F> {
         // pinned `!Unpin` value cannot give), `Scoped` has no `Drop`, and
         // it is `Unpin` only when `F` is (`Group` is `Unpin`).
         let this = unsafe { self.get_unchecked_mut() };
-        let _level = this.group.as_ref().map(|g| {
+        let limited = this.group.as_ref().is_some_and(Group::cpu_limited);
+        if this.hold_until != 0 || limited {
+            if let Some(until) = this.held(limited) {
+                throttle::wake_at(until, cx.waker());
+                return Poll::Pending;
+            }
+        }
+        let outer = throttle::take_penalty();
+        let t0 = if limited { clock::mono_ns() } else { 0 };
+        let level = this.group.as_ref().map(|g| {
             // SAFETY: `this.group` holds a reference for longer than the
             // level, which is dropped at the end of this poll.
             unsafe { Level::push(g.inner_ptr().as_ptr()) }
         });
         // SAFETY: as above, `fut` is structurally pinned.
-        unsafe { Pin::new_unchecked(&mut this.fut) }.poll(cx)
+        let out = unsafe { Pin::new_unchecked(&mut this.fut) }.poll(cx);
+        drop(level);
+        if limited {
+            let t1 = clock::mono_ns();
+            if let Some(g) = this.group.as_ref() {
+                g.cpu_consume(t1.saturating_sub(t0), t1);
+            }
+        }
+        let mine = throttle::take_penalty();
+        throttle::restore_penalty(outer);
+        if mine != 0 && out.is_pending() {
+            this.hold_until = clock::mono_ns().saturating_add(mine);
+        }
+        out
     }
 }
 
@@ -112,6 +165,7 @@ impl Group {
         }
         Scoped {
             group: Some(g.clone()),
+            hold_until: 0,
             fut,
         }
     }
@@ -216,6 +270,7 @@ pub trait FutureExt: Future + Sized {
             Some(g) => g.scope(self),
             None => Scoped {
                 group: None,
+                hold_until: 0,
                 fut: self,
             },
         }

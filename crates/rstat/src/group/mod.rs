@@ -13,6 +13,7 @@
 //! own mutex for lookups and iteration. Order: topology, then a parent's
 //! children, then a child's children, then domain locks, then the arena.
 
+mod bandwidth;
 pub mod ext;
 mod kill;
 mod name;
@@ -34,6 +35,9 @@ use crate::stat::css::CssTable;
 use crate::stat::ops::{NodeOwner, MAX_CONTROLLERS};
 use crate::stat::tree::{lock_domain, TreeNode};
 use crate::sync::{self, AtomicBool, AtomicPtr, Mutex, Ordering};
+pub use bandwidth::{
+    CpuMax, CpuMaxStat, DEFAULT_CPU_PERIOD_US, MAX_CPU_PERIOD_US, MIN_CPU_PERIOD_US,
+};
 use ext::MAX_EXTS;
 pub use kill::Killed;
 use name::{name_problem, shown, shown_path};
@@ -76,6 +80,8 @@ pub(crate) struct GroupInner {
     pub(crate) killed: AtomicBool,
     /// Hooks to run when killed ([`Group::on_kill`]).
     pub(crate) kill_hooks: Mutex<Vec<kill::KillHook>>,
+    /// `cpu.max` (module `bandwidth`).
+    pub(crate) bandwidth: bandwidth::Bandwidth,
 }
 
 /// A group pointer that holds no reference (see `GroupInner::children`).
@@ -270,6 +276,7 @@ impl Group {
             deferred_next: AtomicPtr::new(core::ptr::null_mut()),
             killed: AtomicBool::new(false),
             kill_hooks: Mutex::new(Vec::new()),
+            bandwidth: bandwidth::Bandwidth::new(false),
         });
         // The count starts at 1: the hierarchy's base reference, dropped
         // by `remove`. The handle returned takes a second one.
@@ -453,6 +460,14 @@ impl Group {
         // marking it (module `kill`): a child of a killed group is killed.
         if self.inner().is_killed() {
             child.inner().killed.store(true, Ordering::Release);
+        }
+        // Likewise for `cpu.max`'s mark (module `bandwidth`).
+        if self.cpu_limited() {
+            child
+                .inner()
+                .bandwidth
+                .limited
+                .store(true, Ordering::Release);
         }
         children.insert(name.into(), child.as_ptr());
         Ok(child)

@@ -85,6 +85,37 @@ impl HeapLimitMode {
     }
 }
 
+/// The delay one charge of a batch owes at an overage of 100% above
+/// `memory.high` (it grows with the square of the overage: a group just
+/// over its `high` is barely slowed, one far over it is held up to
+/// [`MAX_PENALTY`](crate::attach::MAX_PENALTY) per charge), as the
+/// kernel's `calculate_high_delay` scales its penalty.
+pub const HIGH_PENALTY_AT_FULL_OVERAGE: std::time::Duration = std::time::Duration::from_secs(64);
+
+/// After a charge of the accounting allocator left `memcg` (or an
+/// ancestor) above `memory.high` and the reclaimers ran: owe the
+/// allocating work a delay ([`crate::attach::throttle_point`], and a
+/// scoped future's next poll) for the worst overage left on the chain,
+/// `(usage - high) / high`, squared, times
+/// [`HIGH_PENALTY_AT_FULL_OVERAGE`]. It runs once per refill of a stock
+/// batch, so the delay per byte allocated follows the overage whatever the
+/// object sizes. Never slept here, inside the allocator.
+fn high_penalty(memcg: &MemCg) {
+    let mut worst = 0.0f64;
+    let mut m = Some(memcg);
+    while let Some(c) = m {
+        let (usage, high) = (c.counter.usage(), c.counter.high());
+        if usage > high && high > 0 {
+            worst = worst.max((usage - high) as f64 / high as f64);
+        }
+        m = c.parent.as_deref();
+    }
+    if worst > 0.0 {
+        let ns = HIGH_PENALTY_AT_FULL_OVERAGE.as_nanos() as f64 * worst * worst;
+        crate::attach::throttle::add_penalty(ns.min(u64::MAX as f64) as u64);
+    }
+}
+
 /// The sign of a byte delta, for the stat items (amounts are below
 /// `PAGE_COUNTER_MAX`, so they fit an `i64`).
 #[inline(always)]
@@ -300,6 +331,7 @@ impl Memory {
         };
         if flags.over_high && !held && !super::reclaim::in_reclaim() {
             let _ = self.reclaim_high(&t.group);
+            high_penalty(&t.memcg);
         }
         Ok(t)
     }

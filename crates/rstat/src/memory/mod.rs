@@ -194,7 +194,7 @@ pub use error::{parse_limit, MemoryError, OverLimit};
 pub use events::{MemoryEvent, MemoryEvents};
 pub use guard::{Charge, OwnedCharge};
 pub use handle::Memory;
-pub use heap::HeapLimitMode;
+pub use heap::{HeapLimitMode, HIGH_PENALTY_AT_FULL_OVERAGE};
 pub use limits::{Limit, LimitWrite};
 pub use reclaim::{OomContext, OomHandler, Reclaimer, ReclaimerId};
 pub use stock::NR_STOCK;

@@ -9,7 +9,8 @@
 //!
 //! | file | content | source |
 //! |---|---|---|
-//! | `cpu.stat` | `usage_usec`, `user_usec`, `system_usec` lines (the kernel's keys when the `cpu` controller is not enabled on the cgroup), hierarchical | the built-in `cpu` controller |
+//! | `cpu.stat` | `usage_usec`, `user_usec`, `system_usec` lines (the kernel's keys when the `cpu` controller is not enabled on the cgroup), hierarchical; with a `cpu.max` quota also `nr_periods`, `nr_throttled`, `throttled_usec` (the group's own) | the built-in `cpu` controller; [`Group::cpu_max_stat`] |
+//! | `cpu.max` | `QUOTA PERIOD` in µs, `max` for no quota (`"max 100000"`) | [`Group::cpu_max`] |
 //! | `memory.current`, `memory.peak` | one number | [`Memory::current`], [`Memory::peak`] |
 //! | `memory.max`, `memory.high`, `memory.low`, `memory.min` | one number, or `max` when unlimited | [`Memory::limit`] |
 //! | `memory.events` / `memory.events.local` | `low`, `high`, `max`, `oom`, `oom_kill` lines, hierarchical / local | [`Memory::events`] |
@@ -196,7 +197,7 @@ impl Reporter {
     /// [`MEMORY_FILES`] if a memory controller is alive, then
     /// `<name>.stat` and `<name>.stat.local` per controller.
     pub fn files(&self) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out = vec!["cpu.max".to_owned()];
         if self.memory().is_some() {
             out.extend(MEMORY_FILES.iter().map(|s| s.to_string()));
         }
@@ -232,6 +233,9 @@ impl Reporter {
     /// for a group of another engine.
     pub fn read(&self, group: &Group, file: &str) -> Result<String> {
         self.check_engine(group)?;
+        if file == "cpu.max" {
+            return Ok(format!("{}\n", group.cpu_max()));
+        }
         if let Some(which) = file.strip_prefix("memory.") {
             if MEMORY_FILES.contains(&file) {
                 let Some(mem) = self.memory() else {
@@ -266,6 +270,16 @@ impl Reporter {
         for (n, v) in stats.names().iter().zip(values) {
             // Writing to a String cannot fail.
             let _ = writeln!(out, "{n} {v}");
+        }
+        // `cpu.stat` of a group with a `cpu.max` quota: the kernel's
+        // bandwidth lines (the group's own throttling, in either file).
+        if name == "cpu" && group.cpu_max().quota_us.is_some() {
+            let b = group.cpu_max_stat();
+            let _ = writeln!(
+                out,
+                "nr_periods {}\nnr_throttled {}\nthrottled_usec {}",
+                b.nr_periods, b.nr_throttled, b.throttled_usec
+            );
         }
         Ok(out)
     }

@@ -1,0 +1,133 @@
+//! `cpu.max` for scoped futures: the format, bad input, and a poll
+//! deferred once its group's quota for the period is spent (checked by
+//! whether the inner future ran, not by timing), with the kernel's
+//! `cpu.stat` lines.
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use rstat::report::Reporter;
+use rstat::{CpuMax, Error, Rstat};
+
+fn engine() -> Rstat {
+    Rstat::builder().periodic_flush(None).build().unwrap()
+}
+
+#[test]
+fn cpu_max_reads_and_writes_the_kernels_format() {
+    let rs = engine();
+    let g = rs.root().create_child("g").unwrap();
+    let rep = Reporter::new(&rs);
+    assert_eq!(rep.read(&g, "cpu.max").unwrap(), "max 100000\n");
+    g.write_cpu_max("20000 100000").unwrap();
+    assert_eq!(
+        g.cpu_max(),
+        CpuMax {
+            quota_us: Some(20_000),
+            period_us: 100_000
+        }
+    );
+    assert_eq!(rep.read(&g, "cpu.max").unwrap(), "20000 100000\n");
+    assert!(rep
+        .read(&g, "cpu.stat")
+        .unwrap()
+        .ends_with("nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n"));
+    g.write_cpu_max("max").unwrap();
+    assert_eq!(rep.read(&g, "cpu.max").unwrap(), "max 100000\n");
+    assert!(!rep.read(&g, "cpu.stat").unwrap().contains("nr_periods"));
+    for bad in [
+        "",
+        "x 100000",
+        "20000 y",
+        "1 2 3",
+        "20000 10",
+        "20000 5000000",
+        "10 100000",
+        "-5 100000",
+    ] {
+        match g.write_cpu_max(bad) {
+            Err(Error::InvalidCpuMax { reason, .. }) => {
+                assert!(reason.contains("QUOTA PERIOD"), "{bad:?}: {reason}")
+            }
+            other => panic!("{bad:?} was accepted: {other:?}"),
+        }
+    }
+    assert_eq!(
+        g.cpu_max().quota_us,
+        None,
+        "a refused write changes nothing"
+    );
+}
+
+/// Spin `d` of wall time (the poll's run time as `cpu.max` counts it).
+fn spin(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn a_poll_past_the_quota_is_deferred_to_the_next_period() {
+    let rs = engine();
+    let tenant = rs.root().create_child("tenant").unwrap();
+    let req = tenant.create_child("req").unwrap();
+    // 1 ms per 1 s period, on the tenant: its child's polls count.
+    tenant.write_cpu_max("1000 1000000").unwrap();
+    let mut polls = 0u32;
+    let fut = req.scope(std::future::poll_fn(|cx: &mut Context<'_>| {
+        polls += 1;
+        spin(Duration::from_millis(3)); // three quotas: a debt of two
+        cx.waker().wake_by_ref();
+        Poll::<()>::Pending
+    }));
+    let mut cx = Context::from_waker(Waker::noop());
+    {
+        let mut fut = pin!(fut);
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        // Whatever period the clock is in now, the debt is not paid before
+        // the period after next: the inner future must not run.
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+    }
+    assert_eq!(polls, 1, "a poll ran past the spent quota");
+    let st = tenant.cpu_max_stat();
+    assert_eq!(st.nr_throttled, 1, "{st:?}");
+    assert!(st.nr_periods >= 1 && st.throttled_usec > 0, "{st:?}");
+    // An unlimited sibling is not held.
+    let other = rs.root().create_child("other").unwrap();
+    let mut ran = 0u32;
+    {
+        let mut fut = pin!(other.scope(std::future::poll_fn(|_cx: &mut Context<'_>| {
+            ran += 1;
+            spin(Duration::from_millis(3));
+            Poll::<()>::Pending
+        })));
+        for _ in 0..3 {
+            assert!(fut.as_mut().poll(&mut cx).is_pending());
+        }
+    }
+    assert_eq!(ran, 3);
+}
+
+#[test]
+fn a_child_created_under_a_limited_group_is_limited() {
+    let rs = engine();
+    let tenant = rs.root().create_child("tenant").unwrap();
+    tenant.write_cpu_max("1000 1000000").unwrap();
+    let late = tenant.create_child("late").unwrap();
+    let mut polls = 0u32;
+    let mut cx = Context::from_waker(Waker::noop());
+    {
+        let mut fut = pin!(late.scope(std::future::poll_fn(|_cx: &mut Context<'_>| {
+            polls += 1;
+            spin(Duration::from_millis(3));
+            Poll::<()>::Pending
+        })));
+        let _ = fut.as_mut().poll(&mut cx);
+        let _ = fut.as_mut().poll(&mut cx);
+    }
+    assert_eq!(polls, 1);
+}
