@@ -13,6 +13,7 @@ pub mod charge_bench;
 pub mod enter_bench;
 pub mod flush_scaling;
 pub mod lab;
+pub mod limits_bench;
 pub mod machine;
 pub mod page_counter_bench;
 pub mod peers;

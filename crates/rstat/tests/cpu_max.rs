@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rstat::report::Reporter;
 use rstat::{CpuMax, Error, Rstat};
@@ -61,10 +61,10 @@ fn cpu_max_reads_and_writes_the_kernels_format() {
     );
 }
 
-/// Spin `d` of wall time (the poll's run time as `cpu.max` counts it).
+/// Burn `d` of the thread's CPU time (what `cpu.max` charges a poll).
 fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
+    let t = rstat::attach::thread_cpu_time();
+    while rstat::attach::thread_cpu_time() - t < d {
         std::hint::spin_loop();
     }
 }

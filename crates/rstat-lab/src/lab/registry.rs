@@ -9,8 +9,9 @@
 
 use super::experiment::Experiment;
 use crate::{
-    accuracy, alloc_bench, charge_bench, enter_bench, flush_scaling, page_counter_bench, peers,
-    percpu_ref_bench, read_latency, scrape_bench, separate_trees, server_bench, update_bench,
+    accuracy, alloc_bench, charge_bench, enter_bench, flush_scaling, limits_bench,
+    page_counter_bench, peers, percpu_ref_bench, read_latency, scrape_bench, separate_trees,
+    server_bench, update_bench,
 };
 
 /// Every experiment, in report order.
@@ -28,6 +29,7 @@ pub static EXPERIMENTS: &[&dyn Experiment] = &[
     &scrape_bench::experiment::Scrape,
     &peers::experiment::Peers,
     &server_bench::experiment::Server,
+    &limits_bench::experiment::Limits,
 ];
 
 /// The experiment `rstat bench name` runs, if there is one.

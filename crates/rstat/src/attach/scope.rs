@@ -93,7 +93,8 @@ impl<F: Future> Future for Scoped<F> {
     /// and waking itself later: while a `memory.high` penalty from its last
     /// poll holds it back, or while its group (or an ancestor) has spent
     /// its `cpu.max` quota for the period (module `throttle`). A group with
-    /// a `cpu.max` above it costs each poll two more monotonic clock reads.
+    /// a `cpu.max` above it costs each poll two reads of the thread's CPU
+    /// clock (system calls) and one of the monotonic clock.
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         // SAFETY: `fut` is structurally pinned: it is never moved out of a
@@ -109,7 +110,14 @@ impl<F: Future> Future for Scoped<F> {
             }
         }
         let outer = throttle::take_penalty();
-        let t0 = if limited { clock::mono_ns() } else { 0 };
+        // A limited group's poll is charged its CPU time (the thread's
+        // clock: a system call each side, paid only under a `cpu.max`), so
+        // preemption of the worker does not count against the quota.
+        let t0 = if limited {
+            clock::thread_cpu_ns().unwrap_or(0)
+        } else {
+            0
+        };
         let level = this.group.as_ref().map(|g| {
             // SAFETY: `this.group` holds a reference for longer than the
             // level, which is dropped at the end of this poll.
@@ -119,9 +127,9 @@ impl<F: Future> Future for Scoped<F> {
         let out = unsafe { Pin::new_unchecked(&mut this.fut) }.poll(cx);
         drop(level);
         if limited {
-            let t1 = clock::mono_ns();
+            let t1 = clock::thread_cpu_ns().unwrap_or(0);
             if let Some(g) = this.group.as_ref() {
-                g.cpu_consume(t1.saturating_sub(t0), t1);
+                g.cpu_consume(t1.saturating_sub(t0), clock::mono_ns());
             }
         }
         let mine = throttle::take_penalty();

@@ -6,10 +6,10 @@
 //! The kernel's CFS bandwidth control gives a cgroup `quota` µs of CPU
 //! time per `period` µs and stops its threads when the quota is spent,
 //! until the next period. A cooperative executor cannot be stopped in the
-//! middle of a poll, so here a poll is charged, when it ends, the wall
-//! time it ran (two monotonic clock reads; a poll runs on its worker from
-//! start to end, so its wall time is its run time unless the worker was
-//! preempted), to its group and every ancestor with a quota; and before a
+//! middle of a poll, so here a poll is charged, when it ends, the CPU
+//! time it ran (the worker thread's CPU clock read around it, so time the
+//! worker spent preempted does not count), to its group and every
+//! ancestor with a quota; and before a
 //! poll, a group (or an ancestor) whose quota for the current period is
 //! spent has its poll deferred to the next period: the future returns
 //! pending and is woken at the period's start (`attach`'s throttle timer).
