@@ -197,6 +197,9 @@
 //! | a change of the current group (enter of another group, drop back to another) | one `clock_gettime(CLOCK_MONOTONIC)` (vDSO, no system call), an uncontended lock, a scan of the thread's segments (at most 16); a group's first segment since the last reconciliation also takes a reference on it |
 //! | a reconciliation (each [`RECONCILE_PERIOD`] of wall time at a change, at a change closing a segment of [`LONG_SEGMENT`] or more, a full table) | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` system call, the charge of each segment's group (three counter updates), the segments' references put; once per 10 ms of the thread's CPU time a `getrusage` |
 //! | a read of the root's `cpu` stats | the read, plus `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)` and `getrusage` |
+//! | a poll of a [`Scoped`] or [`Killable`] future | the change of group in and out (above); a [`Killable`] also one load of the kill flag; under a `cpu.max` ([`Group::set_cpu_max`]) two reads of the thread's CPU clock and the quota's atomics; a held poll (a `memory.high` penalty or a spent quota) a monotonic clock read and a timer entry (one lock), and no poll of the inner future |
+//! | [`current_killed`] | a thread-local load and one load of the group's flag |
+//! | [`throttle_point`] | a thread-local swap, and a sleep of what `memory.high` imposed |
 //! | the periodic charger | per period, per thread inside a group or with segments: a lock, a `clock_gettime` of that thread's clock, a reconciliation; once per ten clock ticks of the thread's CPU time a read of its /proc `stat` file, under the lock (the thread's next group change may wait for it) |
 //!
 //! # Synchronization

@@ -20,6 +20,13 @@
 //! in which a poll was deferred) and `throttled_usec` (from each deferral
 //! to the period's end, once per period).
 //!
+//! Only scoped polls are timed and held: work made current by
+//! [`Group::enter`](crate::Group::enter) (a thread, or `rstat-tracing`'s
+//! span layer, which enters the span's group in a synchronous callback
+//! that cannot hold a poll back) is charged but not limited. To cap a
+//! span-instrumented future, scope it as well
+//! (`fut.instrument(span).in_group(&tenant)`).
+//!
 //! What it does not do: stop a thread that is not in a scoped poll (a
 //! thread that [`enter`](crate::Group::enter)s a group is charged, and its
 //! time counts against the quota at its polls' ends only if it runs
