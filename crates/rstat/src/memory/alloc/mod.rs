@@ -50,9 +50,12 @@
 //!    ([`crate::memory::stock`]): the common case writes no shared cache
 //!    line. A miss charges a batch to the page counters. Over
 //!    `memory.max`: the group's [`HeapLimitMode`](super::HeapLimitMode) (account: force and count
-//!    `max`, never `oom`, as nothing failed; enforce: drain, reclaim, retry, then return null). Over
-//!    `memory.high`: the registered reclaimers run
-//!    ([`Memory::reclaim_high`]).
+//!    `max`, never `oom`, as nothing failed; enforce: drain, reclaim, retry, then return null;
+//!    kill: drain, reclaim, then kill the allocating group's work and
+//!    charge anyway). Over `memory.high`: the registered reclaimers run
+//!    ([`Memory::reclaim_high`]), and the allocating work owes a delay
+//!    ([`crate::attach::throttle_point`]; a scoped future's next poll is
+//!    held back).
 //! 4. **Owner**: the trailer records the group's *owner handle*
 //!    (`memory::objcg`, the kernel's `obj_cgroup`: a small
 //!    reference-counted object each group's memory state owns), holding one
@@ -71,7 +74,7 @@
 //!    that may miss fewer than 64 operations per (group, CPU).
 //!
 //! **Where reclaim runs.** Reclaimers (for `memory.high`, and for
-//! `memory.max` in enforce mode) run on the allocating thread, inside the
+//! `memory.max` in enforce and kill modes) run on the allocating thread, inside the
 //! allocation, with the re-entry flag set (their own allocations pass
 //! through). A reclaimer must therefore not wait for a lock the program
 //! may hold while allocating. The crate's own locks are handled: while a
