@@ -71,7 +71,10 @@ enum Scale {
 
 #[derive(Clone, Copy, Debug)]
 enum Source {
-    Item { ctl: usize, item: usize },
+    Item {
+        ctl: usize,
+        item: usize,
+    },
     MemCurrent,
     MemPeak,
     MemMax,
@@ -79,6 +82,10 @@ enum Source {
     MemLow,
     MemMin,
     MemEvents,
+    /// `cpu.stat`'s bandwidth lines of a group with a `cpu.max` quota.
+    CpuPeriods,
+    CpuThrottled,
+    CpuThrottledUsec,
 }
 
 #[derive(Debug)]
@@ -212,6 +219,45 @@ pub(crate) fn families(snap: &Snapshot, naming: &Naming, taken: &[&str]) -> (Vec
                 }
             };
             push(f, &mut out);
+        }
+    }
+    // `cpu.max`'s counts, for the groups with a quota (the kernel's
+    // cpu.stat bandwidth lines): only when some group has one.
+    if snap.groups.iter().any(|g| g.cpu_max.is_some()) {
+        for (stem, help, unit, source, scale) in [
+            (
+                "rstat_cpu_nr_periods",
+                "cpu.stat nr_periods: periods in which the group's scoped work ran under its cpu.max quota",
+                None,
+                Source::CpuPeriods,
+                Scale::One,
+            ),
+            (
+                "rstat_cpu_nr_throttled",
+                "cpu.stat nr_throttled: periods in which a poll of the group was deferred by its cpu.max",
+                None,
+                Source::CpuThrottled,
+                Scale::One,
+            ),
+            (
+                "rstat_cpu_throttled",
+                "cpu.stat throttled_usec: time the group's deferred polls waited for the next period",
+                Some(Unit::Seconds),
+                Source::CpuThrottledUsec,
+                Scale::Micro,
+            ),
+        ] {
+            push(
+                Family {
+                    stem: stem.to_owned(),
+                    help: help.to_owned(),
+                    unit,
+                    kind: Kind::Counter,
+                    source,
+                    scale,
+                },
+                &mut out,
+            );
         }
     }
     let has_memory = snap.groups.iter().any(|g| g.memory.is_some());
@@ -397,6 +443,15 @@ impl ScrapeCollector {
                     counter(m, &labels, CounterValue::Int(mem.events.get(ev)))?;
                 }
                 Ok(())
+            }
+            Source::CpuPeriods | Source::CpuThrottled | Source::CpuThrottledUsec => {
+                let Some(c) = &g.cpu_max else { return Ok(()) };
+                let v = match f.source {
+                    Source::CpuPeriods => c.nr_periods,
+                    Source::CpuThrottled => c.nr_throttled,
+                    _ => c.throttled_usec,
+                };
+                one(m, i64::try_from(v).unwrap_or(i64::MAX))
             }
             src => {
                 let Some(mem) = &g.memory else { return Ok(()) };

@@ -435,3 +435,25 @@ fn a_counter_set_declares_its_levels_gauges() {
         assert!(has(&b, line), "missing {line:?} in\n{b}");
     }
 }
+
+/// `cpu.max`'s counts are exported for the groups with a quota only (the
+/// kernel's cpu.stat bandwidth lines), as counters; no family at all while
+/// no group has a quota.
+#[test]
+fn cpu_max_counts_are_exported_for_groups_with_a_quota() {
+    let (rs, _mem, _reqs, t) = tree();
+    let b = Exporter::new(&rs).render(Format::OpenMetrics).unwrap().body;
+    assert!(!b.contains("rstat_cpu_nr_periods"), "{b}");
+    t.write_cpu_max("20000 100000").unwrap();
+    let b = Exporter::new(&rs).render(Format::OpenMetrics).unwrap().body;
+    for line in [
+        "# TYPE rstat_cpu_nr_periods counter",
+        "rstat_cpu_nr_periods_total{path=\"/tenant\"} 0",
+        "rstat_cpu_nr_throttled_total{path=\"/tenant\"} 0",
+        "# UNIT rstat_cpu_throttled_seconds seconds",
+        "rstat_cpu_throttled_seconds_total{path=\"/tenant\"} 0.0",
+    ] {
+        assert!(has(&b, line), "missing {line:?} in\n{b}");
+    }
+    assert!(!b.contains("rstat_cpu_nr_periods_total{path=\"/\"}"), "{b}");
+}

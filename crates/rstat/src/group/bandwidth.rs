@@ -154,6 +154,7 @@ impl CpuMax {
 
 /// A group's `cpu.max` throttling counts (its `cpu.stat`'s last lines).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CpuMaxStat {
     /// Periods in which the group's scoped work ran, while it had a quota.
     pub nr_periods: u64,

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use super::{mem_err, Reporter};
 use crate::controller::ControllerHandle;
 use crate::error::Result;
-use crate::group::Group;
+use crate::group::{CpuMaxStat, Group};
 use crate::memory::{Limit, Memory, MemoryError, MemoryEvents};
 use crate::page_counter::PAGE_COUNTER_MAX;
 
@@ -70,6 +70,10 @@ pub struct GroupSnapshot {
     pub stats: Vec<StatValues>,
     /// The memory state, when a memory controller is registered and alive.
     pub memory: Option<MemorySnapshot>,
+    /// The group's `cpu.max` throttling counts, when it has a quota
+    /// ([`Group::set_cpu_max`]).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub cpu_max: Option<CpuMaxStat>,
 }
 
 /// A snapshot: every group of a subtree with its path, local and
@@ -215,6 +219,7 @@ impl Reading {
                     })
                     .collect(),
                 memory,
+                cpu_max: g.cpu_max().quota_us.map(|_| g.cpu_max_stat()),
             })
             .collect();
         Ok(Snapshot {
