@@ -565,6 +565,79 @@ int rstat_group_is_online(struct rstat_group *g, int *out);
 // handle table's read lock.
 int rstat_account_cputime(struct rstat_group *g, uint64_t user_usec, uint64_t system_usec);
 
+// Kill the group's work and its descendants' (the kernel's
+// `memory.oom.group` kill, by hand): each is marked killed (groups
+// created under them later too), its kill hooks run once, fallible
+// memory charges to it fail (`RSTAT_ENOMEM`), and Rust futures made
+// killable end at their next poll. C threads check
+// `rstat_group_is_killed` (or `rstat_current_killed`) where they can
+// stop. `*killed_out` (may be NULL) gets how many groups were newly
+// killed (0 if all already were). A kill is final.
+//
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`
+// (`killed_out` misaligned).
+//
+// Cost: a walk of the subtree (each group's children lock in turn).
+//
+// # Safety
+// `killed_out` must be NULL or valid for one write.
+int rstat_group_kill(struct rstat_group *g, uint64_t *killed_out);
+
+// Whether the group was killed (1) or not (0), in `*out`: by
+// `rstat_group_kill` of it or an ancestor, or by the memory controller's
+// OOM kill (Rust's `HeapLimitMode::Kill`).
+//
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`.
+//
+// Cost: one load under the handle table's read lock.
+//
+// # Safety
+// `out` must be NULL or valid for one write.
+int rstat_group_is_killed(struct rstat_group *g, int *out);
+
+// Whether the calling thread's current group (`rstat_group_enter`) was
+// killed (1) or not (0, also in no group), in `*out`: the cheap check a
+// thread makes where it can stop.
+//
+// Errors: `RSTAT_EFAULT`.
+//
+// Cost: a thread-local load and one load of the group's flag.
+//
+// # Safety
+// `out` must be NULL or valid for one write.
+int rstat_current_killed(int *out);
+
+// Set the group's `cpu.max` from the kernel's text: `"QUOTA PERIOD"` in
+// µs (`"20000 100000"`: 20% of a CPU), `"QUOTA"` (period 100000), or
+// `"max"` (no limit). It holds back the group's scoped Rust futures (a C
+// thread's time is charged to the group but not held); its counts are in
+// `rstat_read(g, "cpu.stat")`'s `nr_periods`, `nr_throttled`,
+// `throttled_usec` lines.
+//
+// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT` (`value`
+// NULL), `RSTAT_EINVAL` (not in the format, a period outside 1 ms..1 s,
+// a quota below 1 ms or above 1024 periods: `rstat_last_error` says
+// which; nothing changes).
+//
+// Cost: a few stores; a walk of the subtree to mark it limited.
+//
+// # Safety
+// `value` must be NULL or a NUL-terminated string.
+int rstat_group_set_cpu_max(struct rstat_group *g, const char *value);
+
+// Sleep the delay the calling thread owes for allocating past a
+// `memory.high` (through Rust's accounting allocator) and clear it; call
+// it where the thread may wait. `*slept_ns` (may be NULL) gets the time
+// slept, 0 if none was owed.
+//
+// Errors: `RSTAT_EFAULT` (`slept_ns` misaligned).
+//
+// Cost: a thread-local swap, and the sleep.
+//
+// # Safety
+// `slept_ns` must be NULL or valid for one write.
+int rstat_throttle_point(uint64_t *slept_ns);
+
 // Set `memory.min`, `memory.low`, `memory.high` or `memory.max` (`which`:
 // `RSTAT_MEMORY_*`) from text as written to the cgroupfs file: `"max"`
 // (no limit) or a whole number with an optional K/M/G/T/P/E suffix

@@ -618,6 +618,76 @@ static void test_enter_exit(void) {
     CHECK_OK(rstat_free(other));
 }
 
+/* Limits from C: a kill marks the subtree (and later children), fallible
+ * charges of a killed group fail, the current thread sees it; cpu.max in
+ * the kernel's format, read back through rstat_read; the memory.high
+ * delay a thread owes (none here). */
+static void test_limits(void) {
+    rstat *rs = new_rstat();
+    rstat_group *root, *t, *req, *late;
+    CHECK_OK(rstat_root(rs, &root));
+    CHECK_OK(rstat_group_create(root, "t", &t));
+    CHECK_OK(rstat_group_create(t, "req", &req));
+    int k = -1;
+    CHECK_OK(rstat_group_is_killed(t, &k));
+    CHECK_EQ(k, 0);
+    CHECK_OK(rstat_group_enter(req));
+    CHECK_OK(rstat_current_killed(&k));
+    CHECK_EQ(k, 0);
+    uint64_t n = 0;
+    CHECK_OK(rstat_group_kill(t, &n));
+    CHECK_EQ(n, 2);
+    CHECK_OK(rstat_current_killed(&k));
+    CHECK_EQ(k, 1);
+    CHECK_OK(rstat_group_exit(req));
+    CHECK_OK(rstat_current_killed(&k));
+    CHECK_EQ(k, 0); /* in no group */
+    CHECK_OK(rstat_group_kill(t, NULL)); /* again: nothing new */
+    CHECK_OK(rstat_group_kill(t, &n));
+    CHECK_EQ(n, 0);
+    CHECK_OK(rstat_group_create(t, "late", &late));
+    CHECK_OK(rstat_group_is_killed(late, &k));
+    CHECK_EQ(k, 1);
+    CHECK_RC(rstat_memory_try_charge(late, 100, 0, NULL), RSTAT_ENOMEM);
+    CHECK_OK(rstat_group_is_killed(root, &k));
+    CHECK_EQ(k, 0);
+
+    char text[256];
+    CHECK_OK(rstat_read(root, "cpu.max", text, sizeof text, NULL));
+    CHECK_STR(text, "max 100000\n");
+    CHECK_OK(rstat_group_set_cpu_max(t, "20000 100000"));
+    CHECK_OK(rstat_read(t, "cpu.max", text, sizeof text, NULL));
+    CHECK_STR(text, "20000 100000\n");
+    CHECK_OK(rstat_read(t, "cpu.stat", text, sizeof text, NULL));
+    CHECK_EQ(strstr(text, "nr_throttled 0\n") != NULL, 1);
+    CHECK_RC(rstat_group_set_cpu_max(t, "0 100000"), RSTAT_EINVAL);
+    CHECK_RC(rstat_group_set_cpu_max(t, "20000 10"), RSTAT_EINVAL);
+    CHECK_RC(rstat_group_set_cpu_max(t, "lots"), RSTAT_EINVAL);
+    CHECK_RC(rstat_group_set_cpu_max(t, NULL), RSTAT_EFAULT);
+    CHECK_OK(rstat_read(t, "cpu.max", text, sizeof text, NULL));
+    CHECK_STR(text, "20000 100000\n"); /* refused writes changed nothing */
+    CHECK_OK(rstat_group_set_cpu_max(t, "max"));
+
+    uint64_t slept = 1;
+    CHECK_OK(rstat_throttle_point(&slept));
+    CHECK_EQ(slept, 0);
+    CHECK_OK(rstat_throttle_point(NULL));
+
+    CHECK_RC(rstat_group_kill(NULL, NULL), RSTAT_EBADF);
+    CHECK_RC(rstat_group_kill((rstat_group *)rs, NULL), RSTAT_EPROTOTYPE);
+    CHECK_RC(rstat_group_is_killed(t, NULL), RSTAT_EFAULT);
+    CHECK_RC(rstat_current_killed(NULL), RSTAT_EFAULT);
+    CHECK_RC(rstat_group_set_cpu_max(NULL, "max"), RSTAT_EBADF);
+
+    CHECK_OK(rstat_group_remove(late));
+    CHECK_OK(rstat_group_put(late));
+    CHECK_OK(rstat_group_remove(req));
+    CHECK_OK(rstat_group_put(req));
+    CHECK_OK(rstat_group_put(t));
+    CHECK_OK(rstat_group_put(root));
+    CHECK_OK(rstat_free(rs));
+}
+
 /* GET `path` from 127.0.0.1:`port` (HTTP/1.0: the server closes after
  * answering); the answer goes into `buf`, NUL-terminated. Returns the
  * number of bytes read, or -1 if the connection was refused. */
@@ -735,5 +805,6 @@ int main(void) {
     test_read();
     test_enter_exit();
     test_serve();
+    test_limits();
     DONE("test_capi");
 }
