@@ -86,6 +86,9 @@ enum Source {
     CpuPeriods,
     CpuThrottled,
     CpuThrottledUsec,
+    /// `cpu.pressure` / `memory.pressure` totals (`full` if true).
+    CpuPressure(bool),
+    MemPressure(bool),
 }
 
 #[derive(Debug)]
@@ -255,6 +258,32 @@ pub(crate) fn families(snap: &Snapshot, naming: &Naming, taken: &[&str]) -> (Vec
                     kind: Kind::Counter,
                     source,
                     scale,
+                },
+                &mut out,
+            );
+        }
+    }
+    // Pressure, for the groups that ever stalled (the kernel's PSI totals;
+    // rates of these counters are the stalled shares).
+    if snap
+        .groups
+        .iter()
+        .any(|g| g.cpu_pressure.is_some() || g.memory_pressure.is_some())
+    {
+        for (stem, help, source) in [
+            ("rstat_cpu_pressure_waiting", "cpu.pressure some: time some of the group's work waited for its cpu.max", Source::CpuPressure(false)),
+            ("rstat_cpu_pressure_stalled", "cpu.pressure full: time all of the group's scoped work waited for its cpu.max", Source::CpuPressure(true)),
+            ("rstat_memory_pressure_waiting", "memory.pressure some: time some of the group's work was delayed over memory.high or in reclaim", Source::MemPressure(false)),
+            ("rstat_memory_pressure_stalled", "memory.pressure full: not tracked, 0 (see rstat's group::pressure)", Source::MemPressure(true)),
+        ] {
+            push(
+                Family {
+                    stem: stem.to_owned(),
+                    help: help.to_owned(),
+                    unit: Some(Unit::Seconds),
+                    kind: Kind::Counter,
+                    source,
+                    scale: Scale::Micro,
                 },
                 &mut out,
             );
@@ -443,6 +472,15 @@ impl ScrapeCollector {
                     counter(m, &labels, CounterValue::Int(mem.events.get(ev)))?;
                 }
                 Ok(())
+            }
+            Source::CpuPressure(full) | Source::MemPressure(full) => {
+                let p = match f.source {
+                    Source::CpuPressure(_) => g.cpu_pressure,
+                    _ => g.memory_pressure,
+                };
+                let Some(p) = p else { return Ok(()) };
+                let v = if full { p.full_usec } else { p.some_usec };
+                one(m, i64::try_from(v).unwrap_or(i64::MAX))
             }
             Source::CpuPeriods | Source::CpuThrottled | Source::CpuThrottledUsec => {
                 let Some(c) = &g.cpu_max else { return Ok(()) };

@@ -457,3 +457,44 @@ fn cpu_max_counts_are_exported_for_groups_with_a_quota() {
     }
     assert!(!b.contains("rstat_cpu_nr_periods_total{path=\"/\"}"), "{b}");
 }
+
+/// Pressure totals are exported for the groups that ever stalled.
+#[test]
+fn pressure_is_exported_for_groups_that_stalled() {
+    let (rs, _mem, _reqs, t) = tree();
+    let b = Exporter::new(&rs).render(Format::OpenMetrics).unwrap().body;
+    assert!(!b.contains("pressure"), "{b}");
+    t.write_cpu_max("1000 1000000").unwrap();
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    {
+        let mut fut = std::pin::pin!(t.scope(std::future::poll_fn(
+            |_cx: &mut std::task::Context<'_>| {
+                let s = rstat::attach::thread_cpu_time();
+                while rstat::attach::thread_cpu_time() - s < std::time::Duration::from_millis(3) {}
+                std::task::Poll::<()>::Pending
+            }
+        )));
+        let _ = std::future::Future::poll(fut.as_mut(), &mut cx);
+        let _ = std::future::Future::poll(fut.as_mut(), &mut cx);
+    }
+    let b = Exporter::new(&rs).render(Format::OpenMetrics).unwrap().body;
+    for fam in [
+        "# TYPE rstat_cpu_pressure_waiting_seconds counter",
+        "# TYPE rstat_memory_pressure_stalled_seconds counter",
+    ] {
+        assert!(has(&b, fam), "missing {fam:?} in\n{b}");
+    }
+    let line = b
+        .lines()
+        .find(|l| l.starts_with("rstat_cpu_pressure_waiting_seconds_total{path=\"/tenant\"}"))
+        .unwrap_or_else(|| panic!("no cpu pressure of /tenant in\n{b}"));
+    let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(v > 0.0, "{line}");
+    assert!(
+        has(
+            &b,
+            "rstat_memory_pressure_stalled_seconds_total{path=\"/tenant\"} 0.0"
+        ),
+        "{b}"
+    );
+}

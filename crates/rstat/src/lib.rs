@@ -155,7 +155,7 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use group::ext::{Ext, GroupExt};
-pub use group::{CpuMax, CpuMaxStat, Group, Killed};
+pub use group::{CpuMax, CpuMaxStat, Group, Killed, PressureKind, PressureTotals};
 pub use memory::alloc;
 pub use percpu::cpu::CpuIdSource;
 pub use stat::ops::MAX_CONTROLLERS;

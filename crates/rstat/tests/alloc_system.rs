@@ -913,6 +913,10 @@ fn memory_high_holds_back_the_work_that_allocated_past_it() {
         assert_eq!(rstat::attach::pending_penalty(), owed);
     }
     assert_eq!(polls, 1, "the held poll ran the inner future");
+    // The hold is the group's memory pressure (some, not full).
+    let p = g.pressure_totals(rstat::PressureKind::Memory);
+    assert!(p.some_usec > 0 && p.full_usec == 0, "{p:?}");
+    assert!(!calm.has_pressure());
     drop(kept);
     drop((under, over));
 }

@@ -96,6 +96,21 @@ fn a_poll_past_the_quota_is_deferred_to_the_next_period() {
     let st = tenant.cpu_max_stat();
     assert_eq!(st.nr_throttled, 1, "{st:?}");
     assert!(st.nr_periods >= 1 && st.throttled_usec > 0, "{st:?}");
+    // The wait is the request's cpu pressure, full (all its scoped polls
+    // wait), and its ancestors'.
+    for g in [&req, &tenant, rs.root()] {
+        let p = g.pressure_totals(rstat::PressureKind::Cpu);
+        assert!(
+            p.some_usec > 0 && p.full_usec == p.some_usec,
+            "{}: {p:?}",
+            g.path()
+        );
+    }
+    let text = Reporter::new(&rs).read(&tenant, "cpu.pressure").unwrap();
+    assert!(
+        text.starts_with("some avg10=") && text.contains("\nfull avg10="),
+        "{text}"
+    );
     // An unlimited sibling is not held.
     let other = rs.root().create_child("other").unwrap();
     let mut ran = 0u32;

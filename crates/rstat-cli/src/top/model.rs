@@ -152,6 +152,14 @@ fn restarted(prev: &Snapshot, cur: &Snapshot) -> bool {
     p.path == c.path && matches!((before, now), (Some(b), Some(n)) if n < b)
 }
 
+/// Where an extra column's values come from.
+enum Extra {
+    /// A controller's item: (controller, item, controller index, item index).
+    Item(String, String, usize, usize),
+    /// A pressure total's `some` (memory if true, else cpu).
+    Pressure(bool),
+}
+
 /// Build the rows from the previous and the current snapshot, `dt` apart.
 /// Errors: `cur` fails [`validate`] (`prev` was validated as a `cur`).
 ///
@@ -170,8 +178,19 @@ pub fn build(prev: Option<&Snapshot>, cur: &Snapshot, dt: Duration) -> Result<Vi
         }
         for (i, it) in ctl.items.iter().enumerate() {
             extra.push(format!("{}.{it}", ctl.name));
-            extra_at.push((ctl.name.clone(), it.clone(), c, i));
+            extra_at.push(Extra::Item(ctl.name.clone(), it.clone(), c, i));
         }
+    }
+    // Pressure (µs stalled per second, "some"), once any group stalled.
+    if cur
+        .groups
+        .iter()
+        .any(|g| g.cpu_pressure.is_some() || g.memory_pressure.is_some())
+    {
+        extra.push("cpu.psi".to_owned());
+        extra_at.push(Extra::Pressure(false));
+        extra.push("mem.psi".to_owned());
+        extra_at.push(Extra::Pressure(true));
     }
     // Across a restart of the exporter's process no rate is computed, not
     // even from the counters that already passed their old values.
@@ -195,9 +214,24 @@ pub fn build(prev: Option<&Snapshot>, cur: &Snapshot, dt: Duration) -> Result<Vi
             .map(|usec_per_s| usec_per_s / 1e4);
             let extra = extra_at
                 .iter()
-                .map(|(cn, iname, c, i)| {
-                    let before = p.and_then(|p| value(p, prev.and_then(|s| item(s, cn, iname))));
-                    rate(value(g, Some((*c, *i))), before)
+                .map(|x| match x {
+                    Extra::Item(cn, iname, c, i) => {
+                        let before =
+                            p.and_then(|p| value(p, prev.and_then(|s| item(s, cn, iname))));
+                        rate(value(g, Some((*c, *i))), before)
+                    }
+                    Extra::Pressure(mem) => {
+                        let some = |g: &GroupSnapshot| {
+                            let t = if *mem {
+                                g.memory_pressure
+                            } else {
+                                g.cpu_pressure
+                            };
+                            // A group that never stalled: 0 so far.
+                            Some(t.map_or(0, |t| i64::try_from(t.some_usec).unwrap_or(i64::MAX)))
+                        };
+                        rate(some(g), p.and_then(some))
+                    }
                 })
                 .collect();
             // Relative to the first group: validated to be at most the

@@ -24,7 +24,7 @@ use core::task::{Context, Poll};
 
 use super::current::Level;
 use super::{clock, throttle};
-use crate::group::{Group, Killed};
+use crate::group::{Group, Killed, PressureKind};
 
 /// A future that runs each poll of `F` inside a group; see
 /// [`Group::scope`] and the [attach module docs](crate::attach#async-tasks).
@@ -135,7 +135,11 @@ impl<F: Future> Future for Scoped<F> {
         let mine = throttle::take_penalty();
         throttle::restore_penalty(outer);
         if mine != 0 && out.is_pending() {
-            this.hold_until = clock::mono_ns().saturating_add(mine);
+            let now = clock::mono_ns();
+            this.hold_until = now.saturating_add(mine);
+            if let Some(g) = this.group.as_ref() {
+                g.record_stall(PressureKind::Memory, now, this.hold_until, false);
+            }
         }
         out
     }

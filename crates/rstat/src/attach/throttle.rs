@@ -72,6 +72,22 @@ pub fn throttle_point() -> Duration {
         return Duration::ZERO;
     }
     let d = Duration::from_nanos(ns);
+    let g = super::current::current_group_ptr();
+    if !g.is_null() {
+        let now = clock::mono_ns();
+        // SAFETY: the current group is kept allocated by the guard that
+        // made it current, for as long as it is current (this call); the
+        // borrowed handle is never dropped (`ManuallyDrop`).
+        let g = unsafe {
+            crate::group::Group::borrow_ptr(core::ptr::NonNull::new_unchecked(g.cast_mut()))
+        };
+        g.record_stall(
+            crate::group::PressureKind::Memory,
+            now,
+            now.saturating_add(ns),
+            false,
+        );
+    }
     std::thread::sleep(d);
     d
 }

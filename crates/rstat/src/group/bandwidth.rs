@@ -312,6 +312,11 @@ impl Group {
             }
             g = cur.inner().parent.as_ref();
         }
+        if let Some(end) = until {
+            // Every scoped poll of this group waits for `end`: a full
+            // stall (module `pressure`), counted up the tree.
+            self.record_stall(super::PressureKind::Cpu, now, end, true);
+        }
         until
     }
 

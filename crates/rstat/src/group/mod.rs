@@ -17,10 +17,13 @@ mod bandwidth;
 pub mod ext;
 mod kill;
 mod name;
+mod pressure;
 mod release;
 pub(crate) mod state;
 #[cfg(all(test, rstat_loom))]
 mod tests_loom;
+#[cfg(all(test, not(rstat_loom)))]
+mod tests_pressure;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -42,6 +45,7 @@ use ext::MAX_EXTS;
 pub use kill::Killed;
 use name::{name_problem, shown, shown_path};
 pub use name::{validate_name, MAX_NAME_LEN};
+pub use pressure::{PressureKind, PressureTotals};
 use release::release;
 pub(crate) use release::release_deferred;
 pub(crate) use state::EngineInner;
@@ -82,6 +86,8 @@ pub(crate) struct GroupInner {
     pub(crate) kill_hooks: Mutex<Vec<kill::KillHook>>,
     /// `cpu.max` (module `bandwidth`).
     pub(crate) bandwidth: bandwidth::Bandwidth,
+    /// Stalls by limits (module `pressure`), made at the first.
+    pub(crate) pressure: pressure::PressureCell,
 }
 
 /// A group pointer that holds no reference (see `GroupInner::children`).
@@ -277,6 +283,7 @@ impl Group {
             killed: AtomicBool::new(false),
             kill_hooks: Mutex::new(Vec::new()),
             bandwidth: bandwidth::Bandwidth::new(false),
+            pressure: Default::default(),
         });
         // The count starts at 1: the hierarchy's base reference, dropped
         // by `remove`. The handle returned takes a second one.

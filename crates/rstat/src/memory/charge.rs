@@ -254,7 +254,14 @@ impl Memory {
                 forced: false,
             },
             Err(PageCounterError::OverLimit { level, .. }) => {
-                self.charge_over_limit(&t, n, on_oom, cpu, level)?
+                // Draining, reclaiming, the OOM handler: a memory stall of
+                // the charging work (module `group::pressure`).
+                let t0 = crate::os::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+                let r = self.charge_over_limit(&t, n, on_oom, cpu, level);
+                let t1 = crate::os::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+                t.group
+                    .record_stall(crate::group::PressureKind::Memory, t0, t1, false);
+                r?
             }
             Err(_) => return Err(MemoryError::TooLarge { amount: n }),
         };

@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | `cpu.stat` | `usage_usec`, `user_usec`, `system_usec` lines (the kernel's keys when the `cpu` controller is not enabled on the cgroup), hierarchical; with a `cpu.max` quota also `nr_periods`, `nr_throttled`, `throttled_usec` (the group's own) | the built-in `cpu` controller; [`Group::cpu_max_stat`] |
 //! | `cpu.max` | `QUOTA PERIOD` in µs, `max` for no quota (`"max 100000"`) | [`Group::cpu_max`] |
+//! | `cpu.pressure`, `memory.pressure` | the kernel's PSI lines: `some avg10=.. avg60=.. avg300=.. total=µs`, then `full ...`: time the group's work was stalled by `cpu.max`, by `memory.high` and reclaim, hierarchical | [`Group::pressure`] |
 //! | `memory.current`, `memory.peak` | one number | [`Memory::current`], [`Memory::peak`] |
 //! | `memory.max`, `memory.high`, `memory.low`, `memory.min` | one number, or `max` when unlimited | [`Memory::limit`] |
 //! | `memory.events` / `memory.events.local` | `low`, `high`, `max`, `oom`, `oom_kill` lines, hierarchical / local | [`Memory::events`] |
@@ -197,7 +198,11 @@ impl Reporter {
     /// [`MEMORY_FILES`] if a memory controller is alive, then
     /// `<name>.stat` and `<name>.stat.local` per controller.
     pub fn files(&self) -> Vec<String> {
-        let mut out = vec!["cpu.max".to_owned()];
+        let mut out = vec![
+            "cpu.max".to_owned(),
+            "cpu.pressure".to_owned(),
+            "memory.pressure".to_owned(),
+        ];
         if self.memory().is_some() {
             out.extend(MEMORY_FILES.iter().map(|s| s.to_string()));
         }
@@ -235,6 +240,12 @@ impl Reporter {
         self.check_engine(group)?;
         if file == "cpu.max" {
             return Ok(format!("{}\n", group.cpu_max()));
+        }
+        if file == "cpu.pressure" {
+            return Ok(group.pressure(crate::group::PressureKind::Cpu));
+        }
+        if file == "memory.pressure" {
+            return Ok(group.pressure(crate::group::PressureKind::Memory));
         }
         if let Some(which) = file.strip_prefix("memory.") {
             if MEMORY_FILES.contains(&file) {

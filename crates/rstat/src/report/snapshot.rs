@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use super::{mem_err, Reporter};
 use crate::controller::ControllerHandle;
 use crate::error::Result;
-use crate::group::{CpuMaxStat, Group};
+use crate::group::{CpuMaxStat, Group, PressureKind, PressureTotals};
 use crate::memory::{Limit, Memory, MemoryError, MemoryEvents};
 use crate::page_counter::PAGE_COUNTER_MAX;
 
@@ -74,6 +74,12 @@ pub struct GroupSnapshot {
     /// ([`Group::set_cpu_max`]).
     #[cfg_attr(feature = "serde", serde(default))]
     pub cpu_max: Option<CpuMaxStat>,
+    /// `cpu.pressure` totals, once the group (or a descendant) stalled.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub cpu_pressure: Option<PressureTotals>,
+    /// `memory.pressure` totals, once the group (or a descendant) stalled.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub memory_pressure: Option<PressureTotals>,
 }
 
 /// A snapshot: every group of a subtree with its path, local and
@@ -220,6 +226,12 @@ impl Reading {
                     .collect(),
                 memory,
                 cpu_max: g.cpu_max().quota_us.map(|_| g.cpu_max_stat()),
+                cpu_pressure: g
+                    .has_pressure()
+                    .then(|| g.pressure_totals(PressureKind::Cpu)),
+                memory_pressure: g
+                    .has_pressure()
+                    .then(|| g.pressure_totals(PressureKind::Memory)),
             })
             .collect();
         Ok(Snapshot {
