@@ -107,6 +107,7 @@ impl From<::rstat::Error> for CError {
             E::NotFound { .. } | E::UnknownStatName { .. } | E::UnknownFile { .. } => RSTAT_ENOENT,
             E::HasChildren { .. } => RSTAT_EBUSY,
             E::Removed { .. } => RSTAT_ENODEV,
+            E::Killed { .. } => RSTAT_ENOMEM,
             E::RootNotRemovable => RSTAT_EPERM,
             E::TooManyControllers { .. } | E::TooManyExtensions { .. } => RSTAT_ENOSPC,
             E::InvalidController { .. }

@@ -89,6 +89,11 @@ enum Source {
     /// `cpu.pressure` / `memory.pressure` totals (`full` if true).
     CpuPressure(bool),
     MemPressure(bool),
+    /// `cpu.max`'s quota and period, seconds (groups with a quota).
+    CpuMaxQuota,
+    CpuMaxPeriod,
+    /// 1 for a killed group (no sample for the others).
+    Killed,
 }
 
 #[derive(Debug)]
@@ -262,6 +267,45 @@ pub(crate) fn families(snap: &Snapshot, naming: &Naming, taken: &[&str]) -> (Vec
                 &mut out,
             );
         }
+    }
+    if snap.groups.iter().any(|g| g.cpu_max_limit.is_some()) {
+        for (stem, help, source) in [
+            (
+                "rstat_cpu_max_quota",
+                "cpu.max: run time per period the group's scoped work may use",
+                Source::CpuMaxQuota,
+            ),
+            (
+                "rstat_cpu_max_period",
+                "cpu.max: its period",
+                Source::CpuMaxPeriod,
+            ),
+        ] {
+            push(
+                Family {
+                    stem: stem.to_owned(),
+                    help: help.to_owned(),
+                    unit: Some(Unit::Seconds),
+                    kind: Kind::Gauge,
+                    source,
+                    scale: Scale::Micro,
+                },
+                &mut out,
+            );
+        }
+    }
+    if snap.groups.iter().any(|g| g.killed) {
+        push(
+            Family {
+                stem: "rstat_killed".to_owned(),
+                help: "1 for a group whose work was killed (Group::kill, an OOM kill); no sample for the others".to_owned(),
+                unit: None,
+                kind: Kind::Gauge,
+                source: Source::Killed,
+                scale: Scale::One,
+            },
+            &mut out,
+        );
     }
     // Pressure, for the groups that ever stalled (the kernel's PSI totals;
     // rates of these counters are the stalled shares).
@@ -472,6 +516,23 @@ impl ScrapeCollector {
                     counter(m, &labels, CounterValue::Int(mem.events.get(ev)))?;
                 }
                 Ok(())
+            }
+            Source::CpuMaxQuota | Source::CpuMaxPeriod => {
+                let Some(c) = g.cpu_max_limit else {
+                    return Ok(());
+                };
+                let v = match f.source {
+                    Source::CpuMaxQuota => c.quota_us.unwrap_or(0),
+                    _ => c.period_us,
+                };
+                one(m, i64::try_from(v).unwrap_or(i64::MAX))
+            }
+            Source::Killed => {
+                if g.killed {
+                    one(m, 1)
+                } else {
+                    Ok(())
+                }
             }
             Source::CpuPressure(full) | Source::MemPressure(full) => {
                 let p = match f.source {

@@ -26,6 +26,9 @@
 //! |---|---|---|
 //! | `cpu.stat` `usage_usec`, `user_usec`, `system_usec` | `rstat_cpu_usage_seconds_total`, `rstat_cpu_user_seconds_total`, `rstat_cpu_system_seconds_total` | counter |
 //! | `cpu.stat` `nr_periods`, `nr_throttled`, `throttled_usec` (groups with a `cpu.max` quota only) | `rstat_cpu_nr_periods_total`, `rstat_cpu_nr_throttled_total`, `rstat_cpu_throttled_seconds_total` | counter |
+//! | `cpu.max` (groups with a quota only) | `rstat_cpu_max_quota_seconds`, `rstat_cpu_max_period_seconds` | gauge |
+//! | `cpu.pressure`, `memory.pressure` totals (groups that ever stalled) | `rstat_cpu_pressure_waiting_seconds_total` (some), `..._stalled_seconds_total` (full), and `rstat_memory_pressure_...` | counter |
+//! | killed ([`rstat::Group::kill`]; killed groups only) | `rstat_killed` (1) | gauge |
 //! | `memory.current`, `memory.peak` | `rstat_memory_current_bytes`, `rstat_memory_peak_bytes` | gauge |
 //! | `memory.max`/`high`/`low`/`min` | `rstat_memory_max_bytes`, ... (no sample when unlimited: the file's `max`) | gauge |
 //! | `memory.events` | `rstat_memory_events_total{event="low\|high\|max\|oom\|oom_kill"}` | counter |

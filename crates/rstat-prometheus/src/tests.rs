@@ -456,6 +456,20 @@ fn cpu_max_counts_are_exported_for_groups_with_a_quota() {
         assert!(has(&b, line), "missing {line:?} in\n{b}");
     }
     assert!(!b.contains("rstat_cpu_nr_periods_total{path=\"/\"}"), "{b}");
+    assert!(
+        has(&b, "rstat_cpu_max_quota_seconds{path=\"/tenant\"} 0.02"),
+        "{b}"
+    );
+    assert!(
+        has(&b, "rstat_cpu_max_period_seconds{path=\"/tenant\"} 0.1"),
+        "{b}"
+    );
+    // The kill state: a sample for killed groups only.
+    assert!(!b.contains("rstat_killed"), "{b}");
+    t.kill();
+    let b = Exporter::new(&rs).render(Format::OpenMetrics).unwrap().body;
+    assert!(has(&b, "rstat_killed{path=\"/tenant\"} 1"), "{b}");
+    assert!(!b.contains("rstat_killed{path=\"/\"}"), "{b}");
 }
 
 /// Pressure totals are exported for the groups that ever stalled.

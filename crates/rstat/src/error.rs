@@ -54,6 +54,12 @@ pub enum Error {
         /// What is wrong, and the format.
         reason: String,
     },
+    /// The group's work was killed ([`Group::kill`](crate::Group::kill)):
+    /// it takes no new work ([`Group::try_enter`](crate::Group::try_enter)).
+    Killed {
+        /// Path of the group.
+        path: String,
+    },
     /// The group has been removed (it is offline).
     Removed {
         /// Path the group had, absolute (`/` for the root).
@@ -198,6 +204,10 @@ impl fmt::Display for Error {
             Error::InvalidCpuMax { input, reason } => {
                 write!(f, "invalid cpu.max {input:?}: {reason}")
             }
+            Error::Killed { path } => write!(
+                f,
+                "group {path:?} was killed (an OOM kill, or Group::kill) and takes no new work; run new work in a new group"
+            ),
             Error::Removed { path } => write!(
                 f,
                 "group {path:?} has been removed; its handle can still be read and updated, but it cannot gain children, be looked up from, or be removed again"

@@ -146,3 +146,62 @@ fn a_child_created_under_a_limited_group_is_limited() {
     }
     assert_eq!(polls, 1);
 }
+
+/// Bad input around kills: a killed group re-entered (`try_enter` says
+/// why; `enter` still enters, for work that must unwind there; a killable
+/// future made afterwards ends at once), and kills racing removals of
+/// the subtree (no panic, every group either killed or gone, nothing
+/// charged lost).
+#[test]
+fn killed_groups_refuse_new_work_and_kills_race_removals_safely() {
+    use rstat::Killed;
+    let rs = engine();
+    let t = rs.root().create_child("t").unwrap();
+    t.kill();
+    match t.try_enter() {
+        Err(Error::Killed { path }) => assert_eq!(path, "/t"),
+        other => panic!("a killed group took new work: {:?}", other.map(|_| ())),
+    }
+    {
+        let _in = t.enter();
+        assert!(rstat::attach::current_killed());
+    }
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut fut = pin!(t.killable(async { 1 }));
+    assert_eq!(
+        fut.as_mut().poll(&mut cx),
+        Poll::Ready(Err(Killed { path: "/t".into() }))
+    );
+
+    let counts = rs.register_counters("c", &["n"]).unwrap();
+    for round in 0..50 {
+        let p = rs.root().create_child(&format!("p{round}")).unwrap();
+        let kids: Vec<_> = (0..8)
+            .map(|i| p.create_child(&format!("k{i}")).unwrap())
+            .collect();
+        for k in &kids {
+            counts.add(k, 0, 1).unwrap();
+        }
+        std::thread::scope(|s| {
+            let killer = s.spawn(|| p.kill());
+            for k in &kids {
+                k.remove().unwrap();
+            }
+            let killed = killer.join().unwrap();
+            assert!((1..=9).contains(&killed), "{killed}");
+        });
+        assert!(p.is_killed());
+        for k in &kids {
+            // Removed before or after the kill reached it: either way
+            // gone, and a later kill changes nothing.
+            assert!(!k.is_online());
+            assert!(k.kill() <= 1);
+        }
+        assert_eq!(
+            counts.read_exact(&p).unwrap().get("n"),
+            Some(8),
+            "nothing lost"
+        );
+        p.remove().unwrap();
+    }
+}

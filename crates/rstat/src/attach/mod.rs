@@ -381,12 +381,19 @@ impl Group {
     }
 
     /// As [`enter`](Self::enter), but a removed group is an error
-    /// ([`Error::Removed`]) instead of entering its nearest live ancestor.
-    /// The group may still be removed while the guard lives (see the
-    /// [module docs](crate::attach)).
+    /// ([`Error::Removed`]) instead of entering its nearest live ancestor,
+    /// and so is a killed one ([`Error::Killed`]: [`Group::kill`] is
+    /// final, new work belongs in a new group; `enter` still enters it, for
+    /// work that must unwind inside it). The group may still be removed or
+    /// killed while the guard lives (see the [module docs](crate::attach)).
     pub fn try_enter(&self) -> Result<EnterGuard> {
         if !self.is_online() {
             return Err(Error::Removed {
+                path: self.inner().path(),
+            });
+        }
+        if self.is_killed() {
+            return Err(Error::Killed {
                 path: self.inner().path(),
             });
         }

@@ -64,6 +64,7 @@ pub const MAX_CPU_PERIOD_US: u64 = 1_000_000;
 /// A group's `cpu.max`: `quota_us` of run time per `period_us` (`None`:
 /// `max`, no limit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CpuMax {
     /// µs per period; `None` for no limit.
     pub quota_us: Option<u64>,

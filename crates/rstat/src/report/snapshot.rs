@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use super::{mem_err, Reporter};
 use crate::controller::ControllerHandle;
 use crate::error::Result;
-use crate::group::{CpuMaxStat, Group, PressureKind, PressureTotals};
+use crate::group::{CpuMax, CpuMaxStat, Group, PressureKind, PressureTotals};
 use crate::memory::{Limit, Memory, MemoryError, MemoryEvents};
 use crate::page_counter::PAGE_COUNTER_MAX;
 
@@ -74,6 +74,12 @@ pub struct GroupSnapshot {
     /// ([`Group::set_cpu_max`]).
     #[cfg_attr(feature = "serde", serde(default))]
     pub cpu_max: Option<CpuMaxStat>,
+    /// The group's `cpu.max`, when it has a quota.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub cpu_max_limit: Option<CpuMax>,
+    /// Killed ([`Group::kill`]).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub killed: bool,
     /// `cpu.pressure` totals, once the group (or a descendant) stalled.
     #[cfg_attr(feature = "serde", serde(default))]
     pub cpu_pressure: Option<PressureTotals>,
@@ -226,6 +232,8 @@ impl Reading {
                     .collect(),
                 memory,
                 cpu_max: g.cpu_max().quota_us.map(|_| g.cpu_max_stat()),
+                cpu_max_limit: Some(g.cpu_max()).filter(|m| m.quota_us.is_some()),
+                killed: g.is_killed(),
                 cpu_pressure: g
                     .has_pressure()
                     .then(|| g.pressure_totals(PressureKind::Cpu)),
