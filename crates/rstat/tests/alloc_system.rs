@@ -920,3 +920,47 @@ fn memory_high_holds_back_the_work_that_allocated_past_it() {
     drop(kept);
     drop((under, over));
 }
+
+/// Found in review: a killed group in `Enforce` mode refused its work's
+/// allocations even under its limit, so an infallible one aborted the
+/// process; a killed group's allocations succeed whatever the mode (its
+/// fallible charges fail). And a `memory.high` penalty of a scoped poll
+/// that completed is passed on to whoever polled it, not dropped.
+#[test]
+fn a_killed_groups_allocations_succeed_and_a_completed_polls_penalty_is_passed_on() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    let (rs, mem) = env();
+    let g = rs.root().create_child("killed-enforce").unwrap();
+    mem.write_limit(&g, Limit::Max, "64M").unwrap();
+    mem.set_heap_limit_mode(&g, HeapLimitMode::Enforce).unwrap();
+    g.kill();
+    mem.drain_stocks(&g).unwrap(); // the next charge goes to the page counter
+    let v = {
+        let _in = g.enter();
+        std::hint::black_box(vec![1u8; 1 << 20]) // infallible: would abort if refused
+    };
+    assert!(current(mem, &g) >= 1 << 20);
+    assert!(matches!(
+        mem.try_charge(&g, 10),
+        Err(rstat::memory::MemoryError::Killed { .. })
+    ));
+    drop(v);
+
+    let h = rs.root().create_child("high-ready").unwrap();
+    mem.write_limit(&h, Limit::High, "1M").unwrap();
+    let before = rstat::attach::pending_penalty();
+    let kept = {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut fut = std::pin::pin!(h.scope(async { std::hint::black_box(vec![1u8; 2 << 20]) }));
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => panic!("an async block without awaits completes"),
+        }
+    };
+    assert!(
+        rstat::attach::pending_penalty() > before,
+        "the completed poll's penalty was dropped"
+    );
+    drop(kept);
+}

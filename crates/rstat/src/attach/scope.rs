@@ -37,6 +37,9 @@ pub struct Scoped<F> {
     /// (ns; 0: not held): a `memory.high` penalty or a `cpu.max` deferral
     /// (module `throttle`).
     hold_until: u64,
+    /// The timer wake registered for `hold_until`, and with which waker
+    /// (so a held future polled again does not register again).
+    registered: Option<(u64, std::task::Waker)>,
     fut: F,
 }
 
@@ -105,19 +108,29 @@ impl<F: Future> Future for Scoped<F> {
         let limited = this.group.as_ref().is_some_and(Group::cpu_limited);
         if this.hold_until != 0 || limited {
             if let Some(until) = this.held(limited) {
-                throttle::wake_at(until, cx.waker());
-                return Poll::Pending;
+                let already = this
+                    .registered
+                    .as_ref()
+                    .is_some_and(|(d, w)| *d == until && w.will_wake(cx.waker()));
+                if already || throttle::wake_at(until, cx.waker()) {
+                    if !already {
+                        this.registered = Some((until, cx.waker().clone()));
+                    }
+                    return Poll::Pending;
+                }
+                // No timer thread: no hold (a hold no one would end).
+                this.hold_until = 0;
             }
         }
+        this.registered = None;
         let outer = throttle::take_penalty();
-        // A limited group's poll is charged its CPU time (the thread's
-        // clock: a system call each side, paid only under a `cpu.max`), so
-        // preemption of the worker does not count against the quota.
-        let t0 = if limited {
-            clock::thread_cpu_ns().unwrap_or(0)
-        } else {
-            0
-        };
+        // A timed poll (under a `cpu.max`, or inside one) reads the
+        // thread's CPU clock around it (a system call each side): a limited
+        // group is charged its poll's CPU time less what scoped polls
+        // nested in it were timed for (theirs go to their own groups), so
+        // preemption of the worker and nested work do not count against
+        // its quota.
+        let timing = throttle::timing_begin(limited);
         let level = this.group.as_ref().map(|g| {
             // SAFETY: `this.group` holds a reference for longer than the
             // level, which is dropped at the end of this poll.
@@ -126,19 +139,26 @@ impl<F: Future> Future for Scoped<F> {
         // SAFETY: as above, `fut` is structurally pinned.
         let out = unsafe { Pin::new_unchecked(&mut this.fut) }.poll(cx);
         drop(level);
-        if limited {
-            let t1 = clock::thread_cpu_ns().unwrap_or(0);
-            if let Some(g) = this.group.as_ref() {
-                g.cpu_consume(t1.saturating_sub(t0), clock::mono_ns());
+        if let Some(own) = throttle::timing_end(timing) {
+            if limited {
+                if let Some(g) = this.group.as_ref() {
+                    g.cpu_consume(own, clock::mono_ns());
+                }
             }
         }
         let mine = throttle::take_penalty();
         throttle::restore_penalty(outer);
-        if mine != 0 && out.is_pending() {
-            let now = clock::mono_ns();
-            this.hold_until = now.saturating_add(mine);
-            if let Some(g) = this.group.as_ref() {
-                g.record_stall(PressureKind::Memory, now, this.hold_until, false);
+        if mine != 0 {
+            if out.is_pending() {
+                let now = clock::mono_ns();
+                this.hold_until = now.saturating_add(mine);
+                if let Some(g) = this.group.as_ref() {
+                    g.record_stall(PressureKind::Memory, now, this.hold_until, false);
+                }
+            } else {
+                // Done: whoever polled it (an enclosing scope, or the
+                // thread at its next throttle point) pays.
+                throttle::restore_penalty(mine);
             }
         }
         out
@@ -178,6 +198,7 @@ impl Group {
         Scoped {
             group: Some(g.clone()),
             hold_until: 0,
+            registered: None,
             fut,
         }
     }
@@ -237,7 +258,10 @@ impl Group {
     /// ([`Group::kill`]; the memory controller's OOM kill in
     /// [`HeapLimitMode::Kill`](crate::memory::HeapLimitMode::Kill)): the
     /// future resolves to `Err(`[`Killed`]`)` at its next poll instead of
-    /// running on. Cost over [`scope`](Self::scope): one load per poll.
+    /// running on. The kill does not wake it: a future waiting for an
+    /// event that never comes stays pending (drop it, or wake its task).
+    /// Cost over [`scope`](Self::scope): the kill check per poll (one load
+    /// once killed, else a walk up the group's chain).
     ///
     /// ```
     /// use std::future::Future;
@@ -283,6 +307,7 @@ pub trait FutureExt: Future + Sized {
             None => Scoped {
                 group: None,
                 hold_until: 0,
+                registered: None,
                 fut: self,
             },
         }

@@ -16,8 +16,12 @@
 //!
 //! Both wake through one timer thread per process ("rstat-throttle",
 //! started at its first use), which sleeps until the earliest deadline and
-//! wakes the futures due. Nothing here stops a poll in the middle: the
-//! executor's other tasks run while a future is held.
+//! wakes the futures due; a held future polled again before its deadline
+//! registers no second wake. (If the thread cannot be started, nothing is
+//! held.) A task dropped while held stays referenced by its waker until
+//! the deadline (at most [`MAX_PENALTY`] or a period). Nothing here stops
+//! a poll in the middle: the executor's other tasks run while a future is
+//! held.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -30,6 +34,45 @@ use super::clock;
 thread_local! {
     /// Delay this thread's work owes, ns (no destructor, `const`).
     static PENALTY_NS: Cell<u64> = const { Cell::new(0) };
+    /// CPU ns the scoped polls nested in the current timed poll were
+    /// timed for; `u64::MAX` when no timed poll is running on this thread.
+    static NESTED_NS: Cell<u64> = const { Cell::new(u64::MAX) };
+}
+
+/// A timed poll in progress: (the enclosing poll's nested total, or
+/// `u64::MAX` if none; the thread's CPU clock at the start).
+pub(crate) struct Timing(u64, u64);
+
+/// Start timing a scoped poll if it is `limited` or nested in a timed one:
+/// `None` if it need not be timed.
+#[inline]
+pub(crate) fn timing_begin(limited: bool) -> Option<Timing> {
+    let outer = NESTED_NS.try_with(Cell::get).unwrap_or(u64::MAX);
+    if !limited && outer == u64::MAX {
+        return None;
+    }
+    let t0 = clock::thread_cpu_ns()?;
+    let _ = NESTED_NS.try_with(|c| c.set(0));
+    Some(Timing(outer, t0))
+}
+
+/// End a timed poll: its own CPU time (less its nested scoped polls'),
+/// and add its whole time to the enclosing timed poll's nested total.
+/// `None` if it was not timed or the clock failed.
+#[inline]
+pub(crate) fn timing_end(t: Option<Timing>) -> Option<u64> {
+    let Timing(outer, t0) = t?;
+    let nested = NESTED_NS.try_with(Cell::get).unwrap_or(0);
+    let t1 = clock::thread_cpu_ns();
+    let total = t1.map_or(0, |t1| t1.saturating_sub(t0));
+    let _ = NESTED_NS.try_with(|c| {
+        c.set(if outer == u64::MAX {
+            u64::MAX
+        } else {
+            outer.saturating_add(total)
+        })
+    });
+    t1.map(|_| total.saturating_sub(nested.min(total)))
 }
 
 /// The most one penalty holds a future or a thread back (the kernel's
@@ -97,12 +140,15 @@ struct Timer {
     due: BTreeMap<(u64, u64), Waker>,
     seq: u64,
     started: bool,
+    /// The thread could not be started: no holds in this process.
+    failed: bool,
 }
 
 static TIMER: Mutex<Timer> = Mutex::new(Timer {
     due: BTreeMap::new(),
     seq: 0,
     started: false,
+    failed: false,
 });
 static TICK: Condvar = Condvar::new();
 
@@ -110,21 +156,24 @@ fn lock() -> MutexGuard<'static, Timer> {
     TIMER.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Wake `waker` once the monotonic clock reaches `deadline` (ns).
-pub(crate) fn wake_at(deadline: u64, waker: &Waker) {
+/// Wake `waker` once the monotonic clock reaches `deadline` (ns). False
+/// if there is no timer thread (it could not be started): then nothing is
+/// registered, and the caller must not hold its future.
+pub(crate) fn wake_at(deadline: u64, waker: &Waker) -> bool {
     // The timer's memory is the crate's, not the polling group's.
     crate::sync::untracked(|| {
         let mut t = lock();
+        if t.failed {
+            return false;
+        }
         if !t.started {
             t.started = std::thread::Builder::new()
                 .name("rstat-throttle".into())
                 .spawn(run)
                 .is_ok();
             if !t.started {
-                // No timer thread: wake at once (the hold is then a yield).
-                drop(t);
-                waker.wake_by_ref();
-                return;
+                t.failed = true;
+                return false;
             }
         }
         let seq = t.seq;
@@ -135,6 +184,7 @@ pub(crate) fn wake_at(deadline: u64, waker: &Waker) {
         if first {
             TICK.notify_one();
         }
+        true
     })
 }
 

@@ -163,6 +163,7 @@ impl Builder {
                 nudge: Arc::default(),
             },
             zombies: AtomicUsize::new(0),
+            cpu_max_used: crate::sync::AtomicBool::new(false),
             next_group_id: AtomicU64::new(ROOT_GROUP_ID),
             removal_watchers: Mutex::new(Vec::new()),
             removal_watch_depth: AtomicUsize::new(0),

@@ -14,8 +14,10 @@
 //! spent has its poll deferred to the next period: the future returns
 //! pending and is woken at the period's start (`attach`'s throttle timer).
 //! A poll that overruns the quota leaves a debt the next periods pay
-//! first, as the kernel's runtime does, so the long-run share is the quota
-//! whatever the polls' length. The group's `cpu.stat` gains the kernel's
+//! first, so the long-run share is the quota whatever the polls' length;
+//! the debt is capped at one period of run time past the quota, so one
+//! very long poll defers the group for about a period, not for as long as
+//! it ran (the kernel bounds a thread's overrun by its tick). The group's `cpu.stat` gains the kernel's
 //! `nr_periods` (periods in which the group ran), `nr_throttled` (periods
 //! in which a poll was deferred) and `throttled_usec` (from each deferral
 //! to the period's end, once per period).
@@ -205,13 +207,19 @@ impl Bandwidth {
         let quota = self.quota_ns.load(Ordering::Relaxed);
         let pid = now / period;
         let old = self.period_id.load(Ordering::Relaxed);
-        if pid > old
+        // `pid < old` only after the period grew (`set_cpu_max` resets the
+        // id, but a poll may race it): start over in the new numbering.
+        if pid != old
             && self
                 .period_id
                 .compare_exchange(old, pid, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            let paid = quota.saturating_mul(pid - old);
+            let paid = if pid > old {
+                quota.saturating_mul(pid - old)
+            } else {
+                u64::MAX
+            };
             let mut cur = self.used_ns.load(Ordering::Relaxed);
             while let Err(c) = self.used_ns.compare_exchange_weak(
                 cur,
@@ -240,13 +248,22 @@ impl Group {
             reason,
         })?;
         let bw = &self.inner().bandwidth;
-        bw.period_ns
-            .store(max.period_us.saturating_mul(1000), Ordering::Relaxed);
+        let period = max.period_us.saturating_mul(1000);
+        bw.period_ns.store(period, Ordering::Relaxed);
         bw.quota_ns.store(
             max.quota_us.map_or(u64::MAX, |q| q.saturating_mul(1000)),
             Ordering::Relaxed,
         );
+        // A new setting starts a new account in its own period numbering
+        // (an old period id under a longer period would never roll over).
+        let now = crate::os::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+        bw.period_id.store(now / period.max(1), Ordering::Relaxed);
+        bw.used_ns.store(0, Ordering::Relaxed);
         if max.quota_us.is_some() {
+            self.inner()
+                .engine
+                .cpu_max_used
+                .store(true, Ordering::Relaxed);
             // Mark the subtree (module docs: as `kill` marks it).
             let mut todo = vec![self.clone()];
             while let Some(g) = todo.pop() {
@@ -285,10 +302,27 @@ impl Group {
     }
 
     /// Whether polls of this group are timed (it or an ancestor has had a
-    /// quota). One load.
+    /// quota). One load; in an engine where some group has a quota, a walk
+    /// up the chain for groups outside the marked subtrees.
     #[inline]
     pub(crate) fn cpu_limited(&self) -> bool {
-        self.inner().bandwidth.limited.load(Ordering::Relaxed)
+        let inner = self.inner();
+        inner.bandwidth.limited.load(Ordering::Relaxed)
+            || (inner.engine.cpu_max_used.load(Ordering::Relaxed) && self.quota_above())
+    }
+
+    /// Some ancestor has a quota (for a group outside the marked subtree:
+    /// removed before the quota was set). A walk up the chain.
+    #[cold]
+    fn quota_above(&self) -> bool {
+        let mut g = self.inner().parent.as_ref();
+        while let Some(cur) = g {
+            if cur.inner().bandwidth.quota_ns.load(Ordering::Relaxed) != u64::MAX {
+                return true;
+            }
+            g = cur.inner().parent.as_ref();
+        }
+        false
     }
 
     /// If this group or an ancestor has spent its quota for the period of
@@ -296,8 +330,14 @@ impl Group {
     /// end), counting the deferral.
     pub(crate) fn cpu_throttled_until(&self, now: u64) -> Option<u64> {
         let mut until = None::<u64>;
+        // Levels from this group up to the highest one whose quota is
+        // spent: every scoped poll below it waits (a full stall there),
+        // while above it other work runs.
+        let mut full_levels = 0usize;
+        let mut level = 0usize;
         let mut g = Some(self);
         while let Some(cur) = g {
+            level += 1;
             let bw = &cur.inner().bandwidth;
             if bw.quota_ns.load(Ordering::Relaxed) != u64::MAX {
                 let (pid, period, quota) = bw.roll(now);
@@ -309,14 +349,13 @@ impl Group {
                             .fetch_add(end.saturating_sub(now), Ordering::Relaxed);
                     }
                     until = Some(until.map_or(end, |u| u.max(end)));
+                    full_levels = level;
                 }
             }
             g = cur.inner().parent.as_ref();
         }
         if let Some(end) = until {
-            // Every scoped poll of this group waits for `end`: a full
-            // stall (module `pressure`), counted up the tree.
-            self.record_stall(super::PressureKind::Cpu, now, end, true);
+            self.record_stall_levels(super::PressureKind::Cpu, now, end, full_levels);
         }
         until
     }
@@ -328,8 +367,20 @@ impl Group {
         while let Some(cur) = g {
             let bw = &cur.inner().bandwidth;
             if bw.quota_ns.load(Ordering::Relaxed) != u64::MAX {
-                let (pid, _, _) = bw.roll(now);
-                bw.used_ns.fetch_add(ran, Ordering::Relaxed);
+                let (pid, period, quota) = bw.roll(now);
+                // Debt is capped at one period of run time past the quota:
+                // one very long poll defers the group for a period or so,
+                // not for as long as it ran.
+                let cap = quota.saturating_add(period);
+                let mut cur_used = bw.used_ns.load(Ordering::Relaxed);
+                while let Err(c) = bw.used_ns.compare_exchange_weak(
+                    cur_used,
+                    cur_used.saturating_add(ran).min(cap.max(cur_used)),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    cur_used = c;
+                }
                 if bw.ran_period.swap(pid, Ordering::Relaxed) != pid {
                     bw.nr_periods.fetch_add(1, Ordering::Relaxed);
                 }

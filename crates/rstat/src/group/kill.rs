@@ -64,11 +64,25 @@ impl std::error::Error for Killed {}
 pub(crate) type KillHook = Box<dyn FnOnce(&Group) + Send>;
 
 impl GroupInner {
-    /// Marked killed (this group or an ancestor, at or before its
-    /// creation). One load.
+    /// Killed: this group or an ancestor. One load when marked (the
+    /// common case after a kill), else a walk up the chain.
+    ///
+    /// The ancestors are checked too: a group removed from its parent's
+    /// children before the parent was killed is not in the marked subtree
+    /// (its work may still run, charged up the chain).
     #[inline]
     pub(crate) fn is_killed(&self) -> bool {
-        self.killed.load(Ordering::Acquire)
+        if self.killed.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut g = self.parent.as_ref();
+        while let Some(p) = g {
+            if p.inner().killed.load(Ordering::Acquire) {
+                return true;
+            }
+            g = p.inner().parent.as_ref();
+        }
+        false
     }
 }
 
@@ -91,21 +105,39 @@ impl Group {
                 let children = sync::lock(&inner.children);
                 todo.extend(children.values().copied().filter_map(Group::from_map));
             }
-            if !was {
+            if was {
+                g.drop_deferred();
+            } else {
                 killed.push(g);
             }
         }
         for g in &killed {
             let hooks = core::mem::take(&mut *sync::lock(&g.inner().kill_hooks));
             for hook in hooks {
-                hook(g);
+                // The memory controller kills from inside the global
+                // allocator, where an unwind must not escape: a hook that
+                // panics is reported and the others still run.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(g))).is_err() {
+                    eprintln!(
+                        "rstat: a kill hook of group {:?} panicked; the kill went on",
+                        g.path()
+                    );
+                }
             }
         }
-        killed.len()
+        let n = killed.len();
+        // Possibly the last references of groups being removed meanwhile:
+        // their release waits for a safe place (the kill may run inside
+        // the allocator).
+        for g in killed {
+            g.drop_deferred();
+        }
+        n
     }
 
     /// Whether this group's work was killed ([`kill`](Self::kill), of it
-    /// or of an ancestor). One load.
+    /// or of an ancestor, also one killed after this group was removed).
+    /// One load once marked, else a walk up the chain.
     #[inline]
     pub fn is_killed(&self) -> bool {
         self.inner().is_killed()
@@ -116,7 +148,12 @@ impl Group {
     /// was. Meant for a thread to learn it should stop (set a flag, wake a
     /// task, cancel a query): keep it short. When the memory controller
     /// kills, that thread is in the middle of an allocation: what the hook
-    /// allocates is not charged, and it must not wait for the killed work.
+    /// allocates is not charged, it must not wait for the killed work, and
+    /// it should not drop the last handle of a group (a panic is caught and
+    /// reported). A hook of a group killed through an ancestor runs when
+    /// the ancestor's kill reaches it in the subtree; a group removed
+    /// before that is killed (see [`is_killed`](Self::is_killed)) but its
+    /// hooks do not run.
     ///
     /// Hooks of a group removed before any kill are dropped with it.
     pub fn on_kill(&self, hook: impl FnOnce(&Group) + Send + 'static) {

@@ -6,8 +6,9 @@
 //!
 //! - **cpu**: the group (or an ancestor) spent its `cpu.max` quota, so
 //!   its scoped polls wait for the next period (`group::bandwidth`): from
-//!   the first deferral in a period to the period's end. Every scoped poll
-//!   of the group waits then, so this is both `some` and `full`.
+//!   a deferral to the period's end. Every scoped poll of the group, and of
+//!   the groups up to the one whose quota is spent, waits then, so there
+//!   it is both `some` and `full`; above that group only `some`.
 //! - **memory**: a scoped future held back, or a thread sleeping at
 //!   `throttle_point`, by a `memory.high` penalty; and the time an
 //!   allocation spent in the reclaimers and the drains of the over-limit
@@ -28,9 +29,12 @@
 //!
 //! The union is kept with one atomic "stalled until" per (group, kind):
 //! an interval adds the part of it past that mark, and moves the mark,
-//! with a compare-and-swap loop; intervals recorded out of order by more
-//! than their overlap count a little twice (a bound, not a guarantee of
-//! the union). The averages are under a mutex taken only by readers. The
+//! with a compare-and-swap loop; an interval that starts before the mark
+//! and ends after it counts only its part past the mark, so intervals
+//! recorded out of order may be under-counted, never counted twice. A
+//! stall is counted when it starts, for its whole announced length (a
+//! hold until a deadline), so `total` can run ahead of the time read by
+//! up to that length. The averages are under a mutex taken only by readers. The
 //! per-group state is made at its first stall, so a group that never
 //! stalls costs a pointer.
 
@@ -154,11 +158,28 @@ impl Group {
     /// stalled by `kind`'s limit over `[start, end)` (monotonic ns):
     /// `some`, and `full` too if `full`.
     pub(crate) fn record_stall(&self, kind: PressureKind, start: u64, end: u64, full: bool) {
+        self.record_stall_levels(kind, start, end, if full { usize::MAX } else { 0 });
+    }
+
+    /// [`record_stall`](Self::record_stall), counting `full` only in the
+    /// first `full_levels` groups of the chain (this group is the first):
+    /// above the group whose limit stalled everything below it, other
+    /// work runs, so there the stall is only `some`.
+    pub(crate) fn record_stall_levels(
+        &self,
+        kind: PressureKind,
+        start: u64,
+        end: u64,
+        full_levels: usize,
+    ) {
         if end <= start {
             return;
         }
+        let mut level = 0usize;
         let mut g = Some(self);
         while let Some(cur) = g {
+            level += 1;
+            let full = level <= full_levels;
             // The crate's memory, not the stalled group's to pay.
             let p = crate::sync::untracked(|| cur.inner().pressure.get_or_init(Default::default));
             let r = p.resource(kind);

@@ -47,6 +47,11 @@ pub(crate) struct EngineInner {
     pub(crate) topo: Mutex<Topology>,
     /// Removed groups whose last reference has not been dropped yet.
     pub(crate) zombies: AtomicUsize,
+    /// Some group of this engine has had a `cpu.max` quota (module
+    /// `bandwidth`): polls of groups not marked limited then also look for
+    /// a quota up their chain (a group removed before the quota was set is
+    /// not in the marked subtree).
+    pub(crate) cpu_max_used: crate::sync::AtomicBool,
     /// The next group id ([`Group::id`]); ids are never reused.
     pub(crate) next_group_id: AtomicU64,
     /// Queues told of every group removal ([`Rstat::watch_removals`](crate::Rstat::watch_removals)).

@@ -294,7 +294,10 @@ impl Memory {
         // reclaimer: charge, forced if need be, and leave reclaim to a
         // later allocation.
         let held = crate::sync::locks_held();
-        let mode = if held {
+        // A killed group's work must be able to unwind: its allocations
+        // succeed whatever the mode (fallible charges outside the
+        // allocator fail instead).
+        let mode = if held || group.is_killed() {
             HeapLimitMode::Account
         } else {
             HeapLimitMode::from_u8(self.memcg(group)?.heap_mode.load(Ordering::Relaxed))

@@ -81,9 +81,12 @@ impl Memory {
                     OnOom::Kill => {
                         // The allocating work's group (and its subtree)
                         // stops at its next check; this charge goes
-                        // through so it can get there.
-                        t.group.kill();
-                        over_m.raise(MemoryEvent::OomKill);
+                        // through so it can get there. Never the root
+                        // (work in no group is charged there): forced only.
+                        // One oom_kill per kill, not per thread that saw it.
+                        if t.group.parent_ref().is_some() && t.group.kill() > 0 {
+                            over_m.raise(MemoryEvent::OomKill);
+                        }
                         self.force(t, n)
                     }
                     OnOom::Fail => {
