@@ -54,7 +54,7 @@ use core::fmt;
 
 use super::Group;
 use crate::error::{Error, Result};
-use crate::sync::{self, AtomicBool, AtomicU64, Ordering};
+use crate::sync::{self, AtomicU64, Ordering};
 
 /// The kernel's default `cpu.max` period, 100 ms.
 pub const DEFAULT_CPU_PERIOD_US: u64 = 100_000;
@@ -169,8 +169,6 @@ pub struct CpuMaxStat {
 
 /// The per-group state. `quota_ns` is `u64::MAX` for no limit.
 pub(crate) struct Bandwidth {
-    /// This group or an ancestor has (or had) a quota: its polls are timed.
-    pub(crate) limited: AtomicBool,
     quota_ns: AtomicU64,
     period_ns: AtomicU64,
     /// The period (now / period_ns) `used_ns` counts in.
@@ -185,9 +183,8 @@ pub(crate) struct Bandwidth {
 }
 
 impl Bandwidth {
-    pub(crate) fn new(limited: bool) -> Self {
+    pub(crate) fn new() -> Self {
         Bandwidth {
-            limited: AtomicBool::new(limited),
             quota_ns: AtomicU64::new(u64::MAX),
             period_ns: AtomicU64::new(DEFAULT_CPU_PERIOD_US * 1000),
             period_id: AtomicU64::new(0),
@@ -247,7 +244,13 @@ impl Group {
             input: max.to_string(),
             reason,
         })?;
-        let bw = &self.inner().bandwidth;
+        // Made at the first setting (most groups never have one), as the
+        // crate's memory.
+        let bw = crate::sync::untracked(|| {
+            self.inner()
+                .bandwidth
+                .get_or_init(|| Box::new(Bandwidth::new()))
+        });
         let period = max.period_us.saturating_mul(1000);
         bw.period_ns.store(period, Ordering::Relaxed);
         bw.quota_ns.store(
@@ -267,7 +270,7 @@ impl Group {
             // Mark the subtree (module docs: as `kill` marks it).
             let mut todo = vec![self.clone()];
             while let Some(g) = todo.pop() {
-                g.inner().bandwidth.limited.store(true, Ordering::Release);
+                g.inner().cpu_limited.store(true, Ordering::Release);
                 let children = sync::lock(&g.inner().children);
                 todo.extend(children.values().copied().filter_map(Group::from_map));
             }
@@ -283,7 +286,9 @@ impl Group {
 
     /// This group's `cpu.max`.
     pub fn cpu_max(&self) -> CpuMax {
-        let bw = &self.inner().bandwidth;
+        let Some(bw) = self.inner().bandwidth.get() else {
+            return CpuMax::default();
+        };
         let q = bw.quota_ns.load(Ordering::Relaxed);
         CpuMax {
             quota_us: (q != u64::MAX).then_some(q / 1000),
@@ -293,7 +298,9 @@ impl Group {
 
     /// This group's throttling counts.
     pub fn cpu_max_stat(&self) -> CpuMaxStat {
-        let bw = &self.inner().bandwidth;
+        let Some(bw) = self.inner().bandwidth.get() else {
+            return CpuMaxStat::default();
+        };
         CpuMaxStat {
             nr_periods: bw.nr_periods.load(Ordering::Relaxed),
             nr_throttled: bw.nr_throttled.load(Ordering::Relaxed),
@@ -307,7 +314,7 @@ impl Group {
     #[inline]
     pub(crate) fn cpu_limited(&self) -> bool {
         let inner = self.inner();
-        inner.bandwidth.limited.load(Ordering::Relaxed)
+        inner.cpu_limited.load(Ordering::Relaxed)
             || (inner.engine.cpu_max_used.load(Ordering::Relaxed) && self.quota_above())
     }
 
@@ -317,7 +324,12 @@ impl Group {
     fn quota_above(&self) -> bool {
         let mut g = self.inner().parent.as_ref();
         while let Some(cur) = g {
-            if cur.inner().bandwidth.quota_ns.load(Ordering::Relaxed) != u64::MAX {
+            if cur
+                .inner()
+                .bandwidth
+                .get()
+                .is_some_and(|bw| bw.quota_ns.load(Ordering::Relaxed) != u64::MAX)
+            {
                 return true;
             }
             g = cur.inner().parent.as_ref();
@@ -338,7 +350,10 @@ impl Group {
         let mut g = Some(self);
         while let Some(cur) = g {
             level += 1;
-            let bw = &cur.inner().bandwidth;
+            let Some(bw) = cur.inner().bandwidth.get() else {
+                g = cur.inner().parent.as_ref();
+                continue;
+            };
             if bw.quota_ns.load(Ordering::Relaxed) != u64::MAX {
                 let (pid, period, quota) = bw.roll(now);
                 if bw.used_ns.load(Ordering::Relaxed) >= quota {
@@ -365,7 +380,10 @@ impl Group {
     pub(crate) fn cpu_consume(&self, ran: u64, now: u64) {
         let mut g = Some(self);
         while let Some(cur) = g {
-            let bw = &cur.inner().bandwidth;
+            let Some(bw) = cur.inner().bandwidth.get() else {
+                g = cur.inner().parent.as_ref();
+                continue;
+            };
             if bw.quota_ns.load(Ordering::Relaxed) != u64::MAX {
                 let (pid, period, quota) = bw.roll(now);
                 // Debt is capped at one period of run time past the quota:

@@ -111,8 +111,15 @@ impl Group {
                 killed.push(g);
             }
         }
+        // Between the marks and the look at the hook lists: `on_kill` makes
+        // its list then looks at the mark, so with a full fence on both
+        // sides one of the two sees the other (no hook is left unrun).
+        sync::fence(Ordering::SeqCst);
         for g in &killed {
-            let hooks = core::mem::take(&mut *sync::lock(&g.inner().kill_hooks));
+            let hooks = match g.inner().kill_hooks.get() {
+                Some(h) => core::mem::take(&mut *sync::lock(h)),
+                None => Vec::new(),
+            };
             for hook in hooks {
                 // The memory controller kills from inside the global
                 // allocator, where an unwind must not escape: a hook that
@@ -158,7 +165,13 @@ impl Group {
     /// Hooks of a group removed before any kill are dropped with it.
     pub fn on_kill(&self, hook: impl FnOnce(&Group) + Send + 'static) {
         {
-            let mut hooks = sync::lock(&self.inner().kill_hooks);
+            let cell = self
+                .inner()
+                .kill_hooks
+                .get_or_init(|| Box::new(sync::Mutex::new(Vec::new())));
+            let mut hooks = sync::lock(cell);
+            // See `kill`: the list exists before the mark is looked at.
+            sync::fence(Ordering::SeqCst);
             // Checked under the hook lock: a kill marks first, then takes
             // the hooks under this lock, so a hook added after that take
             // sees the mark and runs here instead.

@@ -82,10 +82,13 @@ pub(crate) struct GroupInner {
     deferred_next: AtomicPtr<GroupInner>,
     /// Killed ([`Group::kill`], module `kill`): set once, never cleared.
     pub(crate) killed: AtomicBool,
-    /// Hooks to run when killed ([`Group::on_kill`]).
-    pub(crate) kill_hooks: Mutex<Vec<kill::KillHook>>,
-    /// `cpu.max` (module `bandwidth`).
-    pub(crate) bandwidth: bandwidth::Bandwidth,
+    /// Hooks to run when killed ([`Group::on_kill`]), made at the first.
+    pub(crate) kill_hooks: std::sync::OnceLock<Box<Mutex<Vec<kill::KillHook>>>>,
+    /// `cpu.max` (module `bandwidth`), made at the first setting.
+    pub(crate) bandwidth: std::sync::OnceLock<Box<bandwidth::Bandwidth>>,
+    /// This group or an ancestor has (or had) a `cpu.max` quota: its
+    /// scoped polls are timed (module `bandwidth`).
+    pub(crate) cpu_limited: AtomicBool,
     /// Stalls by limits (module `pressure`), made at the first.
     pub(crate) pressure: pressure::PressureCell,
 }
@@ -281,8 +284,9 @@ impl Group {
             ref_slots,
             deferred_next: AtomicPtr::new(core::ptr::null_mut()),
             killed: AtomicBool::new(false),
-            kill_hooks: Mutex::new(Vec::new()),
-            bandwidth: bandwidth::Bandwidth::new(false),
+            kill_hooks: std::sync::OnceLock::new(),
+            bandwidth: std::sync::OnceLock::new(),
+            cpu_limited: AtomicBool::new(false),
             pressure: Default::default(),
         });
         // The count starts at 1: the hierarchy's base reference, dropped
@@ -470,11 +474,7 @@ impl Group {
         }
         // Likewise for `cpu.max`'s mark (module `bandwidth`).
         if self.cpu_limited() {
-            child
-                .inner()
-                .bandwidth
-                .limited
-                .store(true, Ordering::Release);
+            child.inner().cpu_limited.store(true, Ordering::Release);
         }
         children.insert(name.into(), child.as_ptr());
         Ok(child)
