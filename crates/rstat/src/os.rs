@@ -22,6 +22,13 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
     secs.checked_mul(1_000_000_000)?.checked_add(nanos)
 }
 
+/// The monotonic clock in nanoseconds (the vDSO on Linux: no system
+/// call); 0 if the system refuses it (not seen on Linux).
+#[inline]
+pub(crate) fn mono_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
+}
+
 /// `(user, system)` CPU time in microseconds of `who` (`RUSAGE_SELF`:
 /// the process, exited threads included; `RUSAGE_THREAD`: the calling
 /// thread): one `getrusage` system call.

@@ -79,7 +79,7 @@ pub(crate) fn thread_cpu_ns() -> Option<u64> {
 /// system call); 0 if the system refuses it (not seen on Linux).
 #[inline]
 pub(crate) fn mono_ns() -> u64 {
-    crate::os::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
+    crate::os::mono_ns()
 }
 
 /// The id of the calling thread's CPU clock, readable from other threads

@@ -259,7 +259,7 @@ impl Group {
         );
         // A new setting starts a new account in its own period numbering
         // (an old period id under a longer period would never roll over).
-        let now = crate::os::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+        let now = crate::os::mono_ns();
         bw.period_id.store(now / period.max(1), Ordering::Relaxed);
         bw.used_ns.store(0, Ordering::Relaxed);
         if max.quota_us.is_some() {

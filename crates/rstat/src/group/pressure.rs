@@ -219,7 +219,7 @@ impl Group {
     /// full avg10=0.00 avg60=0.00 avg300=0.00 total=0
     /// ```
     pub fn pressure(&self, kind: PressureKind) -> String {
-        let now = crate::os::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+        let now = crate::os::mono_ns();
         let mut out = String::new();
         let (lines, totals) = match self.inner().pressure.get() {
             None => ([[0.0; 3]; 2], [0, 0]),

@@ -256,9 +256,9 @@ impl Memory {
             Err(PageCounterError::OverLimit { level, .. }) => {
                 // Draining, reclaiming, the OOM handler: a memory stall of
                 // the charging work (module `group::pressure`).
-                let t0 = crate::os::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+                let t0 = crate::os::mono_ns();
                 let r = self.charge_over_limit(&t, n, on_oom, cpu, level);
-                let t1 = crate::os::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+                let t1 = crate::os::mono_ns();
                 t.group
                     .record_stall(crate::group::PressureKind::Memory, t0, t1, false);
                 r?

@@ -100,11 +100,6 @@ pub const HIGH_PENALTY_AT_FULL_OVERAGE: std::time::Duration = std::time::Duratio
 /// [`HIGH_PENALTY_AT_FULL_OVERAGE`]. It runs once per refill of a stock
 /// batch, so the delay per byte allocated follows the overage whatever the
 /// object sizes. Never slept here, inside the allocator.
-/// The monotonic clock, ns (0 if unreadable).
-fn mono_ns() -> u64 {
-    crate::os::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
-}
-
 fn high_penalty(memcg: &MemCg) {
     let mut worst = 0.0f64;
     let mut m = Some(memcg);
@@ -338,11 +333,15 @@ impl Memory {
             (t, flags)
         };
         if flags.over_high && !held && !super::reclaim::in_reclaim() {
-            let t0 = mono_ns();
+            let t0 = crate::os::mono_ns();
             let _ = self.reclaim_high(&t.group);
             // Time in the reclaimers: a memory stall of the allocating work.
-            t.group
-                .record_stall(crate::group::PressureKind::Memory, t0, mono_ns(), false);
+            t.group.record_stall(
+                crate::group::PressureKind::Memory,
+                t0,
+                crate::os::mono_ns(),
+                false,
+            );
             high_penalty(&t.memcg);
         }
         Ok(t)
