@@ -40,7 +40,9 @@ pub(crate) use std::sync::atomic::{
     fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 #[cfg(not(rstat_loom))]
-pub(crate) use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
+pub(crate) use std::sync::{
+    Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
+};
 
 #[allow(unused_imports)]
 #[cfg(rstat_loom)]
@@ -48,7 +50,9 @@ pub(crate) use loom::sync::atomic::{
     fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 #[cfg(rstat_loom)]
-pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+pub(crate) use loom::sync::{
+    Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 #[cfg(rstat_loom)]
 pub(crate) use std::sync::TryLockError;
 
@@ -190,6 +194,69 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> Locked<'_, T> {
         Err(poisoned) => poisoned.into_inner(),
         #[cfg(rstat_loom)]
         Err(_) => panic!("loom mutex poisoned"),
+    })
+}
+
+/// A held read or write side of one of the crate's reader-writer locks,
+/// counted in this thread's [`locks_held`] while it lives (as [`Locked`]).
+pub(crate) struct RwHeld<G> {
+    guard: core::mem::ManuallyDrop<G>,
+}
+
+impl<G> RwHeld<G> {
+    fn new(g: G) -> Self {
+        held_add(1);
+        RwHeld {
+            guard: core::mem::ManuallyDrop::new(g),
+        }
+    }
+}
+
+impl<G: core::ops::Deref> core::ops::Deref for RwHeld<G> {
+    type Target = G::Target;
+    #[inline(always)]
+    fn deref(&self) -> &G::Target {
+        &self.guard
+    }
+}
+
+impl<G: core::ops::DerefMut> core::ops::DerefMut for RwHeld<G> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut G::Target {
+        &mut self.guard
+    }
+}
+
+impl<G> Drop for RwHeld<G> {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here.
+        unsafe { core::mem::ManuallyDrop::drop(&mut self.guard) };
+        held_add(-1);
+    }
+}
+
+/// Take the shared side of a reader-writer lock (poisoning recovered as
+/// in [`lock`]). Never take it twice on one thread: a writer waiting
+/// between the two would block the second forever.
+pub(crate) fn read<T>(l: &RwLock<T>) -> RwHeld<RwLockReadGuard<'_, T>> {
+    RwHeld::new(match l.read() {
+        Ok(g) => g,
+        #[cfg(not(rstat_loom))]
+        Err(poisoned) => poisoned.into_inner(),
+        #[cfg(rstat_loom)]
+        Err(_) => panic!("loom rwlock poisoned"),
+    })
+}
+
+/// Take the exclusive side of a reader-writer lock (poisoning recovered as
+/// in [`lock`]).
+pub(crate) fn write<T>(l: &RwLock<T>) -> RwHeld<RwLockWriteGuard<'_, T>> {
+    RwHeld::new(match l.write() {
+        Ok(g) => g,
+        #[cfg(not(rstat_loom))]
+        Err(poisoned) => poisoned.into_inner(),
+        #[cfg(rstat_loom)]
+        Err(_) => panic!("loom rwlock poisoned"),
     })
 }
 

@@ -92,3 +92,66 @@ fn model_threads_have_stable_distinct_cpu_ids() {
         assert_ne!(other, main);
     });
 }
+
+/// Creations and removals share the topology lock: a creation under a
+/// group racing that group's removal is ordered by the group's children
+/// lock. Either the child is made and the removal refuses (the group has
+/// a child), or the removal wins and the creation refuses (the group is
+/// removed): never a child under a removed group.
+#[test]
+fn a_removal_racing_a_child_creation_never_leaves_a_child_under_a_removed_group() {
+    loom::model(|| {
+        let rs = model_engine(1);
+        let p = rs.root().create_child("p").unwrap();
+        let t = {
+            let p = p.clone();
+            thread::spawn(move || p.create_child("c"))
+        };
+        let removed = p.remove();
+        let created = t.join().unwrap();
+        match (&removed, &created) {
+            (Ok(()), Err(rstat::Error::Removed { .. })) => {
+                assert!(!p.is_online());
+                assert!(p.children().is_empty());
+            }
+            (Err(rstat::Error::HasChildren { .. }), Ok(c)) => {
+                assert!(p.is_online() && c.is_online());
+                assert_eq!(p.children(), vec![c.clone()]);
+            }
+            other => panic!("creation and removal both or neither took effect: {other:?}"),
+        }
+    });
+}
+
+/// Two removals of one group through two handles: exactly one removes
+/// it, the other is told it is removed, and the group is a zombie once.
+#[test]
+fn two_racing_removals_of_one_group_remove_it_once() {
+    loom::model(|| {
+        let rs = model_engine(1);
+        let g = rs.root().create_child("g").unwrap();
+        let t = {
+            let g = g.clone();
+            thread::spawn(move || g.remove())
+        };
+        let here = g.remove();
+        let there = t.join().unwrap();
+        assert_eq!(
+            [here.is_ok(), there.is_ok()]
+                .iter()
+                .filter(|ok| **ok)
+                .count(),
+            1,
+            "{here:?} / {there:?}"
+        );
+        for r in [&here, &there] {
+            if let Err(e) = r {
+                assert!(matches!(e, rstat::Error::Removed { .. }), "{e:?}");
+            }
+        }
+        assert_eq!(rs.zombie_count(), 1);
+        drop(g);
+        assert_eq!(rs.zombie_count(), 0);
+        assert!(rs.root().children().is_empty());
+    });
+}

@@ -13,8 +13,14 @@
 //!   128-byte line), two controller states (192 B each: three cache lines,
 //!   aligned so updates and folds do not share one) with their totals,
 //!   published copies and update-path fields, two tree nodes (with their
-//!   group's id and release flag). Printed by the test; asserted <= 1,700 B
-//!   (the figure is in the test's output and BENCHMARKS.md).
+//!   group's id and release flag). The three cache-line-aligned objects
+//!   (the two controller states and the reference count's shared part)
+//!   each carry up to one alignment of slack: they are allocated at the
+//!   allocator's plain alignment and aligned by hand (`LineBox`), because
+//!   an aligned allocation is a much slower path in glibc's malloc and
+//!   group creation makes three. Printed by the test; asserted below
+//!   `CONSTANT_BOUND` (the figure is in the test's output and
+//!   BENCHMARKS.md).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -41,9 +47,10 @@ static A: Counting = Counting;
 
 /// The per-group heap outside the per-CPU arena (group, tables, one css
 /// per controller on its three lines, one tree node per domain with its
-/// flush stamp, name): natively about 1.65 KB for the engine below, and a
-/// little more under Miri, whose builds keep the simulated sections' state.
-const CONSTANT_BOUND: usize = 1800;
+/// flush stamp, name, and the line-aligned objects' slack): natively about
+/// 1.95 KB for the engine below, and a little more under Miri, whose builds
+/// keep the simulated sections' state.
+const CONSTANT_BOUND: usize = 2100;
 
 #[test]
 fn per_group_cost_is_per_cpu_bytes_times_cpus_plus_a_small_constant() {

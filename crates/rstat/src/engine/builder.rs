@@ -10,6 +10,7 @@ use super::{
 };
 use crate::controller::CounterSetController;
 use crate::error::Result;
+use crate::group::ext::ExtList;
 use crate::group::state::Topology;
 use crate::group::{EngineInner, Group};
 use crate::percpu::arena::Arena;
@@ -18,7 +19,7 @@ use crate::stat::pace::Clock;
 use crate::stat::policy::{check_pace, check_period, FlushPolicy};
 use crate::stat::tree::Pace;
 use crate::stat::update::UpdatePath;
-use crate::sync::{self, AtomicPtr, AtomicU64, AtomicUsize, Mutex};
+use crate::sync::{self, AtomicPtr, AtomicU64, AtomicUsize, Mutex, RwLock};
 
 /// Configures an [`Rstat`].
 #[derive(Clone, Debug)]
@@ -171,15 +172,15 @@ impl Builder {
             attached_cpu_us: core::array::from_fn(|_| AtomicU64::new(0)),
             deferred: AtomicPtr::new(core::ptr::null_mut()),
             arena: Mutex::new(Arena::new(nr_cpus)),
-            topo: Mutex::new(Topology {
+            topo: RwLock::new(Topology {
                 controllers: Vec::new(),
-                exts: Vec::new(),
                 domains: Vec::new(),
             }),
+            exts: ExtList::default(),
         });
         if self.unified {
             let d = inner.new_domain()?;
-            sync::lock(&inner.topo).domains.push(d);
+            sync::write(&inner.topo).domains.push(d);
         }
         let root = Group::new_group(&inner, None, "")?;
         let mut rs = Rstat {

@@ -224,7 +224,7 @@ impl Rstat {
             ));
         }
         let nr_stats = items.len();
-        let mut topo = sync::lock(&self.inner.topo);
+        let mut topo = sync::write(&self.inner.topo);
         if topo.controllers.iter().any(|c| *c.name == *name) {
             return Err(Error::ControllerExists { name });
         }
@@ -281,11 +281,11 @@ impl Rstat {
             name: name.clone(),
             reason: e.to_string(),
         })?;
-        let mut topo = sync::lock(&self.inner.topo);
-        if topo.exts.iter().any(|e| e.ext_name() == name) {
+        let topo = sync::write(&self.inner.topo);
+        if self.inner.exts.iter().any(|(_, e)| e.ext_name() == name) {
             return Err(Error::ExtensionExists { name });
         }
-        let id = topo.exts.len();
+        let id = self.inner.exts.len();
         if id >= MAX_EXTS {
             return Err(Error::TooManyExtensions { max: MAX_EXTS });
         }
@@ -296,7 +296,8 @@ impl Rstat {
             self.inner.attach_ext(g.inner(), id, &*erased);
             queue.extend(g.children());
         }
-        topo.exts.push(erased);
+        self.inner.exts.push(id, erased);
+        drop(topo);
         Ok(Ext::new(Arc::clone(&self.inner), id, imp))
     }
 
@@ -339,7 +340,7 @@ impl Rstat {
     /// [`Memory`](crate::memory::Memory) is registered) and user ones.
     /// Cost: the topology lock, three reference counts per controller.
     pub fn controllers(&self) -> Vec<ControllerHandle> {
-        sync::lock(&self.inner.topo)
+        sync::read(&self.inner.topo)
             .controllers
             .iter()
             .map(|c| {

@@ -25,9 +25,13 @@ pub const MAX_EXTS: usize = if cfg!(rstat_loom) { 2 } else { 8 };
 
 /// A subsystem's per-group state and lifecycle.
 ///
-/// The hooks run with the engine's topology lock held (create, offline) or
-/// during a group's final release; they must not create or remove groups
-/// or register anything, and must not panic.
+/// `create` and `online` run while the group is being created, under its
+/// parent's children lock and the shared side of the engine's topology
+/// lock; `offline` after its removal, `release` during its final release.
+/// Hooks of different groups may run at the same time on different
+/// threads (creations and removals under different parents do not wait
+/// for each other). They must not create or remove groups or register
+/// anything, and must not panic.
 pub trait GroupExt: Send + Sync + 'static {
     /// What each group carries.
     type State: Send + Sync + 'static;
@@ -65,6 +69,39 @@ pub trait GroupExt: Send + Sync + 'static {
 }
 
 /// The type-erased form the engine stores.
+/// An engine's registered extensions, in id order. Registration appends
+/// under the topology's write lock (so a group created meanwhile gets the
+/// new one's state, or is visited by the registration); everything else
+/// reads the list with no lock, which is sound because an extension, once
+/// in the list, stays there for the engine's life. A group's release and
+/// removal walk it this way, so they do not contend on the topology lock.
+#[derive(Default)]
+pub(crate) struct ExtList {
+    slots: [std::sync::OnceLock<Arc<dyn ErasedExt>>; MAX_EXTS],
+}
+
+impl ExtList {
+    /// The extensions registered so far, with their ids.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (usize, &Arc<dyn ErasedExt>)> {
+        self.slots
+            .iter()
+            .map_while(std::sync::OnceLock::get)
+            .enumerate()
+    }
+
+    /// How many are registered.
+    pub(crate) fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// Append `e` as extension `id` (`len()`, checked below [`MAX_EXTS`] by
+    /// the caller, who holds the topology's write lock).
+    pub(crate) fn push(&self, id: usize, e: Arc<dyn ErasedExt>) {
+        let set = self.slots.get(id).map(|s| s.set(e).is_ok());
+        debug_assert_eq!(set, Some(true), "extension {id} registered twice");
+    }
+}
+
 pub(crate) trait ErasedExt: Send + Sync {
     fn ext_name(&self) -> &str;
     /// The extension itself, for a layer above to find its own by type
@@ -185,9 +222,8 @@ impl EngineInner {
     /// engine alone, without the engine naming it. Cost: the topology lock
     /// and a scan of the extensions (at most [`MAX_EXTS`]).
     pub(crate) fn find_ext<E: GroupExt>(&self) -> Option<Arc<E>> {
-        crate::sync::lock(&self.topo)
-            .exts
+        self.exts
             .iter()
-            .find_map(|e| Arc::clone(e).into_any().downcast::<E>().ok())
+            .find_map(|(_, e)| Arc::clone(e).into_any().downcast::<E>().ok())
     }
 }

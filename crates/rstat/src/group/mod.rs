@@ -437,20 +437,25 @@ impl Group {
         self.inner().parent.clone()
     }
 
-    /// Create a child called `name`. Cost: the topology lock, one per-CPU
-    /// arena allocation per controller, per domain and for the reference
-    /// count, a few heap allocations.
+    /// Create a child called `name`. Cost: the topology lock's shared side
+    /// (creations and removals run side by side; only registering a
+    /// controller or extension excludes them), this group's children lock,
+    /// one per-CPU arena allocation per controller, per domain and for the
+    /// reference count, a few heap allocations.
     pub fn create_child(&self, name: &str) -> Result<Group> {
         validate_name(name)?;
         let engine = &self.inner().engine;
         release_deferred(engine);
-        let topo = sync::lock(&engine.topo);
+        let topo = sync::read(&engine.topo);
+        // Online is checked under the children lock, which `remove` holds
+        // while it takes this group offline: no child joins a removed
+        // group.
+        let mut children = sync::lock(&self.inner().children);
         if !self.is_online() {
             return Err(Error::Removed {
                 path: self.inner().path(),
             });
         }
-        let mut children = sync::lock(&self.inner().children);
         if children.contains_key(name) {
             return Err(Error::NameExists {
                 parent: self.inner().path(),
@@ -459,8 +464,8 @@ impl Group {
         }
         let child = Group::new_group(engine, Some(self.clone()), name)?;
         if let Err(e) = engine.attach(&topo, child.inner(), None) {
-            // Releasing `child` frees what was attached; its release takes
-            // the topology lock, so let go of it first.
+            // Releasing `child` frees what was attached (taking the arena
+            // and domain locks): let go of ours first.
             drop(children);
             drop(topo);
             child.abandon();
@@ -572,28 +577,43 @@ impl Group {
     /// the zombie itself return its totals; see
     /// [`ControllerHandle::add`](crate::ControllerHandle::add)); then its
     /// final release folds what is left into the parent and frees it.
-    /// Cost: the topology lock and a switch of its reference count to
-    /// atomic mode; no flush and no system call (a group nobody else holds
-    /// is released here, which flushes only the group itself).
+    /// Cost: the topology lock's shared side, this group's and its
+    /// parent's children locks (one after the other) and a switch of its
+    /// reference count to atomic mode; no flush and no system call (a
+    /// group nobody else holds is released here, which flushes only the
+    /// group itself).
     pub fn remove(&self) -> Result<()> {
         let Some(parent) = self.inner().parent.as_ref() else {
             return Err(Error::RootNotRemovable);
         };
         release_deferred(&self.inner().engine);
-        let topo = sync::lock(&self.inner().engine.topo);
-        if !self.is_online() {
-            return Err(Error::Removed {
-                path: self.inner().path(),
-            });
+        let topo = sync::read(&self.inner().engine.topo);
+        {
+            // Under this group's children lock, which `create_child` holds
+            // while it checks that this group is online and links a child:
+            // a group is taken offline only with no child, and gets none
+            // after. The swap makes one of two racing removals the remover.
+            let children = sync::lock(&self.inner().children);
+            if !self.is_online() {
+                return Err(Error::Removed {
+                    path: self.inner().path(),
+                });
+            }
+            if !children.is_empty() {
+                return Err(Error::HasChildren {
+                    path: self.inner().path(),
+                    children: children.len(),
+                });
+            }
+            if !self.inner().online.swap(false, Ordering::AcqRel) {
+                return Err(Error::Removed {
+                    path: self.inner().path(),
+                });
+            }
         }
-        let live = sync::lock(&self.inner().children).len();
-        if live > 0 {
-            return Err(Error::HasChildren {
-                path: self.inner().path(),
-                children: live,
-            });
-        }
-        self.inner().online.store(false, Ordering::Release);
+        // Not nested in ours: no path holds a parent's children lock while
+        // it takes a child's. Until this, lookups still find the offline
+        // group by name (and skip nothing: it is a zombie, reads go on).
         sync::lock(&parent.inner().children).remove(&self.inner().name);
         self.inner().engine.zombies.fetch_add(1, Ordering::Relaxed);
         drop(topo);
@@ -625,14 +645,19 @@ impl Group {
         }
         // Children first, through `remove` itself, so a concurrent `remove`
         // of the same group through another handle is serialised by the
-        // topology lock (one of the two gets `Removed`).
+        // group's children lock (one of the two gets `Removed`).
         for g in order.iter().rev() {
             if g.inner().parent.is_some() {
                 let _ = g.remove();
             }
         }
-        let topo = sync::lock(&self.inner().engine.topo);
-        let was_online = self.inner().online.swap(false, Ordering::AcqRel);
+        let topo = sync::write(&self.inner().engine.topo);
+        let was_online = {
+            // As in `remove`: under the children lock `create_child` checks
+            // online with.
+            let _children = sync::lock(&self.inner().children);
+            self.inner().online.swap(false, Ordering::AcqRel)
+        };
         if was_online {
             if let Err(e) = self.inner().refcnt.kill() {
                 debug_assert!(false, "the root was killed twice: {e}");

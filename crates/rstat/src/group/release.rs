@@ -27,8 +27,9 @@ impl GroupInner {
         for slot in self.css.iter() {
             let css = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
             if !css.is_null() {
-                // SAFETY: created by Box::into_raw at attach; unreachable now.
-                let css = unsafe { Box::from_raw(css) };
+                // SAFETY: created by LineBox::into_raw at attach; unreachable
+                // now.
+                let css = unsafe { crate::percpu::LineBox::from_raw(css) };
                 css.release_units();
                 // SAFETY: allocated from this arena; no reference remains.
                 unsafe { arena.free(css.stats) };
@@ -52,8 +53,7 @@ impl GroupInner {
     /// root (never removed; offline when its engine is dropped), its
     /// `root_offline` hook.
     pub(super) fn offline_exts(&self) {
-        let exts = sync::lock(&self.engine.topo).exts.clone();
-        for (id, e) in exts.iter().enumerate() {
+        for (id, e) in self.engine.exts.iter() {
             let s = self.tables().ext[id].load(Ordering::Acquire);
             if s.is_null() {
                 continue;
@@ -73,8 +73,7 @@ impl GroupInner {
 
     /// Final release of every extension's state: `release` hook, then drop.
     pub(super) fn release_exts(&self, tables: &GroupTables) {
-        let exts = sync::lock(&self.engine.topo).exts.clone();
-        for (id, e) in exts.iter().enumerate() {
+        for (id, e) in self.engine.exts.iter() {
             let s = tables.ext[id].swap(core::ptr::null_mut(), Ordering::AcqRel);
             if s.is_null() {
                 continue;

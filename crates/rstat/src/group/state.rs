@@ -8,21 +8,26 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::group::ext::ErasedExt;
+use crate::group::ext::{ErasedExt, ExtList};
 use crate::group::watch::RemovalQueue;
 use crate::group::{Group, GroupInner};
 use crate::percpu::arena::Arena;
+use crate::percpu::LineBox;
 use crate::stat::backlog::{BacklogHead, PcpuLinks};
 use crate::stat::css::{Css, StatSlot, EXTRA_SLOTS};
 use crate::stat::ops::{CtlEntry, NodeOwner};
 use crate::stat::policy::FlushPolicy;
 use crate::stat::tree::{Domain, Pace, TreeNode};
 use crate::stat::update::UpdatePath;
-use crate::sync::{self, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::sync::{self, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, RwLock, UnsafeCell};
 
+/// What registration changes: the controllers and their domains. Behind
+/// [`EngineInner::topo`], a reader-writer lock: registering takes it
+/// exclusively, and so does dropping the engine; creating, removing and
+/// releasing groups share it (they read which controllers and domains a
+/// group gets, and must not miss one registered meanwhile).
 pub(crate) struct Topology {
     pub(crate) controllers: Vec<Arc<CtlEntry>>,
-    pub(crate) exts: Vec<Arc<dyn ErasedExt>>,
     /// Boxed so their addresses stay put while the vector grows (css and
     /// nodes point at them); never removed before the engine.
     #[allow(clippy::vec_box)]
@@ -44,7 +49,9 @@ pub(crate) struct EngineInner {
     /// domain of the engine gets ([`Pace`]).
     pub(crate) pace: Pace,
     pub(crate) arena: Mutex<Arena>,
-    pub(crate) topo: Mutex<Topology>,
+    pub(crate) topo: RwLock<Topology>,
+    /// The registered extensions, read without a lock ([`ExtList`]).
+    pub(crate) exts: ExtList,
     /// Removed groups whose last reference has not been dropped yet.
     pub(crate) zombies: AtomicUsize,
     /// Some group of this engine has had a `cpu.max` quota (module
@@ -90,8 +97,7 @@ impl EngineInner {
     /// the topology lock.
     #[cfg_attr(rstat_loom, allow(dead_code))]
     pub(crate) fn run_ext_periodic(&self) {
-        let exts = crate::sync::lock(&self.topo).exts.clone();
-        for e in &exts {
+        for (_, e) in self.exts.iter() {
             e.periodic_erased();
         }
     }
@@ -107,7 +113,7 @@ impl EngineInner {
     /// says so given the ask.
     #[cfg_attr(rstat_loom, allow(dead_code))]
     fn flush_roots(&self, flush: impl Fn(bool) -> bool) {
-        let domains: Vec<*const Domain> = sync::lock(&self.topo)
+        let domains: Vec<*const Domain> = sync::read(&self.topo)
             .domains
             .iter()
             .map(|d| &**d as *const Domain)
@@ -133,7 +139,7 @@ impl EngineInner {
     }
 
     /// Create `g`'s state of extension `id` (parent's first; caller holds
-    /// the topology lock).
+    /// the topology lock, either side).
     pub(crate) fn attach_ext(&self, g: &GroupInner, id: usize, e: &dyn ErasedExt) {
         if !g.tables().ext[id].load(Ordering::Relaxed).is_null() {
             return;
@@ -151,7 +157,8 @@ impl EngineInner {
 
     /// Give `g` a node in every domain and a css for every controller (or
     /// only for `only`, when registering one). Caller holds the topology
-    /// lock; `g`'s parent is already attached.
+    /// lock (the shared side to create a group, the exclusive side to
+    /// register); `g`'s parent is already attached.
     pub(crate) fn attach(
         &self,
         topo: &Topology,
@@ -214,12 +221,12 @@ impl EngineInner {
             let stats =
                 arena.alloc::<StatSlot>(ctl.nr_stats + EXTRA_SLOTS, |_, _| StatSlot::default())?;
             // SAFETY: the node was installed above and lives with `g`.
-            let css = Box::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
-            g.css[ctl.id].store(Box::into_raw(css), Ordering::Release);
+            let css = LineBox::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
+            g.css[ctl.id].store(LineBox::into_raw(css), Ordering::Release);
         }
         drop(arena);
         if only.is_none() {
-            for (id, e) in topo.exts.iter().enumerate() {
+            for (id, e) in self.exts.iter() {
                 self.attach_ext(g, id, &**e);
             }
         }

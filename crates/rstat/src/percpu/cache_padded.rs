@@ -83,3 +83,123 @@ impl<T: fmt::Debug> fmt::Debug for CachePadded<T> {
         self.0.fmt(f)
     }
 }
+
+/// A heap allocation of a value that must start a cache line (a
+/// [`CachePadded`] field, a `repr(align(64))` struct), made with the
+/// allocator's ordinary alignment and aligned by hand.
+///
+/// Why: a `Box` of such a type asks the allocator for a 64- or 128-byte
+/// alignment, which glibc's malloc serves through `posix_memalign`, a path
+/// several times slower than a plain `malloc` (it splits and frees the
+/// chunk's ends), and the engine makes a few such objects per group it
+/// creates. A `LineBox` asks for `size + align` bytes at the allocator's
+/// plain alignment instead, puts the value at the first aligned address
+/// past a header word, and keeps the allocation's start in that word.
+/// The cost is up to `align` bytes of slack per object.
+pub struct LineBox<T> {
+    ptr: core::ptr::NonNull<T>,
+    _owns: core::marker::PhantomData<T>,
+}
+
+// SAFETY: a `LineBox<T>` owns its `T` as a `Box<T>` does.
+unsafe impl<T: Send> Send for LineBox<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for LineBox<T> {}
+
+impl<T> LineBox<T> {
+    /// The plain alignment asked of the allocator (what `malloc` gives).
+    const BASE_ALIGN: usize = 16;
+
+    /// The allocation behind a value: `size_of::<T>() + align` bytes, so an
+    /// aligned address at least one header word past the start always fits.
+    fn layout() -> core::alloc::Layout {
+        let align = core::mem::align_of::<T>().max(Self::BASE_ALIGN);
+        let size = core::mem::size_of::<T>() + align;
+        match core::alloc::Layout::from_size_align(size, Self::BASE_ALIGN) {
+            Ok(l) => l,
+            Err(_) => panic!("LineBox: a type too large to allocate"),
+        }
+    }
+
+    /// Move `value` to the heap.
+    pub fn new(value: T) -> Self {
+        let layout = Self::layout();
+        // SAFETY: the layout's size is at least `align` > 0.
+        let base = unsafe { std::alloc::alloc(layout) };
+        if base.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        let align = core::mem::align_of::<T>().max(Self::BASE_ALIGN);
+        // The first aligned address at least a word past `base`: within
+        // `align` bytes of it (`base` is `BASE_ALIGN`-aligned), so the
+        // value ends inside the allocation.
+        let word = core::mem::size_of::<*mut u8>();
+        let off = (base as usize + word).next_multiple_of(align) - base as usize;
+        debug_assert!(off >= word && off <= align);
+        // SAFETY: `off + size_of::<T>() <= layout.size()` (above).
+        let at = unsafe { base.add(off) };
+        // SAFETY: `at - word .. at` lies in the allocation, past `base`;
+        // written unaligned-safe (it is word-aligned: `at` is a multiple of
+        // `align` ≥ 16).
+        unsafe { at.sub(word).cast::<*mut u8>().write(base) };
+        let ptr = at.cast::<T>();
+        // SAFETY: `ptr` is aligned for `T` and has room for it.
+        unsafe { ptr.write(value) };
+        LineBox {
+            // SAFETY: inside a non-null allocation.
+            ptr: unsafe { core::ptr::NonNull::new_unchecked(ptr) },
+            _owns: core::marker::PhantomData,
+        }
+    }
+
+    /// Give up ownership: the value stays where it is until
+    /// [`from_raw`](Self::from_raw) takes it back.
+    pub fn into_raw(b: Self) -> *mut T {
+        let p = b.ptr.as_ptr();
+        core::mem::forget(b);
+        p
+    }
+
+    /// Take back a value [`into_raw`](Self::into_raw) gave up.
+    ///
+    /// # Safety
+    /// `p` came from `LineBox::<T>::into_raw` and is taken back once.
+    pub unsafe fn from_raw(p: *mut T) -> Self {
+        LineBox {
+            // SAFETY: the caller's guarantee (non-null: it came from a box).
+            ptr: unsafe { core::ptr::NonNull::new_unchecked(p) },
+            _owns: core::marker::PhantomData,
+        }
+    }
+}
+
+impl<T> Deref for LineBox<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        // SAFETY: owned and initialised until drop.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T> Drop for LineBox<T> {
+    fn drop(&mut self) {
+        let at = self.ptr.as_ptr().cast::<u8>();
+        // SAFETY: `new` wrote the allocation's start one word before the
+        // value, and the value is ours to drop, once.
+        unsafe {
+            let base = at
+                .sub(core::mem::size_of::<*mut u8>())
+                .cast::<*mut u8>()
+                .read();
+            core::ptr::drop_in_place(self.ptr.as_ptr());
+            std::alloc::dealloc(base, Self::layout());
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for LineBox<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}

@@ -8,5 +8,7 @@ pub mod cpu;
 pub(crate) mod rseq;
 #[cfg(all(test, not(rstat_loom)))]
 pub(crate) mod testing;
+#[cfg(test)]
+mod tests_line_box;
 
-pub use cache_padded::{CachePadded, CACHE_LINE};
+pub use cache_padded::{CachePadded, LineBox, CACHE_LINE};

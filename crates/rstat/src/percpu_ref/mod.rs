@@ -385,7 +385,7 @@ pub struct PercpuRef {
     rseq_off: isize,
     slots: Slots,
     /// The mutable state.
-    shared: Box<Shared>,
+    shared: crate::percpu::LineBox<Shared>,
 }
 
 impl PercpuRef {
@@ -468,7 +468,7 @@ impl PercpuRef {
         }
         // Relaxed: as the slot stores above.
         slots.set_gates(fast != FastPath::Locked && !atomic, Relaxed);
-        let shared = Box::new(Shared {
+        let shared = crate::percpu::LineBox::new(Shared {
             count: CachePadded::new(AtomicU64::new(word)),
             percpu_hint: AtomicBool::new(!atomic),
             #[cfg(any(rstat_loom, miri))]

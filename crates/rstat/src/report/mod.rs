@@ -182,7 +182,7 @@ impl Reporter {
     /// Every registered controller, in registration order.
     pub fn controllers(&self) -> Vec<ControllerHandle> {
         let engine = self.engine();
-        sync::lock(&engine.topo)
+        sync::read(&engine.topo)
             .controllers
             .iter()
             .map(|c| ControllerHandle::new(Arc::clone(engine), Arc::clone(c), self.root.clone()))
