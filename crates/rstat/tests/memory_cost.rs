@@ -21,6 +21,10 @@
 //!   group creation makes three. Printed by the test; asserted below
 //!   `CONSTANT_BOUND` (the figure is in the test's output and
 //!   BENCHMARKS.md).
+//!
+//! The memory controller is not registered here: its per-CPU charge stock
+//! (`rstat::memory::NR_STOCK` slots per CPU) belongs to the controller,
+//! not to a group, so it adds nothing per group.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};

@@ -115,28 +115,150 @@ fn refill_past_the_batch_empties_the_slot() {
     assert_eq!((mem.current(&g).unwrap(), mem.stocked(&g).unwrap()), (1, 1));
 }
 
+/// A CPU whose slots are all taken: each further group evicts exactly one
+/// stocked group (whose units go back to its page counter), so the CPU
+/// keeps `NR_STOCK` groups stocked, and no unit is lost or made.
 #[test]
-fn slots_are_evicted_round_robin() {
-    let (rs, mem) = setup(1, 4);
+fn a_full_stock_evicts_one_group_per_new_group() {
+    const BATCH: u64 = 4;
+    let (rs, mem) = setup(1, BATCH);
     let gs: Vec<Group> = (0..NR_STOCK + 2)
         .map(|i| rs.root().create_child(&format!("g{i}")).unwrap())
         .collect();
+    let stocked = |g: &Group| mem.stocked(g).unwrap();
     for g in &gs[..NR_STOCK] {
         mem.charge_raw_on_cpu(g, 1, OnOom::Fail, 0).unwrap();
-        assert_eq!(mem.stocked(g).unwrap(), 3);
+        assert_eq!(stocked(g), BATCH - 1);
     }
-    // No free slot: the 8th group evicts slot 0, the 9th slot 1.
     for (k, g) in gs[NR_STOCK..].iter().enumerate() {
+        let before: Vec<u64> = gs.iter().map(stocked).collect();
         mem.charge_raw_on_cpu(g, 1, OnOom::Fail, 0).unwrap();
-        assert_eq!(mem.stocked(g).unwrap(), 3);
-        assert_eq!(mem.stocked(&gs[k]).unwrap(), 0, "slot {k} evicted");
-        assert_eq!(mem.current(&gs[k]).unwrap(), 1, "its stock was uncharged");
+        assert_eq!(stocked(g), BATCH - 1, "the new group got a slot");
+        let evicted: Vec<usize> = (0..NR_STOCK + k)
+            .filter(|&j| before[j] > 0 && stocked(&gs[j]) == 0)
+            .collect();
+        assert_eq!(evicted.len(), 1, "exactly one group evicted: {evicted:?}");
+        let e = &gs[evicted[0]];
+        assert_eq!(mem.current(e).unwrap(), 1, "its stock was uncharged");
+        for (j, h) in gs[..NR_STOCK + k].iter().enumerate() {
+            if j != evicted[0] {
+                assert_eq!(stocked(h), before[j], "group {j} kept its stock");
+            }
+        }
+        let n = gs.iter().filter(|h| stocked(h) > 0).count();
+        assert_eq!(n, NR_STOCK, "stocked groups");
     }
-    assert_eq!(mem.stocked(&gs[2]).unwrap(), 3);
+    // Every group holds its unit; NR_STOCK of them also a stocked batch
+    // less one.
     assert_eq!(
         mem.current(rs.root()).unwrap(),
-        (NR_STOCK as u64 + 2) + 3 * NR_STOCK as u64
+        (NR_STOCK as u64 + 2) + (BATCH - 1) * NR_STOCK as u64
     );
+    let total: u64 = gs.iter().map(stocked).sum();
+    assert_eq!(total, (BATCH - 1) * NR_STOCK as u64);
+    for g in &gs {
+        mem.uncharge_raw_on_cpu(g, 1, 0).unwrap();
+    }
+    mem.drain_stocks(rs.root()).unwrap();
+    assert_eq!(mem.current(rs.root()).unwrap(), 0);
+}
+
+/// A worker thread serving many tenants in turn on one CPU (a group per
+/// request, as a server's poll loop switches): while no more than
+/// `NR_STOCK` groups are active there, each keeps its slot, so after the
+/// first charge no charge or uncharge of any of them reaches a page
+/// counter, and no group's stock is evicted by another's.
+#[test]
+fn many_groups_taking_turns_on_one_cpu_keep_their_stock() {
+    const GROUPS: usize = 20;
+    const BATCH: u64 = 4;
+    let (rs, mem) = setup(1, BATCH);
+    let gs: Vec<Group> = (0..GROUPS)
+        .map(|i| rs.root().create_child(&format!("t{i}")).unwrap())
+        .collect();
+    let rounds = if cfg!(miri) { 3 } else { 50 };
+    for round in 0..rounds {
+        for g in &gs {
+            mem.charge_raw_on_cpu(g, 1, OnOom::Fail, 0).unwrap();
+        }
+        for (k, g) in gs.iter().enumerate() {
+            assert_eq!(
+                (mem.current(g).unwrap(), mem.stocked(g).unwrap()),
+                (BATCH, BATCH - 1),
+                "round {round}: tenant {k} lost its stock after its charge"
+            );
+        }
+        for g in &gs {
+            mem.uncharge_raw_on_cpu(g, 1, 0).unwrap();
+        }
+        for (k, g) in gs.iter().enumerate() {
+            let pc = mem.page_counter(g).unwrap();
+            assert_eq!(
+                (pc.usage(), pc.watermark(), mem.stocked(g).unwrap()),
+                (BATCH, BATCH, BATCH),
+                "round {round}: tenant {k} lost its stock after its uncharge"
+            );
+        }
+    }
+    assert_eq!(mem.drain_stocks(rs.root()).unwrap(), GROUPS as u64 * BATCH);
+    assert_eq!(mem.current(rs.root()).unwrap(), 0);
+}
+
+/// Two groups whose owner handles hash to the same preferred slot both
+/// get slots on one CPU (the second at the next index) and are both found
+/// there by every lookup: by group (explicit charges), by handle serial
+/// (the allocator's fast charge) and by handle address (its fast free);
+/// and the second is still found once the first's slot is emptied, past
+/// the hole at its preferred index.
+#[test]
+fn groups_with_the_same_preferred_slot_are_both_stocked_and_found() {
+    use super::memcg::MemCg;
+    use super::stock::Stocks;
+    const BATCH: u64 = 4;
+    let stocks = Stocks::new(1, BATCH, usize::MAX);
+    // Of NR_STOCK + 1 states, two share a preferred index (pigeonhole).
+    let ms: Vec<Arc<MemCg>> = (0..=NR_STOCK)
+        .map(|_| Arc::new(MemCg::new_in(None, 0, core::ptr::null())))
+        .collect();
+    let (a, b) = (0..ms.len())
+        .flat_map(|i| (i + 1..ms.len()).map(move |j| (i, j)))
+        .map(|(i, j)| (&ms[i], &ms[j]))
+        .find(|(a, b)| Stocks::preferred_slot(a) == Stocks::preferred_slot(b))
+        .expect("two of NR_STOCK + 1 share a preferred slot");
+    let home = Stocks::preferred_slot(a);
+    for m in [a, b] {
+        m.counter.charge(BATCH).unwrap();
+        stocks.refill(0, m, BATCH);
+    }
+    assert_eq!(stocks.slot_index(0, a), Some(home));
+    assert_eq!(stocks.slot_index(0, b), Some((home + 1) % NR_STOCK));
+    assert_eq!((stocks.stocked(a), stocks.stocked(b)), (BATCH, BATCH));
+    let find_all_ways = |m: &Arc<MemCg>| {
+        // By group: an explicit charge from the stock, given back.
+        assert!(stocks.consume(0, m, 1), "found by group");
+        stocks.refill(0, m, 1);
+        // By serial (with the handle's address as the start hint), then by
+        // address: the allocator's fast charge and free of one object.
+        let x = stocks
+            .heap_charge_fast(0, m.objcg_serial(), m.objcg().as_ptr(), 1, 0)
+            .expect("found by serial");
+        assert_eq!(x, m.objcg());
+        assert!(
+            stocks.heap_uncharge_fast(0, x.as_ptr(), 1, 0),
+            "found by key"
+        );
+        assert_eq!(stocks.stocked(m), BATCH);
+        assert_eq!(m.counter.usage(), BATCH, "nothing went to the counter");
+    };
+    find_all_ways(a);
+    find_all_ways(b);
+    // Empty `a`'s slot: a hole at `b`'s preferred index.
+    assert_eq!(stocks.drain(|m| core::ptr::eq(m, &**a)), BATCH);
+    assert_eq!(stocks.slot_index(0, a), None);
+    assert_eq!(stocks.slot_index(0, b), Some((home + 1) % NR_STOCK));
+    find_all_ways(b);
+    assert_eq!(stocks.drain(|_| true), BATCH);
+    assert_eq!((a.counter.usage(), b.counter.usage()), (0, 0));
 }
 
 /// The stock's overcharge: units charged to a group that no caller holds

@@ -217,13 +217,14 @@ fn fast_charge_and_free_racing_removal() {
         // ...and the unit charged given back into the stock: 2 stocked.
         uncharge_memcg(&shared.stocks, &m, 0, 1);
         assert_eq!(shared.stocks.stocked(&m), 2);
-        let serial = m.objcg_serial();
+        let (serial, hint) = (m.objcg_serial(), m.objcg().as_ptr().addr());
         let t = {
             let (shared, root, m) = (Arc::clone(&shared), Arc::clone(&root), Arc::clone(&m));
             loom::thread::spawn(move || {
                 // The allocation: the fast path, or (no slot: removed) none
                 // at all in this model.
-                let Some(x) = shared.stocks.heap_charge_fast(0, serial, 1, 0) else {
+                let hint = core::ptr::without_provenance(hint);
+                let Some(x) = shared.stocks.heap_charge_fast(0, serial, hint, 1, 0) else {
                     return;
                 };
                 // The free.
@@ -279,7 +280,7 @@ fn fast_charge_never_takes_a_slot_of_a_handle_at_a_reused_address() {
             loom::thread::spawn(move || {
                 shared
                     .stocks
-                    .heap_charge_fast(0, serial, 1, 0)
+                    .heap_charge_fast(0, serial, core::ptr::without_provenance(g_addr), 1, 0)
                     .map(|x| x.as_ptr().addr())
             })
         };

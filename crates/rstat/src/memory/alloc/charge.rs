@@ -42,6 +42,10 @@ struct ChargeCache {
     /// itself is found through this CPU's stock slot carrying it: its
     /// address alone could be another handle's by now).
     serial: u64,
+    /// That handle's address: only a hint of where its slot sits in the
+    /// stock (the probe starts at its preferred index), never dereferenced
+    /// nor compared (the serial decides), so a stale one is harmless.
+    handle: *const ObjCg,
     /// The binding's stocks (which live as long as the binding: forever).
     stocks: *const Stocks,
 }
@@ -52,6 +56,7 @@ impl ChargeCache {
         group: core::ptr::null(),
         id: 0,
         serial: 0,
+        handle: core::ptr::null(),
         stocks: core::ptr::null(),
     };
 }
@@ -93,7 +98,13 @@ impl<A> Accounted<A> {
         // handle perhaps freed, only if no slot names it: see
         // `heap_charge_fast`).
         let stocks = unsafe { &*c.stocks };
-        stocks.heap_charge_fast(stocks.this_cpu(), c.serial, size as u64, overhead as u64)
+        stocks.heap_charge_fast(
+            stocks.this_cpu(),
+            c.serial,
+            c.handle,
+            size as u64,
+            overhead as u64,
+        )
     }
 
     /// Charge a new object of `size` bytes. `Ok(None)`: pass through;
@@ -160,6 +171,7 @@ impl<A> Accounted<A> {
                     id,
                     // SAFETY: the new object's reference keeps `x` live.
                     serial: unsafe { x.as_ref() }.serial(),
+                    handle: x.as_ptr(),
                     stocks: b.mem.stocks(),
                 })
             });

@@ -191,19 +191,21 @@
 //!
 //! An allocation on the fast path: three thread-local loads (the re-entry
 //! flag, the current group, the cache) and the binding, the group's id,
-//! one uncontended compare-and-swap on this CPU's stock lock, a scan of at
-//! most 7 slot keys, plain adds in the slot (units, the handle reference:
-//! a shared atomic add once per 64 objects; the stat deltas: the per-CPU
-//! stat adds once per 64 operations), the trailer store. A free on the
-//! fast path: the trailer and the handle's `stocks` field, the lock, the
-//! same scan and adds. So the fast path adds a cost of its own to each
-//! allocation and free, over the inner allocator's, that does not depend
-//! on the tree's depth; and since it writes lines of this CPU's stock
-//! (a shared line once per 64 objects), not lines every CPU writes, more
-//! threads allocating do not make it dearer, where an eager tracker's
-//! shared counters would. `rstat bench alloc` measures it against the
-//! inner allocator alone and an eager tracker; BENCHMARKS.md keeps the
-//! results. A stock miss: one atomic add per ancestor's usage. A group
+//! one uncontended compare-and-swap on this CPU's stock lock, a probe of
+//! the slot keys from the handle's preferred index (usually one key: see
+//! [`NR_STOCK`](crate::memory::NR_STOCK)), plain adds in the slot (units,
+//! the handle reference: a shared atomic add once per 64 objects; the
+//! stat deltas: the per-CPU stat adds once per 64 operations), the
+//! trailer store. A free on the fast path: the trailer and the handle's
+//! `stocks` field, the lock, the same probe and adds. So the fast path
+//! adds a cost of its own to each allocation and free, over the inner
+//! allocator's, that does not depend on the tree's depth; and since it
+//! writes lines of this CPU's stock (a shared line once per 64 objects),
+//! not lines every CPU writes, more threads allocating do not make it
+//! dearer, where an eager tracker's shared counters would. `rstat bench
+//! alloc` measures it against the inner allocator alone and an eager
+//! tracker; BENCHMARKS.md keeps the results. A stock miss: a probe of
+//! every slot key, then one atomic add per ancestor's usage. A group
 //! removal: every CPU's stock lock once (the drain it makes anyway doubles
 //! as the handles' grace period, see `memory::objcg`).
 //! Drift: at quiescent points, a group's `memory.current` exceeds its live

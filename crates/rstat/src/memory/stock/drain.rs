@@ -88,6 +88,19 @@ impl Stocks {
         });
     }
 
+    /// The preferred slot index of `memcg` (tests of the lookup).
+    #[cfg(all(test, not(rstat_loom)))]
+    pub(crate) fn preferred_slot(memcg: &MemCg) -> usize {
+        super::slots::preferred(memcg.objcg().as_ptr())
+    }
+
+    /// The index of `memcg`'s slot on CPU `cpu`, if it has one (tests of
+    /// the lookup).
+    #[cfg(all(test, not(rstat_loom)))]
+    pub(crate) fn slot_index(&self, cpu: usize, memcg: &MemCg) -> Option<usize> {
+        self.cpus[cpu].lock().with(|s| s.find(memcg))
+    }
+
     /// Units of `memcg` in all stocks. Takes every CPU's lock in turn.
     pub(crate) fn stocked(&self, memcg: &MemCg) -> u64 {
         let mut total = 0u64;

@@ -66,9 +66,11 @@ impl Stocks {
 
     /// The accounting allocator's fast charge of one object to the group
     /// whose owner handle has serial `serial` (a handle the caller
-    /// remembers but holds no reference on): if CPU `cpu`'s lock is free
-    /// and its stock has a slot for that handle with the units, take them
-    /// and one reference on the handle from it, and return the handle.
+    /// remembers but holds no reference on; `hint`: its address as the
+    /// caller last saw it, where the slot lookup starts): if CPU `cpu`'s
+    /// lock is free and its stock has a slot for that handle with the
+    /// units, take them and one reference on the handle from it, and
+    /// return the handle.
     /// `None` (nothing done) otherwise: the caller takes the full path.
     ///
     /// The slot's presence is the proof that the group's removal has not
@@ -78,17 +80,21 @@ impl Stocks {
     /// may be freed and a new group's handle made at its address, with a
     /// slot here, which an address would match (the loom model
     /// `fast_charge_never_takes_a_slot_of_a_handle_at_a_reused_address`).
+    /// So `hint` only picks the index the probe starts at (the handle's
+    /// preferred slot): it is neither compared nor dereferenced, and a
+    /// stale one costs a longer probe, never a wrong slot.
     #[inline(always)]
     pub(crate) fn heap_charge_fast(
         &self,
         cpu: usize,
         serial: u64,
+        hint: *const ObjCg,
         size: u64,
         overhead: u64,
     ) -> Option<NonNull<ObjCg>> {
         let mut h = self.cpus[cpu].try_lock()?;
         h.with(|s| {
-            let i = s.find_serial(serial)?;
+            let i = s.find_serial(serial, hint)?;
             // A slot's key is non-null (a handle's address).
             let x = NonNull::new(s.keys[i].cast_mut())?;
             s.heap_take_at(i, size, overhead).then_some(x)

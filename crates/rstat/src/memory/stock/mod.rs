@@ -5,6 +5,20 @@
 //! units already charged to the group's page counter (and so to every
 //! ancestor's) that no caller holds yet.
 //!
+//! **Many groups per CPU.** The kernel keeps 7 slots per CPU, since a CPU
+//! runs few cgroups between context switches. Here a worker thread
+//! switches groups at every poll (a tenant per request), so one CPU
+//! charges for as many groups as there are tenants at work, and a group
+//! without a slot pays the slow path twice (its charge goes up the page
+//! counters, and its new slot evicts another group's batch). So the stock
+//! has more slots (32), found by hashing: a slot's preferred index is a
+//! hash of its group's owner handle address, a new slot takes the first
+//! free index from there on, and a lookup probes from there. A hit usually
+//! costs one probe, whatever the slot count; a miss probes every slot, but
+//! then the page counters are next anyway. The price is memory: each
+//! CPU's stock grows with the slot count (per memory controller and CPU,
+//! not per group). Details at [`NR_STOCK`].
+//!
 //! - **consume**: a charge of `n ≤ batch` units to a group with at least
 //!   `n` units in this CPU's stock takes them from the slot. No page
 //!   counter is touched.
@@ -12,8 +26,8 @@
 //!   counter and stocks the surplus; an uncharge puts its units in the
 //!   stock instead of uncharging them. A slot that would hold more than
 //!   `batch` is emptied into its page counter (overflow); a group without a
-//!   slot takes a free one, or evicts one round-robin (its units are
-//!   uncharged).
+//!   slot takes a free one, or, with all `NR_STOCK` taken, evicts the next
+//!   index in round-robin order (its units are uncharged).
 //! - **drain**: empty chosen slots on every CPU into their page counters:
 //!   on `memory.max`/`memory.high` writes and under the limit before
 //!   reclaiming and before declaring OOM (a subtree's slots), and when a
@@ -33,9 +47,11 @@
 //! rather than wait when this CPU's is busy.
 //!
 //! **Overcharge bound.** A slot never holds more than `batch` units once
-//! its operation returns, and a group has at most one slot per CPU, so the
-//! units charged to a group's counter that no caller holds are at most
-//! `batch × nr_cpus` (plus the amounts of operations in flight). Draining
+//! its operation returns, and a group has at most one slot per CPU (a new
+//! slot is made only after a lookup over every slot missed), however many
+//! slots a CPU has, so the units charged to a group's counter that no
+//! caller holds are at most `batch × nr_cpus` (plus the amounts of
+//! operations in flight). Draining
 //! before OOM means a charge never fails because of them.
 //!
 //! **Idle stock.** Pre-charged units show in `memory.current` (as in the

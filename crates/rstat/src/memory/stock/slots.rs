@@ -12,8 +12,76 @@ use crate::memory::config::HeapStats;
 use crate::memory::memcg::MemCg;
 use crate::memory::objcg::ObjCg;
 
-/// Slots per CPU (the kernel's `NR_MEMCG_STOCK`); 2 under loom.
-pub const NR_STOCK: usize = if cfg!(rstat_loom) { 2 } else { 7 };
+/// Slots per CPU: how many groups one CPU's stock holds pre-charged units
+/// for at once; 2 under loom.
+///
+/// The kernel's stock (`NR_MEMCG_STOCK`) has 7, enough for the few
+/// cgroups a CPU runs between context switches. A userspace server's
+/// worker thread switches groups at every poll (a tenant per request), so
+/// one CPU sees as many groups as there are tenants at work; with fewer
+/// slots than that, most charges and frees miss, go up the page counters
+/// and evict another tenant's batch. With 32, a CPU serving up to 32
+/// groups in turn keeps every one of them stocked; past that, its groups
+/// share the slots (one evicted per new group, round-robin), and some
+/// charges take the slow path again.
+///
+/// **Lookup.** A slot's preferred index is a multiplicative hash of its
+/// group's owner handle address; a new slot takes the first free index
+/// from its preferred one on (wrapping), and a lookup probes from the
+/// preferred index on. A hit thus usually costs one probe whatever the
+/// slot count; a miss probes all `NR_STOCK` (a slot emptied later leaves
+/// a hole, so a lookup cannot stop at an empty index), but a miss goes to
+/// the page counters anyway.
+///
+/// **Memory.** Each CPU's stock grows with `NR_STOCK` (a slot is about
+/// ten words: the group, handle address and serial, units, handle
+/// references, stat deltas): per memory controller and CPU, not per
+/// group.
+pub const NR_STOCK: usize = if cfg!(rstat_loom) { 2 } else { 32 };
+
+/// Bits of a slot index (`NR_STOCK` is a power of two).
+const INDEX_BITS: u32 = NR_STOCK.trailing_zeros();
+
+const _: () = assert!(
+    NR_STOCK.is_power_of_two() && NR_STOCK >= 2,
+    "slot indices are the top bits of a hash"
+);
+const _: () = assert!(
+    NR_STOCK <= u32::BITS as usize,
+    "Slots::used has a bit per slot"
+);
+
+/// The preferred slot index of the group whose owner handle is at `x`: the
+/// top bits of the address times a 64-bit odd constant (2^64 over the
+/// golden ratio), which spreads the aligned, clustered addresses of heap
+/// blocks over the indices. Only the address is used; `x` is never
+/// dereferenced.
+#[inline(always)]
+pub(super) fn preferred(x: *const ObjCg) -> usize {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    ((x.addr() as u64).wrapping_mul(K) >> (u64::BITS - INDEX_BITS)) as usize
+}
+
+/// The first slot index, probing from `x`'s preferred index on
+/// (wrapping), that satisfies `hit`. The preferred index is tried inline
+/// (the common case: a hit costs the hash and one test); the rest of the
+/// probe is out of line.
+#[inline(always)]
+fn probe(x: *const ObjCg, hit: impl Fn(usize) -> bool) -> Option<usize> {
+    let h = preferred(x);
+    if hit(h) {
+        return Some(h);
+    }
+    probe_rest(h, hit)
+}
+
+/// [`probe`] past the preferred index `h`: the other `NR_STOCK - 1`.
+#[inline(never)]
+fn probe_rest(h: usize, hit: impl Fn(usize) -> bool) -> Option<usize> {
+    (1..NR_STOCK)
+        .map(|k| (h + k) & (NR_STOCK - 1))
+        .find(|&i| hit(i))
+}
 
 /// Heap operations a slot counts before adding its stat deltas to its
 /// group's items: a read through [`Memory::read`] or [`read_exact`] adds
@@ -60,15 +128,14 @@ pub(super) struct Slots {
     /// controller id (`usize::MAX`: none, in models), for those adds.
     pub(super) cpu: usize,
     pub(super) stat_ctl: usize,
-    /// The next slot to evict when none is free (round-robin).
+    /// The next slot index to evict when none is free (round-robin over
+    /// the indices; see [`new_slot`](Self::new_slot)).
     pub(super) next_evict: usize,
     /// Bit `i`: slot `i` was used (units taken or put) since the last
     /// idle pass ([`return_idle`](Self::return_idle)), which empties the
     /// slots whose bit is clear and clears the others'.
-    pub(super) used: u8,
+    pub(super) used: u32,
 }
-
-const _: () = assert!(NR_STOCK <= 8, "Slots::used has a bit per slot");
 
 impl Slots {
     /// An empty table for CPU `cpu`; `stat_ctl`: the memory controller's
@@ -89,24 +156,32 @@ impl Slots {
         }
     }
 
+    /// The slot of `memcg`, probing from its handle's preferred index
+    /// (one probe on a hit, unless it collided; all `NR_STOCK` on a miss).
     #[inline(always)]
     pub(super) fn find(&self, memcg: &MemCg) -> Option<usize> {
-        self.cached
-            .iter()
-            .position(|c| c.as_deref().is_some_and(|c| core::ptr::eq(c, memcg)))
+        probe(memcg.objcg().as_ptr(), |i| {
+            self.cached[i]
+                .as_deref()
+                .is_some_and(|c| core::ptr::eq(c, memcg))
+        })
     }
 
     /// The slot of the state whose owner handle is `x`.
     #[inline(always)]
     pub(super) fn find_key(&self, x: *const ObjCg) -> Option<usize> {
-        self.keys.iter().position(|&k| core::ptr::eq(k, x))
+        probe(x, |i| core::ptr::eq(self.keys[i], x))
     }
 
     /// The slot of the state whose owner handle has serial `serial` (not
-    /// 0).
+    /// 0). `hint`, the handle's address as the caller last knew it, only
+    /// says where to start probing: it is neither compared nor
+    /// dereferenced, so a stale one (the handle freed, its address reused
+    /// by another handle with a slot here) costs at most a longer probe and
+    /// never finds another handle's slot: the serial decides.
     #[inline(always)]
-    pub(super) fn find_serial(&self, serial: u64) -> Option<usize> {
-        self.serials.iter().position(|&k| k == serial)
+    pub(super) fn find_serial(&self, serial: u64, hint: *const ObjCg) -> Option<usize> {
+        probe(hint, |i| self.serials[i] == serial)
     }
 
     /// The allocator's charge of one object from slot `i`: its units and
@@ -208,8 +283,9 @@ impl Slots {
         self.cached[i].take().map(|m| Taken { memcg: m, nr, refs })
     }
 
-    /// The slot of `memcg`, made (a free one, or one evicted round-robin)
-    /// if it has none: its index and what was evicted.
+    /// The slot of `memcg`, made (the first free one from its preferred
+    /// index, or one evicted round-robin) if it has none: its index and
+    /// what was evicted.
     #[inline(always)]
     pub(super) fn slot_for(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
         if let Some(i) = self.find(memcg) {
@@ -237,10 +313,25 @@ impl Slots {
     }
 
     /// [`slot_for`](Self::slot_for) when `memcg` has no slot (kept out of
-    /// line).
+    /// line): the first free index probing from the handle's preferred
+    /// one, so that a lookup usually finds it at the first probe.
+    ///
+    /// With every slot taken, the slot at the next index in turn is
+    /// evicted (round-robin over the indices, whoever holds them), and the
+    /// new slot takes its index (not its preferred one: lookups probe every
+    /// index, so it is found all the same). Round-robin rather than a
+    /// clock: a clock (a second chance for slots used lately) would have to
+    /// clear the `used` bits it passes, and the idle pass would then empty
+    /// slots used since its previous round as idle; a second bitmask for
+    /// the clock would be one more write on every hit. Eviction happens
+    /// only with more than `NR_STOCK` groups active on one CPU. A new slot
+    /// is made only after a lookup over every index missed, so a group
+    /// still has at most one slot per CPU: the overcharge bound (module
+    /// docs) does not depend on the placement or the eviction order.
     #[inline(never)]
     fn new_slot(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
-        let (i, evicted) = match self.cached.iter().position(Option::is_none) {
+        let key = memcg.objcg().as_ptr();
+        let (i, evicted) = match probe(key, |i| self.cached[i].is_none()) {
             Some(i) => (i, None),
             None => {
                 let i = self.next_evict % NR_STOCK;
@@ -249,7 +340,7 @@ impl Slots {
             }
         };
         self.cached[i] = Some(Arc::clone(memcg));
-        self.keys[i] = memcg.objcg().as_ptr();
+        self.keys[i] = key;
         self.serials[i] = memcg.objcg_serial();
         self.used |= 1 << i;
         (i, evicted)
