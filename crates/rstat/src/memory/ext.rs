@@ -29,7 +29,7 @@ impl MemCg {
         // Takes every CPU's stock lock once: also the handles' grace period
         // (see `objcg`): after it, no free still uses this group through a
         // handle, and no charge still takes a reference through our base.
-        stocks.drain(|m| core::ptr::eq(m, self));
+        stocks.drain_one(self);
         self.counter.set_min(0);
         self.counter.set_low(0);
         // Reparent: what the group still holds stays in the parent (and
@@ -61,7 +61,7 @@ impl MemCg {
     pub(crate) fn root_offline(&self, shared: &Shared) {
         // Relaxed: the stock locks order it against refills (see `stock`).
         self.online.store(false, Ordering::Relaxed);
-        shared.stocks.drain(|m| core::ptr::eq(m, self));
+        shared.stocks.drain_one(self);
         shared.stocks.clear_over(self);
     }
 }
@@ -133,7 +133,7 @@ impl GroupExt for MemExt {
     fn release(&self, state: &Arc<MemCg>, _parent: Option<&Arc<MemCg>>) {
         // Offline groups were drained already and are never stocked again;
         // this is for the root (released with the engine).
-        self.shared.stocks.drain(|m| core::ptr::eq(m, &**state));
+        self.shared.stocks.drain_one(state);
         self.shared.stocks.clear_over(state);
     }
 

@@ -327,20 +327,12 @@ pub struct Totals {
 impl Totals {
     pub(crate) fn zeroed(n: usize) -> Self {
         Totals {
-            local: zeros(n),
-            hierarchical: zeros(n),
-            pending: zeros(n),
+            local: vec![0; n].into(),
+            hierarchical: vec![0; n].into(),
+            pending: vec![0; n].into(),
             overflows: 0,
         }
     }
-}
-
-/// `n` zeros in an allocation of their own, from a plain allocation and a
-/// fill: `vec![0; n]` asks for zeroed memory, which glibc serves through
-/// `calloc`, a slower path for the few words a css keeps per item (three
-/// per css, every group creation).
-fn zeros(n: usize) -> Box<[i64]> {
-    core::iter::repeat_n(0, n).collect()
 }
 
 /// A copy of one group's totals of one controller, as a read returns it:

@@ -37,6 +37,24 @@ impl Stocks {
         total
     }
 
+    /// [`drain`](Self::drain) of one group's slots: on every CPU, empty
+    /// `memcg`'s slot, found by its lookup (one probe when it has a slot
+    /// there, [`NR_STOCK`] when not) rather than by testing every slot.
+    /// What a group going offline (or the root, at its engine's drop) pays
+    /// per CPU. Returns the units uncharged.
+    pub(crate) fn drain_one(&self, memcg: &MemCg) -> u64 {
+        let mut total = 0u64;
+        for cpu in self.cpus.iter() {
+            let mut h = cpu.lock();
+            let t = h.with(|s| s.find(memcg).and_then(|i| s.take(i)));
+            drop(h);
+            if let Some(t) = t {
+                total = total.saturating_add(t.give_back());
+            }
+        }
+        total
+    }
+
     /// Return idle stock (the periodic flusher's pass, every
     /// [`DEFAULT_FLUSH_PERIOD`](crate::DEFAULT_FLUSH_PERIOD) by default):
     /// on every CPU, empty the slots not used since the previous pass into
