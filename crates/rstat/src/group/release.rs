@@ -24,8 +24,10 @@ impl GroupInner {
         // children: those would hold this group).
         tables.flush_nodes();
         let mut arena = sync::lock(&self.engine.arena);
+        // Loads, not locked swaps (one per possible controller and domain,
+        // most of them empty): nothing else reaches these slots now.
         for slot in self.css.iter() {
-            let css = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
+            let css = take_ptr(slot);
             if !css.is_null() {
                 // SAFETY: created by LineBox::into_raw at attach; unreachable
                 // now.
@@ -36,7 +38,7 @@ impl GroupInner {
             }
         }
         for slot in tables.nodes.iter() {
-            let node = slot.swap(core::ptr::null_mut(), Ordering::AcqRel);
+            let node = take_ptr(slot);
             if !node.is_null() {
                 // SAFETY: as above.
                 let node = unsafe { Box::from_raw(node) };
@@ -74,7 +76,7 @@ impl GroupInner {
     /// Final release of every extension's state: `release` hook, then drop.
     pub(super) fn release_exts(&self, tables: &GroupTables) {
         for (id, e) in self.engine.exts.iter() {
-            let s = tables.ext[id].swap(core::ptr::null_mut(), Ordering::AcqRel);
+            let s = take_ptr(&tables.ext[id]);
             if s.is_null() {
                 continue;
             }
@@ -89,6 +91,17 @@ impl GroupInner {
             }
         }
     }
+}
+
+/// Empty a slot of a group in its final release (no one else reaches the
+/// group): the pointer it held, null if none. A load, and a store only for
+/// a slot that held something.
+fn take_ptr<T>(slot: &crate::sync::AtomicPtr<T>) -> *mut T {
+    let p = slot.load(Ordering::Acquire);
+    if !p.is_null() {
+        slot.store(core::ptr::null_mut(), Ordering::Relaxed);
+    }
+    p
 }
 
 /// Release the group at `ptr` and give back its reference on its parent
