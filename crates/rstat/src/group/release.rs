@@ -7,6 +7,10 @@ use std::ptr::NonNull;
 
 use super::{Group, GroupInner, GroupTables};
 use crate::group::EngineInner;
+use crate::percpu::LineBox;
+use crate::stat::css::Css;
+use crate::stat::ops::MAX_CONTROLLERS;
+use crate::stat::tree::TreeNode;
 use crate::sync::{self, Ordering};
 
 impl GroupInner {
@@ -23,30 +27,42 @@ impl GroupInner {
         // these nodes, and it cuts them from every CPU's tree (they have no
         // children: those would hold this group).
         tables.flush_nodes();
-        let mut arena = sync::lock(&self.engine.arena);
         // Loads, not locked swaps (one per possible controller and domain,
         // most of them empty): nothing else reaches these slots now.
-        for slot in self.css.iter() {
-            let css = take_ptr(slot);
-            if !css.is_null() {
-                // SAFETY: created by LineBox::into_raw at attach; unreachable
-                // now.
-                let css = unsafe { crate::percpu::LineBox::from_raw(css) };
-                css.release_units();
-                // SAFETY: allocated from this arena; no reference remains.
-                unsafe { arena.free(css.stats) };
+        let mut css: [Option<LineBox<Css>>; MAX_CONTROLLERS] = Default::default();
+        for (slot, c) in self.css.iter().zip(css.iter_mut()) {
+            let p = take_ptr(slot);
+            if !p.is_null() {
+                // SAFETY: created by LineBox::into_raw at attach;
+                // unreachable now.
+                let b = unsafe { LineBox::from_raw(p) };
+                b.release_units();
+                *c = Some(b);
             }
         }
-        for slot in tables.nodes.iter() {
-            let node = take_ptr(slot);
-            if !node.is_null() {
-                // SAFETY: as above.
-                let node = unsafe { Box::from_raw(node) };
+        let mut nodes: [Option<Box<TreeNode>>; MAX_CONTROLLERS] = Default::default();
+        for (slot, n) in tables.nodes.iter().zip(nodes.iter_mut()) {
+            let p = take_ptr(slot);
+            if !p.is_null() {
                 // SAFETY: as above; drained and cut from every tree.
-                unsafe { arena.free(node.links) };
+                *n = Some(unsafe { Box::from_raw(p) });
             }
         }
-        drop(arena);
+        // The arena lock only for the arena's own work; the boxes are freed
+        // after it (creations on other threads wait for this lock).
+        {
+            let mut arena = sync::lock(&self.engine.arena);
+            for c in css.iter().flatten() {
+                // SAFETY: allocated from this arena; no reference remains.
+                unsafe { arena.free(c.stats) };
+            }
+            for n in nodes.iter().flatten() {
+                // SAFETY: as above.
+                unsafe { arena.free(n.links) };
+            }
+        }
+        drop(css);
+        drop(nodes);
         // SAFETY: allocated by Box with the group; nothing references it now.
         drop(unsafe { Box::from_raw(self.tables.as_ptr()) });
     }

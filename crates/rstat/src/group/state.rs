@@ -11,11 +11,11 @@ use crate::error::Result;
 use crate::group::ext::{ErasedExt, ExtList};
 use crate::group::watch::RemovalQueue;
 use crate::group::{Group, GroupInner};
-use crate::percpu::arena::Arena;
+use crate::percpu::arena::{Arena, PcpuPtr};
 use crate::percpu::LineBox;
 use crate::stat::backlog::{BacklogHead, PcpuLinks};
 use crate::stat::css::{Css, StatSlot, EXTRA_SLOTS};
-use crate::stat::ops::{CtlEntry, NodeOwner};
+use crate::stat::ops::{CtlEntry, NodeOwner, MAX_CONTROLLERS};
 use crate::stat::policy::FlushPolicy;
 use crate::stat::tree::{Domain, Pace, TreeNode};
 use crate::stat::update::UpdatePath;
@@ -165,33 +165,79 @@ impl EngineInner {
         g: &GroupInner,
         only: Option<&Arc<CtlEntry>>,
     ) -> Result<()> {
-        let mut arena = sync::lock(&self.arena);
-        for (i, domain) in topo.domains.iter().enumerate() {
-            if !g.tables().nodes[i].load(Ordering::Relaxed).is_null() {
-                continue;
+        let ctls: &[Arc<CtlEntry>] = match only {
+            Some(c) => core::slice::from_ref(c),
+            None => &topo.controllers,
+        };
+        // The domains that need a node, each with its node's allocation:
+        // the per-CPU links point back at their node, so its address is
+        // fixed (a raw allocation) before the links are built. Made before
+        // the arena lock, so that lock is held only for the arena's own
+        // work (creations on other threads wait for it).
+        let mut raw: [*mut core::mem::MaybeUninit<TreeNode>; MAX_CONTROLLERS] =
+            [core::ptr::null_mut(); MAX_CONTROLLERS];
+        for (i, r) in raw.iter_mut().enumerate().take(topo.domains.len()) {
+            if g.tables().nodes[i].load(Ordering::Relaxed).is_null() {
+                *r = Box::into_raw(Box::<TreeNode>::new_uninit());
             }
+        }
+        let free_raw = |raw: &[*mut core::mem::MaybeUninit<TreeNode>]| {
+            for &r in raw.iter().filter(|r| !r.is_null()) {
+                // SAFETY: from Box::into_raw above, uninitialised, not
+                // installed anywhere: freeing it drops nothing.
+                drop(unsafe { Box::from_raw(r) });
+            }
+        };
+        // Every per-CPU unit, in one hold of the arena lock: each new
+        // node's links, and each controller's stat slots (one per item,
+        // plus the pending-update counters `COUNTED`, `UPDATES`,
+        // `CONSUMED`). On a failure, what this call took goes back.
+        let mut links: [Option<PcpuPtr<PcpuLinks>>; MAX_CONTROLLERS] = [None; MAX_CONTROLLERS];
+        let mut stats: [Option<PcpuPtr<StatSlot>>; MAX_CONTROLLERS] = [None; MAX_CONTROLLERS];
+        {
+            let mut arena = sync::lock(&self.arena);
+            let mut taken = || -> core::result::Result<(), crate::percpu::arena::ArenaError> {
+                for (i, &r) in raw.iter().enumerate() {
+                    if !r.is_null() {
+                        let me = r.cast::<TreeNode>();
+                        links[i] = Some(arena.alloc::<PcpuLinks>(1, |_, _| PcpuLinks::new(me))?);
+                    }
+                }
+                for (k, ctl) in ctls.iter().enumerate() {
+                    stats[k] =
+                        Some(arena.alloc::<StatSlot>(ctl.nr_stats + EXTRA_SLOTS, |_, _| {
+                            StatSlot::default()
+                        })?);
+                }
+                Ok(())
+            };
+            if let Err(e) = taken() {
+                for l in links.iter_mut().filter_map(Option::take) {
+                    // SAFETY: allocated just above; nothing points at it.
+                    unsafe { arena.free(l) };
+                }
+                for st in stats.iter_mut().filter_map(Option::take) {
+                    // SAFETY: as above.
+                    unsafe { arena.free(st) };
+                }
+                drop(arena);
+                free_raw(&raw);
+                return Err(e.into());
+            }
+        }
+        for (i, domain) in topo.domains.iter().enumerate() {
+            let (r, Some(links)) = (raw[i], links[i]) else {
+                continue;
+            };
+            let me = r.cast::<TreeNode>();
             let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| {
                 p.inner().tables().nodes[i]
                     .load(Ordering::Relaxed)
                     .cast_const()
             });
-            // The per-CPU links point back at their node, so the node's
-            // address is fixed (a raw allocation) before either is built.
-            let raw: *mut core::mem::MaybeUninit<TreeNode> =
-                Box::into_raw(Box::<TreeNode>::new_uninit());
-            let me = raw.cast::<TreeNode>();
-            let links = match arena.alloc::<PcpuLinks>(1, |_, _| PcpuLinks::new(me)) {
-                Ok(l) => l,
-                Err(e) => {
-                    // SAFETY: `raw` came from Box::into_raw just above and is
-                    // uninitialised, so freeing it drops nothing.
-                    drop(unsafe { Box::from_raw(raw) });
-                    return Err(e.into());
-                }
-            };
-            // SAFETY: `raw` is a live, exclusively owned allocation.
+            // SAFETY: `r` is a live, exclusively owned allocation.
             unsafe {
-                (*raw).write(TreeNode {
+                (*r).write(TreeNode {
                     parent,
                     css: &g.css,
                     owner: g as &dyn NodeOwner,
@@ -207,24 +253,16 @@ impl EngineInner {
                 domain.root.store(me, Ordering::Release);
             }
         }
-        let ctls: &[Arc<CtlEntry>] = match only {
-            Some(c) => core::slice::from_ref(c),
-            None => &topo.controllers,
-        };
-        for ctl in ctls {
+        for (k, ctl) in ctls.iter().enumerate() {
+            let Some(stats) = stats[k] else { continue };
             let node = g.tables().nodes[ctl.domain_idx].load(Ordering::Relaxed);
             let parent = g.parent.as_ref().map_or(core::ptr::null(), |p| {
                 p.inner().css[ctl.id].load(Ordering::Relaxed).cast_const()
             });
-            // One slot per item, plus the pending-update counters
-            // (`COUNTED`, `UPDATES`, `CONSUMED`).
-            let stats =
-                arena.alloc::<StatSlot>(ctl.nr_stats + EXTRA_SLOTS, |_, _| StatSlot::default())?;
             // SAFETY: the node was installed above and lives with `g`.
             let css = LineBox::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
             g.css[ctl.id].store(LineBox::into_raw(css), Ordering::Release);
         }
-        drop(arena);
         if only.is_none() {
             for (id, e) in self.exts.iter() {
                 self.attach_ext(g, id, &**e);
