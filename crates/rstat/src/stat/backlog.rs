@@ -22,11 +22,19 @@
 //!
 //! A flusher, holding the domain lock (so it is the only consumer), first
 //! waits until no push is announced on the head, then takes the whole list
-//! with one swap and, for each node, saves its link, stores `OFF_LIST`
-//! (`SeqCst`), and hands the node to the tree builder. Once every CPU's
-//! list is drained it issues the heavy fence (`membarrier` on the rseq
-//! path; nothing more on the locked path), and only then reads stat slots,
-//! with `SeqCst` loads.
+//! with one swap and, for each node, saves its link, stores [`IN_TREE`]
+//! and hands the node to the tree builder. The node stays *on list* while
+//! it waits on the updated tree: updates to it do not push it again, so a
+//! flush of one subtree does not make every node it left on the tree come
+//! back through a backlog (and be drained again, one cache miss each, by
+//! the next flush). Once every CPU's list is drained, the flusher cuts the
+//! subtree it folds from each CPU's tree and stores `OFF_LIST` (`SeqCst`)
+//! in the nodes of it that are `IN_TREE` ([`unlist`]); then it issues the
+//! heavy fence (`membarrier` on the rseq path; nothing more on the locked
+//! path), and only then reads their stat slots, with `SeqCst` loads. So
+//! `OFF_LIST` is stored, as before, between the last moment the flush
+//! relies on an updater having seen the node on list and the flush's read
+//! of its slot.
 //!
 //! ## Why the flusher waits for announced pushes
 //!
@@ -91,8 +99,12 @@
 //! - The claim CAS is `SeqCst` (it is one of the accesses to `lnext` the
 //!   argument above orders); the `lnext` store before the push CAS is
 //!   `Release` for the previous point (a plain `mov` on x86-64).
-//! - `OFF_LIST` can only be stored by the (single) flusher after it has read
-//!   the link, so a node is never on two lists, and never twice on one.
+//! - `OFF_LIST` can only be stored by the (single) flusher, in a node it
+//!   took off its list (it is `IN_TREE` then: read back under the lock),
+//!   so a node is never on two lists, and never twice on one. An update
+//!   that sees `IN_TREE` leaves: the node is on the tree, and every flush
+//!   of a subtree holding it cuts it, stores `OFF_LIST` and then reads its
+//!   slot, the same store-buffering pair as above.
 //! - Liveness: the flusher waits for `pushing` to read 0, not for a given
 //!   set of pushes. Each announcement lasts a few instructions and is made
 //!   at most once per (node, CPU) per flush, so under any real load the
@@ -105,8 +117,15 @@ use core::ptr;
 use crate::stat::tree::TreeNode;
 use crate::sync::{self, AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 
-/// The value of `lnext` for a node on no backlog. Never dereferenced.
+/// The value of `lnext` for a node on no backlog and on no updated tree.
+/// Never dereferenced.
 pub(crate) const OFF_LIST: *mut PcpuLinks = ptr::without_provenance_mut(1);
+
+/// The value of `lnext` for a node a flush took off its backlog and put on
+/// the updated tree, not folded yet: still *on list* for updaters (not
+/// `OFF_LIST`, so they do not push it again). The flush that folds it
+/// stores `OFF_LIST` ([`unlist`]). Never dereferenced.
+pub(crate) const IN_TREE: *mut PcpuLinks = ptr::without_provenance_mut(2);
 
 /// One backlog per (domain, CPU), in the per-CPU arena: the list head and
 /// the count of announced pushes (see the module docs).
@@ -212,7 +231,8 @@ fn claim_and_push(links: &PcpuLinks, head: &BacklogHead) {
     head.pushing.fetch_sub(1, Ordering::Release);
 }
 
-/// Take every node off `head`, mark each off-list, and pass it to `f`.
+/// Take every node off `head`, mark each [`IN_TREE`], and pass it to `f`
+/// (which puts it on the updated tree).
 ///
 /// # Safety
 /// The caller holds the lock of the domain owning `head` (single consumer),
@@ -238,11 +258,35 @@ pub(crate) unsafe fn drain(head: &BacklogHead, mut f: impl FnMut(&PcpuLinks)) {
         // with.
         let l = unsafe { &*p };
         let next = l.lnext.load(Ordering::Relaxed);
-        debug_assert!(next != OFF_LIST, "a node on a backlog is marked off-list");
-        l.lnext.store(OFF_LIST, Ordering::SeqCst);
+        debug_assert!(
+            next != OFF_LIST && next != IN_TREE,
+            "a node on a backlog is marked off-list or in a tree"
+        );
+        // Relaxed: an updater that loads it only leaves (as for any value
+        // but `OFF_LIST`), and relies on nothing written before it; the
+        // flushes that store and read it hold the domain lock.
+        l.lnext.store(IN_TREE, Ordering::Relaxed);
         f(l);
         p = next;
     }
-    // The caller puts the heavy fence (`Domain::heavy_fence`) between these
-    // OFF_LIST stores and its first stat load.
+}
+
+/// A flush is about to fold the node of `l` (it cut it from the updated
+/// tree): mark it off-list if it is [`IN_TREE`], so the next update pushes
+/// it again. A node that is not `IN_TREE` is left alone: on the tree only
+/// as an ancestor of updated nodes (`OFF_LIST`), or pushed again since this
+/// flush drained the backlogs (its push is concurrent with this flush and
+/// goes to the next one).
+///
+/// # Safety
+/// The caller holds the lock of the domain owning `l`, and puts the heavy
+/// fence (`Domain::heavy_fence`) between these stores and its first stat
+/// load.
+pub(crate) unsafe fn unlist(l: &PcpuLinks) {
+    // Only flushes, under the lock, store `IN_TREE` and move a node off
+    // it; updaters only move `OFF_LIST` on: the load and the store need no
+    // compare-and-swap.
+    if l.lnext.load(Ordering::Relaxed) == IN_TREE {
+        l.lnext.store(OFF_LIST, Ordering::SeqCst);
+    }
 }

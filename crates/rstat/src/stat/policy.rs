@@ -119,9 +119,12 @@
 //! **The pace.** Under a steady stream of updates the unit threshold is
 //! crossed between almost any two reads of a busy group, and a read past
 //! it flushes as [`ControllerHandle::read_exact`] does. A flush of any
-//! subtree drains every CPU's whole backlog (every group updated since the
-//! last flush, anywhere in the tree), so a reader of many groups would pay
-//! for the whole stream once per group read. The read pace P
+//! subtree drains every CPU's backlog (each group first updated since it
+//! was last folded, anywhere in the tree: groups outside the subtree stay
+//! on the updated tree, on list, and are not pushed again) and folds the
+//! subtree's groups that changed, so a reader of many busy groups still
+//! pays for each group's changes, and a fence, once per group read. The
+//! read pace P
 //! ([`Builder::read_pace`]) bounds such reads in time instead, as the
 //! kernel's rate-limited memcg reads do: a flush stamps the root of the
 //! subtree it flushed with the time it *started* (`stat::pace`). A read

@@ -18,7 +18,8 @@
 //! The models guard the protocols' claims: dropping the flusher's wait for
 //! announced pushes (`backlog::drain`), the heavy half of the asymmetric
 //! fence (`Domain::heavy_fence`) or the on-list check's fence
-//! (`backlog::mark_updated`), stopping `link_updated`'s walk below the
+//! (`backlog::mark_updated`), marking folded nodes off-list after the
+//! fence or not at all (`backlog::unlist`), stopping `link_updated`'s walk below the
 //! parent, waking no `Coalesced` waiter, or leaving a panicked fold's node
 //! off the backlog (`fold::flush_user`) each makes at least one model fail.
 
@@ -452,6 +453,56 @@ fn an_update_that_happened_before_a_read_is_in_it() {
 #[test]
 fn an_update_that_happened_before_a_read_is_in_it_locked() {
     an_update_that_happened_before_a_read_is_in_it_on(UpdatePath::Locked);
+}
+
+/// (b'') A node a flush left on the updated tree stays on list: a flush of
+/// a sibling's subtree drains both nodes off the backlog but folds only the
+/// sibling, so `b` waits on the tree, marked in-tree, and an update to it
+/// does not push it again. That update, racing a read of `b` (whose flush
+/// cuts `b`, marks it off-list, fences and reads its slot), is in the read
+/// once it completed, and in the next read in any case.
+fn a_node_left_on_the_tree_is_flushed_with_its_late_updates_on(path: UpdatePath) {
+    loom::model(move || {
+        let mut m = Model::new(1, path);
+        let a = m.child(ROOT, "a");
+        let b = m.child(ROOT, "b");
+        m.add(a, 0, 1);
+        m.add(b, 0, 1);
+        // Drains both, folds `a` only: `b` is left on the tree.
+        assert_eq!(m.read_exact(a).local()[0], 1);
+        let w = Arc::new((m, AtomicBool::new(false)));
+        let reader = {
+            let w = Arc::clone(&w);
+            thread::spawn(move || {
+                let completed = w.1.load(Ordering::SeqCst);
+                let seen = w.0.read_exact(b).local()[0];
+                assert!(!completed || seen == 2, "completed update missing: {seen}");
+                seen
+            })
+        };
+        let updater = {
+            let w = Arc::clone(&w);
+            thread::spawn(move || {
+                w.0.add(b, 0, 1);
+                w.1.store(true, Ordering::SeqCst);
+            })
+        };
+        updater.join().unwrap();
+        let seen = reader.join().unwrap();
+        assert!(seen == 1 || seen == 2, "read {seen}");
+        assert_eq!(w.0.read_exact(b).local()[0], 2);
+        assert_eq!(w.0.read_exact(ROOT).hierarchical()[0], 3);
+    });
+}
+
+#[test]
+fn a_node_left_on_the_tree_is_flushed_with_its_late_updates() {
+    a_node_left_on_the_tree_is_flushed_with_its_late_updates_on(UpdatePath::Rseq);
+}
+
+#[test]
+fn a_node_left_on_the_tree_is_flushed_with_its_late_updates_locked() {
+    a_node_left_on_the_tree_is_flushed_with_its_late_updates_on(UpdatePath::Locked);
 }
 
 /// (b') Two threads share CPU slot 0 (a preempted thread, or fewer slots

@@ -84,7 +84,11 @@ impl TreeNode {
 #[derive(Default)]
 pub(crate) struct FlushScratch {
     stack: Vec<*const TreeNode>,
+    /// The cut subtree's nodes, every CPU's in turn, each CPU's in
+    /// pre-order.
     order: Vec<*const TreeNode>,
+    /// Where each CPU's nodes end in `order`.
+    cuts: Vec<usize>,
     pub(crate) deltas: Vec<i64>,
     /// Flushes performed (for tests and reports).
     pub(crate) flushes: u64,
@@ -196,8 +200,8 @@ impl Domain {
     }
 
     /// The heavy half of the update path's asymmetric fence (see
-    /// `engine::backlog`): after the backlogs' `OFF_LIST` stores, before any
-    /// stat slot is read. `membarrier` makes every CPU running one of our
+    /// `engine::backlog`): after the `OFF_LIST` stores of the nodes a flush
+    /// folds, before any stat slot is read. `membarrier` makes every CPU running one of our
     /// threads execute a full barrier, so an update whose unlocked store
     /// that CPU still buffered is visible once it returns (or that updater's
     /// on-list check, after its compiler fence, sees `OFF_LIST` and pushes
@@ -285,27 +289,45 @@ impl Domain {
         // update completed before it starts, so only it stamps.
         let start = (fence && self.pace_ns != 0).then(|| self.clock.now());
         let mut undone = false;
-        // Every CPU's backlog first, so one fence serves all of them.
+        // Every CPU's backlog first, then every CPU's cut of the subtree
+        // (the nodes to fold, marked off-list), so one fence serves all of
+        // them. Nodes the drain puts on a tree outside the subtree stay
+        // there, on list, for a later flush of an ancestor.
         for cpu in 0..self.nr_cpus {
             // SAFETY: we hold the lock (caller), nodes on backlogs are live.
             unsafe { backlog::drain(self.backlog(cpu), |l| link_updated(&*l.node, cpu)) };
         }
+        scratch.cuts.clear();
+        for cpu in 0..self.nr_cpus {
+            let from = scratch.order.len();
+            // SAFETY: lock held; `root` live.
+            unsafe { self.cut_subtree(scratch, root, cpu) };
+            for &n in &scratch.order[from..] {
+                // SAFETY: nodes on the tree are live; lock held; the fence
+                // (or, without one, the caller's guarantee that every update
+                // happened before) comes before the slot loads below.
+                unsafe { backlog::unlist((*n).links(cpu)) };
+            }
+            scratch.cuts.push(scratch.order.len());
+        }
         if fence {
             self.heavy_fence();
         }
+        let order = core::mem::take(&mut scratch.order);
+        let mut from = 0;
         for cpu in 0..self.nr_cpus {
-            // SAFETY: lock held; `root` live.
-            unsafe { self.cut_subtree(scratch, root, cpu) };
-            let mut order = core::mem::take(&mut scratch.order);
+            let to = scratch.cuts[cpu];
             // Reverse pre-order: every node after all of its descendants.
-            for &n in order.iter().rev() {
+            for &n in order[from..to].iter().rev() {
                 scratch.folds += 1;
                 // SAFETY: nodes on the tree are live; lock held.
                 undone |= unsafe { fold_node(self, &*n, cpu, &mut scratch.deltas) };
             }
-            order.clear();
-            scratch.order = order;
+            from = to;
         }
+        let mut order = order;
+        order.clear();
+        scratch.order = order;
         // Release, after every total above was published: a paced read
         // that loads this stamp (`Acquire`) copies totals at least as new.
         // A flush with an undone fold (a contained panic) did not fold
