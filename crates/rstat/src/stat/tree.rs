@@ -269,11 +269,18 @@ impl Domain {
         unsafe { self.flush_locked_fenced(scratch, root, true) }
     }
 
-    /// [`flush_locked`](Self::flush_locked), with the heavy half of the
-    /// update path's asymmetric fence only if `fence`. Without it, updates
-    /// that restartable sections made may be missed unless they happen
-    /// before the call by other means (a group's final release: every
-    /// updater's handle drop happens before it).
+    /// [`flush_locked`](Self::flush_locked), for a read (`fence`) or for
+    /// the final release of `root`'s group (not `fence`).
+    ///
+    /// A read's flush runs the heavy half of the update path's asymmetric
+    /// fence, and leaves `root` linked in its parent's list of updated
+    /// children (emptied of its own): unlinking it would walk that list,
+    /// one cache miss per sibling that changed (all of a busy parent's
+    /// children, for a reader sweeping them), and `root` is as good a path
+    /// node as any (a later flush of an ancestor folds it once more, for
+    /// nothing if nothing changed). A final release runs no fence (every
+    /// update to the group happened before it: each updater's handle drop
+    /// did), and unlinks `root`, which is freed next.
     ///
     /// # Safety
     /// As [`flush_locked`](Self::flush_locked).
@@ -283,6 +290,7 @@ impl Domain {
         root: &TreeNode,
         fence: bool,
     ) {
+        let detach = !fence;
         scratch.flushes += 1;
         // The stamp: the time before the first drain (under the lock, so
         // a node's stamps only grow). Only a fenced flush includes every
@@ -301,7 +309,7 @@ impl Domain {
         for cpu in 0..self.nr_cpus {
             let from = scratch.order.len();
             // SAFETY: lock held; `root` live.
-            unsafe { self.cut_subtree(scratch, root, cpu) };
+            unsafe { self.cut_subtree(scratch, root, cpu, detach) };
             for &n in &scratch.order[from..] {
                 // SAFETY: nodes on the tree are live; lock held; the fence
                 // (or, without one, the caller's guarantee that every update
@@ -397,10 +405,20 @@ impl Domain {
 
     /// Remove `root`'s subtree from `cpu`'s updated tree, leaving its nodes in
     /// pre-order (each node before its descendants) in `scratch.order`.
+    /// With `detach`, `root` itself leaves the tree too (unlinked from its
+    /// parent's list of updated children, a walk of that list); without,
+    /// a `root` with a parent stays linked there, with no children, as a
+    /// path node (its ancestors stay on the tree in any case).
     ///
     /// # Safety
     /// Lock held; `root` live; `cpu < nr_cpus`.
-    unsafe fn cut_subtree(&self, scratch: &mut FlushScratch, root: &TreeNode, cpu: usize) {
+    unsafe fn cut_subtree(
+        &self,
+        scratch: &mut FlushScratch,
+        root: &TreeNode,
+        cpu: usize,
+        detach: bool,
+    ) {
         // SAFETY: lock held (caller) for every cell access below; all nodes
         // reachable from a tree are live.
         unsafe {
@@ -410,7 +428,8 @@ impl Domain {
             }
             // Unlink `root` from its parent's list of updated children. The
             // parent stays on the tree: it may hold pending deltas from us.
-            if let Some(parent) = root.parent.as_ref() {
+            let detach = detach || root.parent.is_null();
+            if let (true, Some(parent)) = (detach, root.parent.as_ref()) {
                 let pl = parent.links(cpu);
                 let me = root as *const TreeNode;
                 let mut cur = pl.updated_children.with(|p| *p);
@@ -448,7 +467,9 @@ impl Domain {
                 }
                 nl.updated_children.with_mut(|p| *p = n);
             }
-            rl.updated_next.with_mut(|p| *p = ptr::null());
+            if detach {
+                rl.updated_next.with_mut(|p| *p = ptr::null());
+            }
         }
     }
 }
