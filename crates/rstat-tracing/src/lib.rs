@@ -134,8 +134,8 @@
 //!
 //! # Cost
 //!
-//! Per span creation: one field visit (a `%` or `?` field is formatted
-//! into a string), and for a span with the field one call of the rule (for [`GroupLayer::children_of`]: a child lookup, a
+//! Per span creation: one field visit (a `str` is read in place, a `%` or
+//! `?` value formatted on the stack, on the heap only past 128 bytes), and for a span with the field one call of the rule (for [`GroupLayer::children_of`]: a child lookup, a
 //! lock) and a handle stored in the span's extensions. Per enter and exit:
 //! an extensions lookup and [`Group::enter`](rstat::Group::enter) / the
 //! guard's drop, i.e. two thread CPU clock reads when the group changes
@@ -165,6 +165,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use rstat::{EnterGuard, Error, Group, ItemHandle, Rstat};
+use tracing_core::field::Visit;
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::subscriber::Interest;
 use tracing_core::{Metadata, Subscriber};
@@ -333,21 +334,28 @@ impl GroupLayer {
     /// The group for the field's value among what `visit` records, if the
     /// field is there and the rule has one (else the value is counted and
     /// maybe logged as unmatched).
-    fn group_for(&self, visit: impl FnOnce(&mut FieldValue)) -> Option<Group> {
+    fn group_for(&self, visit: impl FnOnce(&mut dyn Visit)) -> Option<Group> {
+        let mut found = None;
         let mut v = FieldValue {
             field: self.field,
-            value: None,
+            with: |value: &str| found = self.resolve(value),
         };
         visit(&mut v);
-        let value = v.value?;
-        if let Some(g) = (self.rule)(&value) {
-            return Some(g);
+        found
+    }
+
+    /// The group for `value`, or `None` (then counted and maybe logged as
+    /// unmatched).
+    fn resolve(&self, value: &str) -> Option<Group> {
+        let found = (self.rule)(value);
+        if found.is_some() {
+            return found;
         }
         if let Some((item, group)) = &self.stat {
             // Cannot fail: `count_unmatched` checked the group's engine.
             let _ = item.add(group, 1);
         }
-        if let Some(u) = self.unmatched.note(self.field, &value) {
+        if let Some(u) = self.unmatched.note(self.field, value) {
             (self.log)(&u);
         }
         None
