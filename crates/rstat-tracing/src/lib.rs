@@ -159,11 +159,14 @@
 //!    [`Group::enter`](rstat::Group::enter): a group reference taken, a
 //!    push on rstat's per-thread stack, and, only when the thread's
 //!    current group changes, one read of the monotonic clock (no system
-//!    call) and the segment bookkeeping of [`rstat::attach`] (its thread
-//!    CPU clock is read at reconciliations only, at most once per
+//!    call) and the segment bookkeeping of [`rstat::attach`]; the thread's
+//!    CPU clock (a system call) is read only at reconciliations: once per
 //!    [`RECONCILE_PERIOD`](rstat::attach::RECONCILE_PERIOD) while the
-//!    thread keeps to a few dozen groups). Entering the group that is
-//!    already current (a nested span of the same tenant) reads no clock.
+//!    thread goes through at most 32 groups in that time and stays in
+//!    each for less than [`LONG_SEGMENT`](rstat::attach::LONG_SEGMENT)
+//!    at a time (see [`rstat::attach`] for the other cases). Entering the
+//!    group that is already current (a nested span of the same tenant)
+//!    reads no clock.
 //!    The guard goes on this crate's per-thread stack (one push).
 //! 3. **Exit** (`on_exit`): the guard is taken off that stack (a pop; a
 //!    search when spans exit out of order) and dropped: a clock read when
