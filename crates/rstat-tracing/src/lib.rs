@@ -134,16 +134,77 @@
 //!
 //! # Cost
 //!
-//! Per span creation: one field visit (a `%` or `?` field is formatted
-//! into a string), and for a span with the field one call of the rule (for [`GroupLayer::children_of`]: a child lookup, a
-//! lock) and a handle stored in the span's extensions. Per enter and exit:
-//! an extensions lookup and [`Group::enter`](rstat::Group::enter) / the
-//! guard's drop, i.e. two thread CPU clock reads when the group changes
-//! and none when it is already current (a nested span of the same
-//! tenant); a per-thread stack of guards (one push, one pop). Per
-//! unmatched value: an atomic add, a lock and a set lookup (an insert and
-//! a log line the first time), and an add to the engine's counter if
-//! counted there.
+//! What each callback of the layer does, per span:
+//!
+//! 1. **Creation** (`on_new_span`): the new span's registry entry is
+//!    looked up once. If the span has the field, its value is read (a
+//!    `str` in place, a `%` or `?` value formatted on the stack, on the
+//!    heap only past 128 bytes) and resolved to a group:
+//!    - [`children_of`](GroupLayer::children_of) and
+//!      [`by_path`](GroupLayer::by_path) first look in the calling
+//!      thread's cache of values (a hash of the value, a lock no other
+//!      thread takes on its span path, one load to check the group is
+//!      still online, a reference taken): no lock shared between
+//!      threads, no string search of the parent's children. A miss runs
+//!      the rule (the parent's children lock and a child lookup, the
+//!      group made on first sight; for a path, one lookup per component)
+//!      and stores its answer. See "The value cache" below;
+//!    - a rule of your own ([`new`](GroupLayer::new)) runs at each span.
+//!
+//!    A span without the field reads its parent's extensions instead.
+//!    The group, if any, is stored in the span's extensions (the
+//!    registry's: one small allocation).
+//! 2. **Enter** (`on_enter`): a registry lookup of the span and a read of
+//!    its extensions (a read lock), then
+//!    [`Group::enter`](rstat::Group::enter): a group reference taken, a
+//!    push on rstat's per-thread stack, and, only when the thread's
+//!    current group changes, one read of the monotonic clock (no system
+//!    call) and the segment bookkeeping of [`rstat::attach`]; the thread's
+//!    CPU clock (a system call) is read only at reconciliations: once per
+//!    [`RECONCILE_PERIOD`](rstat::attach::RECONCILE_PERIOD) while the
+//!    thread goes through at most 32 groups in that time and stays in
+//!    each for less than [`LONG_SEGMENT`](rstat::attach::LONG_SEGMENT)
+//!    at a time (see [`rstat::attach`] for the other cases). Entering the
+//!    group that is already current (a nested span of the same tenant)
+//!    reads no clock.
+//!    The guard goes on this crate's per-thread stack (one push).
+//! 3. **Exit** (`on_exit`): the guard is taken off that stack (a pop; a
+//!    search when spans exit out of order) and dropped: a clock read when
+//!    the current group changes back, the reference put.
+//! 4. **Close**: the extension's group reference is put.
+//!
+//! A future made with `.instrument(span)` (or an `#[instrument]`ed async
+//! function) enters and exits its span around each poll, and once more
+//! to drop the inner future, after which the span closes: a request
+//! served in `n` polls costs one creation, `n + 1` enters and exits (two
+//! clock reads each, as its thread goes in and out of the group) and a
+//! close.
+//!
+//! Per unmatched value: an atomic add, a lock and a set lookup (an insert
+//! and a log line the first time), and an add to the engine's counter if
+//! counted there; unmatched values are not cached, so each such span runs
+//! the rule.
+//!
+//! # The value cache
+//!
+//! [`children_of`](GroupLayer::children_of) and
+//! [`by_path`](GroupLayer::by_path) layers (and their clones) keep, per
+//! thread, the groups of the last [`CACHED_VALUES`] values resolved. A
+//! cached group is used only while it is online: the answer of both rules
+//! for a value cannot change while the group it named is live, and a
+//! removed group's entry is dropped and the value resolved anew, so a
+//! tenant removed and made again is charged in its new group, and a span
+//! never gets a removed group from the cache. `children_of` still makes
+//! exactly one group per value (the cache stores what the rule answered).
+//! Values past the bound, and values longer than 256 bytes, resolve
+//! through the rule as before.
+//!
+//! An entry holds a reference on its group, so a removed group stays
+//! allocated (a zombie, [`Rstat::zombie_count`]) while an entry names it:
+//! entries of removed groups are dropped when a lookup meets them, and
+//! every [`CACHE_SWEEP_PERIOD`] lookups on a thread every thread's cache
+//! is swept of them (an idle thread's too); dropping the layer (its last
+//! clone) empties every thread's cache.
 //!
 //! # Spans entered on several threads
 //!
@@ -156,6 +217,7 @@
 
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
+mod cache;
 mod unmatched;
 mod value;
 
@@ -165,6 +227,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use rstat::{EnterGuard, Error, Group, ItemHandle, Rstat};
+use tracing_core::field::Visit;
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::subscriber::Interest;
 use tracing_core::{Metadata, Subscriber};
@@ -172,6 +235,7 @@ use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
+pub use cache::{CACHED_VALUES, CACHE_SWEEP_PERIOD};
 pub use unmatched::{Unmatched, MAX_LOGGED_VALUES, MAX_LOGGED_VALUE_BYTES, UNMATCHED_STAT};
 use value::FieldValue;
 
@@ -197,6 +261,9 @@ pub struct GroupLayer {
     /// The group of [`children_of`](Self::children_of) and
     /// [`by_path`](Self::by_path), where unmatched values are counted.
     base: Option<Group>,
+    /// The per-thread value -> group cache, for the rules whose answer
+    /// for a value stays right while the group is live (module `cache`).
+    cache: Option<Arc<cache::Cache>>,
     unmatched: Arc<unmatched::State>,
     log: Arc<Logger>,
     /// The engine counter unmatched values are added to, and the group.
@@ -229,6 +296,7 @@ impl GroupLayer {
             rule: Arc::new(rule),
             id: NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
             base: None,
+            cache: None,
             unmatched: Arc::default(),
             log: Arc::new(unmatched::log_to_stderr),
             stat: None,
@@ -237,7 +305,8 @@ impl GroupLayer {
 
     /// Values are paths under `base` ([`Group::lookup`]): `"acme"` is
     /// `base`'s child `acme`, `"acme/batch"` its grandchild. A value that
-    /// names no live group gives no group (it is unmatched).
+    /// names no live group gives no group (it is unmatched). Answers are
+    /// cached per thread (see the crate docs' "The value cache").
     pub fn by_path(field: &'static str, base: Group) -> Self {
         let b = base.clone();
         Self::new(field, move |v| b.lookup(v).ok()).with_base(base)
@@ -248,7 +317,8 @@ impl GroupLayer {
     /// group (it is unmatched). Every distinct value makes a group that
     /// lives until someone removes it: where values come from outside
     /// (request headers), use [`by_path`](Self::by_path) over groups you
-    /// create, or a rule that bounds them.
+    /// create, or a rule that bounds them. Answers are cached per thread
+    /// (see the crate docs' "The value cache").
     pub fn children_of(field: &'static str, parent: Group) -> Self {
         let p = parent.clone();
         Self::new(field, move |v| match p.child(v) {
@@ -263,8 +333,11 @@ impl GroupLayer {
         .with_base(parent)
     }
 
+    /// Set the base group, and cache the rule's answers (it is
+    /// `children_of`'s or `by_path`'s).
     fn with_base(mut self, base: Group) -> Self {
         self.base = Some(base);
+        self.cache = Some(Arc::default());
         self
     }
 
@@ -333,21 +406,31 @@ impl GroupLayer {
     /// The group for the field's value among what `visit` records, if the
     /// field is there and the rule has one (else the value is counted and
     /// maybe logged as unmatched).
-    fn group_for(&self, visit: impl FnOnce(&mut FieldValue)) -> Option<Group> {
+    fn group_for(&self, visit: impl FnOnce(&mut dyn Visit)) -> Option<Group> {
+        let mut found = None;
         let mut v = FieldValue {
             field: self.field,
-            value: None,
+            with: |value: &str| found = self.resolve(value),
         };
         visit(&mut v);
-        let value = v.value?;
-        if let Some(g) = (self.rule)(&value) {
-            return Some(g);
+        found
+    }
+
+    /// The group for `value`, or `None` (then counted and maybe logged as
+    /// unmatched).
+    fn resolve(&self, value: &str) -> Option<Group> {
+        let found = match &self.cache {
+            Some(c) => c.get_or(value, |v| (self.rule)(v)),
+            None => (self.rule)(value),
+        };
+        if found.is_some() {
+            return found;
         }
         if let Some((item, group)) = &self.stat {
             // Cannot fail: `count_unmatched` checked the group's engine.
             let _ = item.add(group, 1);
         }
-        if let Some(u) = self.unmatched.note(self.field, &value) {
+        if let Some(u) = self.unmatched.note(self.field, value) {
             (self.log)(&u);
         }
         None
@@ -451,9 +534,13 @@ where
         let guard = GUARDS
             .try_with(|g| {
                 let mut g = g.borrow_mut();
-                let i = g
-                    .iter()
-                    .rposition(|(layer, span, _)| *layer == self.id && span == id)?;
+                let mine =
+                    |(layer, span, _): &(usize, Id, EnterGuard)| *layer == self.id && span == id;
+                // Usually the innermost: a pop.
+                if g.last().is_some_and(mine) {
+                    return g.pop().map(|e| e.2);
+                }
+                let i = g.iter().rposition(mine)?;
                 Some(g.remove(i).2)
             })
             .ok()

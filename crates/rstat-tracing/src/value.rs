@@ -1,20 +1,23 @@
 //! A span field's value as text: the same text however the field was
-//! recorded (`"lit"`, `%display`, `?debug`, a number).
+//! recorded (`"lit"`, `%display`, `?debug`, a number), read without a
+//! heap allocation in the common cases (a `str` value; `Debug` text that
+//! fits [`INLINE_TEXT`] bytes and, if a quoted literal, has no escapes).
 
-use std::fmt;
+use std::borrow::Cow;
+use std::fmt::{self, Write as _};
 
 use tracing_core::field::{Field, Visit};
 
-/// Collects the value of one field as text.
-pub(crate) struct FieldValue {
+/// Hands the text of one field to `with`, if the visited values have it.
+pub(crate) struct FieldValue<F: FnMut(&str)> {
     pub(crate) field: &'static str,
-    pub(crate) value: Option<String>,
+    pub(crate) with: F,
 }
 
-impl Visit for FieldValue {
+impl<F: FnMut(&str)> Visit for FieldValue<F> {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == self.field {
-            self.value = Some(value.to_owned());
+            (self.with)(value);
         }
     }
 
@@ -25,10 +28,77 @@ impl Visit for FieldValue {
     /// the string, so `tenant = ?name` selects the group `tenant = %name`
     /// does.
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if field.name() == self.field {
-            let text = format!("{value:?}");
-            self.value = Some(unquote_debug(&text).unwrap_or(text));
+        if field.name() != self.field {
+            return;
         }
+        let mut text = Text::default();
+        // A `Debug` impl that fails leaves what it wrote (as `format!`
+        // would panic instead, this is the no-panic reading of it).
+        let _ = write!(text, "{value:?}");
+        let text = text.as_str();
+        match unquote_debug(text) {
+            Some(s) => (self.with)(&s),
+            None => (self.with)(text),
+        }
+    }
+}
+
+/// Bytes of `Debug` text read on the stack; longer text goes to the heap.
+pub(crate) const INLINE_TEXT: usize = 128;
+
+/// Text written on the stack up to [`INLINE_TEXT`] bytes, then to a
+/// `String`.
+#[derive(Default)]
+struct Text {
+    inline: Inline,
+    heap: Option<String>,
+}
+
+struct Inline {
+    buf: [u8; INLINE_TEXT],
+    len: usize,
+}
+
+impl Default for Inline {
+    fn default() -> Self {
+        Inline {
+            buf: [0; INLINE_TEXT],
+            len: 0,
+        }
+    }
+}
+
+impl Text {
+    fn as_str(&self) -> &str {
+        match &self.heap {
+            Some(s) => s,
+            // Only whole `str`s are copied in (`write_str`), so the bytes
+            // are UTF-8; the empty fallback is never taken.
+            None => std::str::from_utf8(&self.inline.buf[..self.inline.len]).unwrap_or_default(),
+        }
+    }
+}
+
+impl fmt::Write for Text {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if let Some(h) = &mut self.heap {
+            h.push_str(s);
+            return Ok(());
+        }
+        let Inline { buf, len } = &mut self.inline;
+        match buf.get_mut(*len..*len + s.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(s.as_bytes());
+                *len += s.len();
+            }
+            None => {
+                let mut h = String::with_capacity(2 * (*len + s.len()));
+                h.push_str(std::str::from_utf8(&buf[..*len]).unwrap_or_default());
+                h.push_str(s);
+                self.heap = Some(h);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -36,9 +106,12 @@ impl Visit for FieldValue {
 /// double-quoted literal with the escapes `str`'s `Debug` writes (`\"`,
 /// `\\`, `\'`, `\n`, `\r`, `\t`, `\0`, `\u{..}`), and no unescaped quote
 /// inside. Anything else (`Some("x")`, `"a" "b"`, a bad escape) is not,
-/// and is taken as written.
-pub(crate) fn unquote_debug(text: &str) -> Option<String> {
+/// and is taken as written. Borrowed from `text` when there is no escape.
+pub(crate) fn unquote_debug(text: &str) -> Option<Cow<'_, str>> {
     let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains(['"', '\\']) {
+        return Some(Cow::Borrowed(inner));
+    }
     let mut out = String::with_capacity(inner.len());
     let mut chars = inner.chars();
     while let Some(c) = chars.next() {
@@ -82,7 +155,7 @@ pub(crate) fn unquote_debug(text: &str) -> Option<String> {
             c => out.push(c),
         }
     }
-    Some(out)
+    Some(Cow::Owned(out))
 }
 
 #[cfg(test)]

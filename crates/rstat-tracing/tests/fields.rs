@@ -92,6 +92,51 @@ fn other_debug_values_are_taken_as_written() {
     });
 }
 
+/// A `Display` that fails after writing part of its text (a bug in the
+/// value's type, but the value is the user's).
+struct FailingDisplay;
+
+impl std::fmt::Display for FailingDisplay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("acme")?;
+        Err(std::fmt::Error)
+    }
+}
+
+#[test]
+fn a_value_whose_formatting_fails_is_read_as_far_as_it_was_written() {
+    let rs = engine();
+    let tenants = rs.root().create_child("tenants").unwrap();
+    let d = dispatch(GroupLayer::children_of("tenant", tenants.clone()));
+    tracing::dispatcher::with_default(&d, || {
+        // No panic in the subscriber: the text written is the value.
+        let s = info_span!("req", tenant = %FailingDisplay);
+        assert_eq!(path_in(&s).as_deref(), Some("/tenants/acme"));
+    });
+}
+
+#[test]
+fn long_debug_values_are_read_whole() {
+    let rs = engine();
+    let tenants = rs.root().create_child("tenants").unwrap();
+    let d = dispatch(GroupLayer::children_of("tenant", tenants.clone()));
+    // Longer than what is formatted on the stack, with escapes.
+    let name: String = "tenant-\"x\"-".repeat(20);
+    assert!(name.len() > 200 && name.len() <= rstat::group::MAX_NAME_LEN);
+    tracing::dispatcher::with_default(&d, || {
+        for s in [
+            info_span!("req", tenant = ?name),
+            info_span!("req", tenant = %name),
+        ] {
+            assert_eq!(
+                path_in(&s).as_deref(),
+                Some(format!("/tenants/{name}").as_str())
+            );
+        }
+    });
+    assert_eq!(children(&tenants), [name.as_str()]);
+}
+
 fn children(g: &Group) -> Vec<String> {
     let mut v: Vec<String> = g.children().iter().map(|c| c.name().to_owned()).collect();
     v.sort();

@@ -251,11 +251,23 @@ pub(crate) fn switch(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) 
     let mut f = feed::lock(&rec.feed);
     // An exiting thread is out of the charger's reach: it reconciles at
     // each change.
-    let released = if f.close_segment(now) || owner.exited {
-        Some(reconcile_own(&mut f, owner, now))
-    } else {
-        None
-    };
+    if f.close_segment(now) || owner.exited {
+        return switch_reconciling(f, owner, now, to);
+    }
+    f.group = to;
+}
+
+/// [`switch`]'s reconciliation, out of line: the common change moves no
+/// list of released references.
+#[cold]
+#[inline(never)]
+fn switch_reconciling(
+    mut f: std::sync::MutexGuard<'_, feed::Feed>,
+    owner: &mut Owner,
+    now: u64,
+    to: *const GroupInner,
+) {
+    let released = reconcile_own(&mut f, owner, now);
     f.group = to;
     drop(f);
     drop(released);
@@ -372,11 +384,16 @@ impl Drop for Level {
         // SAFETY: as above; the borrow ends before `release_rec`.
         let owner = unsafe { rec.owner_mut() };
         let old_top = owner.stack.last().map_or(ptr::null(), |e| e.group);
-        match owner.stack.iter().rposition(|e| e.token == self.token) {
-            Some(i) => {
-                owner.stack.remove(i);
+        // Usually the innermost level: a pop.
+        if owner.stack.last().is_some_and(|e| e.token == self.token) {
+            owner.stack.pop();
+        } else {
+            match owner.stack.iter().rposition(|e| e.token == self.token) {
+                Some(i) => {
+                    owner.stack.remove(i);
+                }
+                None => debug_assert!(false, "an enter guard's level was not on its stack"),
             }
-            None => debug_assert!(false, "an enter guard's level was not on its stack"),
         }
         let top = owner.stack.last().map_or(ptr::null(), |e| e.group);
         if top != old_top {

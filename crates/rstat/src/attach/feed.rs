@@ -115,7 +115,7 @@ pub fn cpu_mode() -> CpuMode {
 /// Closed segments a thread keeps between reconciliations: a change of
 /// group that would need one more (a group not among them) reconciles
 /// first.
-pub(crate) const MAX_SEGMENTS: usize = 16;
+pub(crate) const MAX_SEGMENTS: usize = 32;
 
 /// A thread reconciles (reads its CPU clock and apportions it) at its
 /// first change of group once this much wall time passed since its last

@@ -31,9 +31,8 @@
 //!    group, a guard's drop), it reads the monotonic clock (no system
 //!    call on Linux) and adds the wall time since the last change to the
 //!    group it leaves: a *segment*, kept in the thread's record (up to
-//!    16 groups, each held by a
-//!    reference); entering the group that is already current reads
-//!    nothing;
+//!    32 groups, each held by a reference); entering the group that is
+//!    already current reads nothing;
 //! 2. at a *reconciliation* the thread's CPU clock is read once, and the
 //!    CPU time since the last one is shared among the segments by their
 //!    wall times: no segment gets more than its wall time, and the time
@@ -194,7 +193,7 @@
 //! | [`Group::enter`] | a group reference (one uncontended add on this CPU's slot), a push on the thread's stack (allocation-free after the first few levels), two thread-local stores; the first enter on a thread also takes a record from a pool (a lock, at most one allocation) |
 //! | dropping an [`EnterGuard`] | a pop (a scan when dropped out of order), a thread-local store, the reference put |
 //! | [`current_group`] | a thread-local load and, when in a group, a reference get |
-//! | a change of the current group (enter of another group, drop back to another) | one `clock_gettime(CLOCK_MONOTONIC)` (vDSO, no system call), an uncontended lock, a scan of the thread's segments (at most 16); a group's first segment since the last reconciliation also takes a reference on it |
+//! | a change of the current group (enter of another group, drop back to another) | one `clock_gettime(CLOCK_MONOTONIC)` (vDSO, no system call), an uncontended lock, a scan of the thread's segments (at most 32); a group's first segment since the last reconciliation also takes a reference on it |
 //! | a reconciliation (each [`RECONCILE_PERIOD`] of wall time at a change, at a change closing a segment of [`LONG_SEGMENT`] or more, a full table) | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` system call, the charge of each segment's group (three counter updates), the segments' references put; once per 10 ms of the thread's CPU time a `getrusage` |
 //! | a read of the root's `cpu` stats | the read, plus `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)` and `getrusage` |
 //! | a poll of a [`Scoped`] or [`Killable`] future | the change of group in and out (above); a [`Killable`] also one load of the kill flag; under a `cpu.max` ([`Group::set_cpu_max`]) two reads of the thread's CPU clock and the quota's atomics; a held poll (a `memory.high` penalty or a spent quota) a monotonic clock read and a timer entry (one lock), and no poll of the inner future |
