@@ -188,13 +188,19 @@ impl<T> Drop for Locked<'_, T> {
 /// protects with a mutex is left consistent at each point where user code
 /// could panic (no user callback runs with a half-applied change).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> Locked<'_, T> {
-    Locked::new(match m.lock() {
+    Locked::new(recover(m.lock()))
+}
+
+/// A lock's guard, poisoned or not (see [`lock`]); loom's locks are never
+/// poisoned in a model that does not panic.
+fn recover<G>(r: std::sync::LockResult<G>) -> G {
+    match r {
         Ok(g) => g,
         #[cfg(not(rstat_loom))]
         Err(poisoned) => poisoned.into_inner(),
         #[cfg(rstat_loom)]
-        Err(_) => panic!("loom mutex poisoned"),
-    })
+        Err(_) => panic!("loom lock poisoned"),
+    }
 }
 
 /// A held read or write side of one of the crate's reader-writer locks,
@@ -239,25 +245,13 @@ impl<G> Drop for RwHeld<G> {
 /// in [`lock`]). Never take it twice on one thread: a writer waiting
 /// between the two would block the second forever.
 pub(crate) fn read<T>(l: &RwLock<T>) -> RwHeld<RwLockReadGuard<'_, T>> {
-    RwHeld::new(match l.read() {
-        Ok(g) => g,
-        #[cfg(not(rstat_loom))]
-        Err(poisoned) => poisoned.into_inner(),
-        #[cfg(rstat_loom)]
-        Err(_) => panic!("loom rwlock poisoned"),
-    })
+    RwHeld::new(recover(l.read()))
 }
 
 /// Take the exclusive side of a reader-writer lock (poisoning recovered as
 /// in [`lock`]).
 pub(crate) fn write<T>(l: &RwLock<T>) -> RwHeld<RwLockWriteGuard<'_, T>> {
-    RwHeld::new(match l.write() {
-        Ok(g) => g,
-        #[cfg(not(rstat_loom))]
-        Err(poisoned) => poisoned.into_inner(),
-        #[cfg(rstat_loom)]
-        Err(_) => panic!("loom rwlock poisoned"),
-    })
+    RwHeld::new(recover(l.write()))
 }
 
 /// Try to lock without waiting; poisoning is recovered as in [`lock`].
