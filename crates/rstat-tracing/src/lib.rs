@@ -534,13 +534,11 @@ where
         let guard = GUARDS
             .try_with(|g| {
                 let mut g = g.borrow_mut();
-                let mine =
-                    |(layer, span, _): &(usize, Id, EnterGuard)| *layer == self.id && span == id;
-                // Usually the innermost: a pop.
-                if g.last().is_some_and(mine) {
-                    return g.pop().map(|e| e.2);
-                }
-                let i = g.iter().rposition(mine)?;
+                // From the innermost, usually this span's: one comparison,
+                // and removing the last element is a pop.
+                let i = g
+                    .iter()
+                    .rposition(|(layer, span, _)| *layer == self.id && span == id)?;
                 Some(g.remove(i).2)
             })
             .ok()

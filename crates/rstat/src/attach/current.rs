@@ -384,16 +384,13 @@ impl Drop for Level {
         // SAFETY: as above; the borrow ends before `release_rec`.
         let owner = unsafe { rec.owner_mut() };
         let old_top = owner.stack.last().map_or(ptr::null(), |e| e.group);
-        // Usually the innermost level: a pop.
-        if owner.stack.last().is_some_and(|e| e.token == self.token) {
-            owner.stack.pop();
-        } else {
-            match owner.stack.iter().rposition(|e| e.token == self.token) {
-                Some(i) => {
-                    owner.stack.remove(i);
-                }
-                None => debug_assert!(false, "an enter guard's level was not on its stack"),
+        // Searched from the innermost level, usually this one: one
+        // comparison, and removing the last element is a pop.
+        match owner.stack.iter().rposition(|e| e.token == self.token) {
+            Some(i) => {
+                owner.stack.remove(i);
             }
+            None => debug_assert!(false, "an enter guard's level was not on its stack"),
         }
         let top = owner.stack.last().map_or(ptr::null(), |e| e.group);
         if top != old_top {

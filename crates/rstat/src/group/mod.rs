@@ -592,13 +592,10 @@ impl Group {
             // Under this group's children lock, which `create_child` holds
             // while it checks that this group is online and links a child:
             // a group is taken offline only with no child, and gets none
-            // after. The swap makes one of two racing removals the remover.
+            // after (so a removed group's map is empty, and it is told
+            // `Removed` below). The swap makes one of two racing removals
+            // the remover.
             let children = sync::lock(&self.inner().children);
-            if !self.is_online() {
-                return Err(Error::Removed {
-                    path: self.inner().path(),
-                });
-            }
             if !children.is_empty() {
                 return Err(Error::HasChildren {
                     path: self.inner().path(),

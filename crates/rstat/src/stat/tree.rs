@@ -321,7 +321,7 @@ impl Domain {
         if fence {
             self.heavy_fence();
         }
-        let order = core::mem::take(&mut scratch.order);
+        let mut order = core::mem::take(&mut scratch.order);
         let mut from = 0;
         for cpu in 0..self.nr_cpus {
             let to = scratch.cuts[cpu];
@@ -333,7 +333,6 @@ impl Domain {
             }
             from = to;
         }
-        let mut order = order;
         order.clear();
         scratch.order = order;
         // Release, after every total above was published: a paced read
