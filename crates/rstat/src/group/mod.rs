@@ -276,7 +276,7 @@ impl Group {
             online: AtomicBool::new(true),
             children: Mutex::new(BTreeMap::new()),
             css: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
-            tables: NonNull::from(Box::leak(Box::new(GroupTables {
+            tables: NonNull::from(Box::leak(sync::boxed(GroupTables {
                 nodes: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
                 ext: core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())),
             }))),

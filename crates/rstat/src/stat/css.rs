@@ -34,7 +34,7 @@ use crate::percpu::arena::PcpuPtr;
 use crate::stat::backlog::{BacklogHead, PcpuLinks};
 use crate::stat::ops::{CtlEntry, Totals, TotalsCopy};
 use crate::stat::tree::TreeNode;
-use crate::sync::{AtomicI64, Ordering, UnsafeCell};
+use crate::sync::{self, AtomicI64, Ordering, UnsafeCell};
 
 /// The pending units an update from `old` to `new` adds: [`UPDATE_BATCH`]
 /// per boundary it crossed, the boundaries being the multiples of
@@ -244,8 +244,7 @@ impl Published {
         let len = 2 * n + 1;
         Published {
             inline: core::array::from_fn(|_| AtomicI64::new(0)),
-            spilled: (len > INLINE_PUBLISHED)
-                .then(|| (0..len).map(|_| AtomicI64::new(0)).collect()),
+            spilled: (len > INLINE_PUBLISHED).then(|| sync::boxed_slice(len, || AtomicI64::new(0))),
         }
     }
 

@@ -11,7 +11,7 @@
 
 use crate::stat::css::{StatSlot, EXTRA_SLOTS};
 use crate::stat::tree::Domain;
-use crate::sync::{AtomicU32, AtomicU64};
+use crate::sync::{self, AtomicU32, AtomicU64};
 
 /// Most controllers one engine can hold (counter sets included).
 pub const MAX_CONTROLLERS: usize = if cfg!(rstat_loom) { 4 } else { 16 };
@@ -327,9 +327,9 @@ pub struct Totals {
 impl Totals {
     pub(crate) fn zeroed(n: usize) -> Self {
         Totals {
-            local: vec![0; n].into(),
-            hierarchical: vec![0; n].into(),
-            pending: vec![0; n].into(),
+            local: sync::boxed_slice(n, || 0),
+            hierarchical: sync::boxed_slice(n, || 0),
+            pending: sync::boxed_slice(n, || 0),
             overflows: 0,
         }
     }

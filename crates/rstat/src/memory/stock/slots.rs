@@ -29,9 +29,9 @@ use crate::memory::objcg::ObjCg;
 /// group's owner handle address; a new slot takes the first free index
 /// from its preferred one on (wrapping), and a lookup probes from the
 /// preferred index on. A hit thus usually costs one probe whatever the
-/// slot count; a miss probes all `NR_STOCK` (a slot emptied later leaves
-/// a hole, so a lookup cannot stop at an empty index), but a miss goes to
-/// the page counters anyway.
+/// slot count; a miss probes every occupied slot (a slot emptied later
+/// leaves a hole, so a lookup cannot stop at an empty index), but a miss
+/// goes to the page counters anyway.
 ///
 /// **Memory.** Each CPU's stock grows with `NR_STOCK` (a slot is about
 /// ten words: the group, handle address and serial, units, handle
@@ -62,25 +62,53 @@ pub(super) fn preferred(x: *const ObjCg) -> usize {
     ((x.addr() as u64).wrapping_mul(K) >> (u64::BITS - INDEX_BITS)) as usize
 }
 
-/// The first slot index, probing from `x`'s preferred index on
-/// (wrapping), that satisfies `hit`. The preferred index is tried inline
-/// (the common case: a hit costs the hash and one test); the rest of the
-/// probe is out of line.
+/// The first slot index among `candidates` (a bit per index), probing from
+/// `x`'s preferred index on (wrapping), that satisfies `hit`. The
+/// preferred index is tried inline, whatever `candidates` says (the common
+/// case: a hit costs the hash and one test, and `hit` itself rejects a
+/// slot of the wrong kind); the rest of the probe is out of line and
+/// visits only the candidates: a lookup passes the occupied slots, so a
+/// miss (a group with no slot on this CPU, as at every removal of a group
+/// that never allocated there) tests the slots in use, not all
+/// `NR_STOCK`.
 #[inline(always)]
-fn probe(x: *const ObjCg, hit: impl Fn(usize) -> bool) -> Option<usize> {
+fn probe(x: *const ObjCg, candidates: u32, hit: impl Fn(usize) -> bool) -> Option<usize> {
     let h = preferred(x);
     if hit(h) {
         return Some(h);
     }
-    probe_rest(h, hit)
+    probe_rest(h, candidates, hit)
 }
 
-/// [`probe`] past the preferred index `h`: the other `NR_STOCK - 1`.
+/// [`probe`] past the preferred index `h`: the other candidates, those
+/// above `h` in increasing order, then those below it.
 #[inline(never)]
-fn probe_rest(h: usize, hit: impl Fn(usize) -> bool) -> Option<usize> {
-    (1..NR_STOCK)
-        .map(|k| (h + k) & (NR_STOCK - 1))
-        .find(|&i| hit(i))
+fn probe_rest(h: usize, candidates: u32, hit: impl Fn(usize) -> bool) -> Option<usize> {
+    let above = candidates & !low_bits(h + 1);
+    let below = candidates & low_bits(h);
+    for mut m in [above, below] {
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            if hit(i) {
+                return Some(i);
+            }
+            m &= m - 1;
+        }
+    }
+    None
+}
+
+/// The mask of every slot index.
+const ALL_SLOTS: u32 = low_bits(NR_STOCK);
+
+/// The mask of bits `0..k` (all 32 for `k` >= 32).
+#[inline(always)]
+const fn low_bits(k: usize) -> u32 {
+    if k >= u32::BITS as usize {
+        u32::MAX
+    } else {
+        (1u32 << k) - 1
+    }
 }
 
 /// Heap operations a slot counts before adding its stat deltas to its
@@ -135,6 +163,9 @@ pub(super) struct Slots {
     /// idle pass ([`return_idle`](Self::return_idle)), which empties the
     /// slots whose bit is clear and clears the others'.
     pub(super) used: u32,
+    /// Bit `i`: slot `i` names a group (`cached[i]` is set), so lookups
+    /// probe only these and a new slot only the others.
+    pub(super) occupied: u32,
 }
 
 impl Slots {
@@ -153,14 +184,16 @@ impl Slots {
             stat_ctl,
             next_evict: 0,
             used: 0,
+            occupied: 0,
         }
     }
 
     /// The slot of `memcg`, probing from its handle's preferred index
-    /// (one probe on a hit, unless it collided; all `NR_STOCK` on a miss).
+    /// (one probe on a hit, unless it collided; every occupied one on a
+    /// miss).
     #[inline(always)]
     pub(super) fn find(&self, memcg: &MemCg) -> Option<usize> {
-        probe(memcg.objcg().as_ptr(), |i| {
+        probe(memcg.objcg().as_ptr(), self.occupied, |i| {
             self.cached[i]
                 .as_deref()
                 .is_some_and(|c| core::ptr::eq(c, memcg))
@@ -170,7 +203,7 @@ impl Slots {
     /// The slot of the state whose owner handle is `x`.
     #[inline(always)]
     pub(super) fn find_key(&self, x: *const ObjCg) -> Option<usize> {
-        probe(x, |i| core::ptr::eq(self.keys[i], x))
+        probe(x, self.occupied, |i| core::ptr::eq(self.keys[i], x))
     }
 
     /// The slot of the state whose owner handle has serial `serial` (not
@@ -181,7 +214,7 @@ impl Slots {
     /// never finds another handle's slot: the serial decides.
     #[inline(always)]
     pub(super) fn find_serial(&self, serial: u64, hint: *const ObjCg) -> Option<usize> {
-        probe(hint, |i| self.serials[i] == serial)
+        probe(hint, self.occupied, |i| self.serials[i] == serial)
     }
 
     /// The allocator's charge of one object from slot `i`: its units and
@@ -280,6 +313,7 @@ impl Slots {
         let refs = core::mem::take(&mut self.refs[i]);
         self.keys[i] = core::ptr::null();
         self.serials[i] = 0;
+        self.occupied &= !(1 << i);
         self.cached[i].take().map(|m| Taken { memcg: m, nr, refs })
     }
 
@@ -331,7 +365,8 @@ impl Slots {
     #[inline(never)]
     fn new_slot(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
         let key = memcg.objcg().as_ptr();
-        let (i, evicted) = match probe(key, |i| self.cached[i].is_none()) {
+        let free = !self.occupied & ALL_SLOTS;
+        let (i, evicted) = match probe(key, free, |i| self.cached[i].is_none()) {
             Some(i) => (i, None),
             None => {
                 let i = self.next_evict % NR_STOCK;
@@ -343,6 +378,7 @@ impl Slots {
         self.keys[i] = key;
         self.serials[i] = memcg.objcg_serial();
         self.used |= 1 << i;
+        self.occupied |= 1 << i;
         (i, evicted)
     }
 
