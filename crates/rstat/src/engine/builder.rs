@@ -160,7 +160,7 @@ impl Builder {
             default_policy: self.policy,
             pace: Pace {
                 pace: self.read_pace,
-                clock: self.clock.unwrap_or_else(Clock::real),
+                clock: self.clock.unwrap_or_else(|| Clock::real(self.read_pace)),
                 nudge: Arc::default(),
             },
             zombies: AtomicUsize::new(0),

@@ -53,31 +53,106 @@ use crate::sync::{self, AtomicU64, Condvar, Mutex, Ordering};
 pub(crate) enum Clock {
     /// The monotonic clock, from this origin.
     Real(std::time::Instant),
+    /// The coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`, Linux), in
+    /// ns since `origin_ns` of that clock: the time of the kernel's last
+    /// tick, so it never leads the monotonic clock and lags it by at most
+    /// its resolution, `res_ns` (one tick), while the tick runs. A paced
+    /// read compares two readings of it, so its pace is shortened by that
+    /// lag (see [`Clock::slack_ns`]).
+    Coarse { origin_ns: u64, res_ns: u64 },
     /// A clock a test moves by hand.
     Manual(Arc<ManualTime>),
 }
 
+/// The coarse clock serves a pace of at least this many of its ticks (a
+/// resolution of 4 ms, common, serves paces from 32 ms; the default pace
+/// is 100 ms); a shorter pace uses the monotonic clock.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+const COARSE_TICKS_PER_PACE: u64 = 8;
+
 impl Clock {
-    /// The monotonic clock, counting from now.
-    pub(crate) fn real() -> Clock {
+    /// The clock for a domain paced at `pace`: the coarse monotonic clock
+    /// where the system has one whose resolution is at most
+    /// 1/[`COARSE_TICKS_PER_PACE`] of the pace, else the monotonic clock,
+    /// counting from now.
+    ///
+    /// Why: a paced read reads the clock once, and the vDSO's monotonic
+    /// clock costs tens of ns on some virtual machines (the hypervisor's
+    /// clock source) where the coarse one is a few loads. Reading the
+    /// time of the last tick costs a read at most one tick of its pace
+    /// (the pace is shortened by it), which a pace of many ticks can
+    /// afford.
+    pub(crate) fn real(pace: Option<Duration>) -> Clock {
+        #[cfg(all(target_os = "linux", not(miri)))]
+        if let (Some(pace), Some(res), Some(origin_ns)) = (
+            pace,
+            coarse_resolution_ns(),
+            crate::os::clock_ns(libc::CLOCK_MONOTONIC_COARSE),
+        ) {
+            if res > 0 && res.saturating_mul(COARSE_TICKS_PER_PACE) <= as_ns(pace) {
+                return Clock::Coarse {
+                    origin_ns,
+                    res_ns: res,
+                };
+            }
+        }
+        let _ = pace;
         Clock::Real(std::time::Instant::now())
     }
 
     /// Nanoseconds since the clock's origin. Real: one read of the
-    /// monotonic clock (no system call where the vDSO has it).
+    /// monotonic clock (no system call where the vDSO has it); coarse: one
+    /// read of the coarse clock (the vDSO's copy of the last tick's time).
     #[inline]
     pub(crate) fn now(&self) -> u64 {
         match self {
             Clock::Real(origin) => as_ns(origin.elapsed()),
+            #[cfg(target_os = "linux")]
+            Clock::Coarse { origin_ns, .. } => crate::os::clock_ns(libc::CLOCK_MONOTONIC_COARSE)
+                .map_or(0, |ns| ns.saturating_sub(*origin_ns)),
+            #[cfg(not(target_os = "linux"))]
+            Clock::Coarse { .. } => 0,
             Clock::Manual(t) => t.ns.load(Ordering::Acquire),
         }
     }
+
+    /// How much later than a reading of this clock the real time can be
+    /// (0 for the monotonic and manual clocks, one tick for the coarse
+    /// one). Two readings `a` then `b` of the clock were taken at most
+    /// `b - a + slack` apart: a domain shortens its pace by this much, so
+    /// a stamp that reads younger than the shortened pace is younger than
+    /// the pace in real time.
+    pub(crate) fn slack_ns(&self) -> u64 {
+        match self {
+            Clock::Coarse { res_ns, .. } => *res_ns,
+            Clock::Real(_) | Clock::Manual(_) => 0,
+        }
+    }
+}
+
+/// The coarse monotonic clock's resolution, ns (`clock_getres`).
+#[cfg(all(target_os = "linux", not(miri)))]
+fn coarse_resolution_ns() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; an unknown clock id is an error
+    // return, not UB.
+    if unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } != 0 {
+        return None;
+    }
+    u64::try_from(ts.tv_sec)
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(u64::try_from(ts.tv_nsec).ok()?)
 }
 
 impl std::fmt::Debug for Clock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Clock::Real(_) => f.write_str("Clock::Real"),
+            Clock::Coarse { res_ns, .. } => write!(f, "Clock::Coarse({res_ns} ns ticks)"),
             Clock::Manual(t) => write!(f, "Clock::Manual({} ns)", t.now()),
         }
     }

@@ -170,7 +170,13 @@
 //! relies on s only if now − s < P, `now` being the clock at its start:
 //! every update that completed before now − P completed before s. Stamps
 //! of a node only grow (read under the lock from a monotonic clock), so a
-//! reader sees the last one, or a newer one. Like the unit part, the copy
+//! reader sees the last one, or a newer one. The clock is the coarse
+//! monotonic one on Linux for a pace of at least eight of its ticks
+//! (`pace::Clock::real`; cheaper to read): it shows the time of the last
+//! tick, never later than the real time and at most a tick (its
+//! resolution) earlier, so s is at most the real start and `now` at most
+//! a tick early. The domain compares against P less one tick: a stamp
+//! younger than that on the coarse clock is younger than P in real time. Like the unit part, the copy
 //! never shows an update that had not started. The loom models in
 //! `stat::tests_loom::pace` check it with a clock a writer moves after
 //! each update it completes (they fail if the stamp is stored before the

@@ -134,3 +134,45 @@ fn totals_copies_keep_their_values_inline_or_boxed() {
         (&[1][..], &[2, 3, 4, 5, 6][..])
     );
 }
+
+/// The paced read's clock: the coarse clock only for a pace of eight of
+/// its ticks or more (else the monotonic one), and its slack (what the
+/// domain takes off the pace) is its resolution; the monotonic and manual
+/// clocks have none.
+#[cfg(all(target_os = "linux", not(miri), not(rstat_loom)))]
+#[test]
+fn the_coarse_clock_serves_paces_of_many_ticks_and_declares_its_lag() {
+    use super::pace::Clock;
+    use std::time::Duration;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    let res = if unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } == 0 {
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    } else {
+        0
+    };
+    let long = Clock::real(Some(
+        Duration::from_nanos(res * 8).max(Duration::from_millis(1)),
+    ));
+    match long {
+        Clock::Coarse { res_ns, .. } => assert_eq!((res_ns, long.slack_ns()), (res, res)),
+        ref c => assert!(res == 0, "{c:?} for a pace of 8 ticks of {res} ns"),
+    }
+    // A pace shorter than 8 ticks, or none, reads the monotonic clock.
+    if res > 1 {
+        let short = Clock::real(Some(Duration::from_nanos(res * 8 - 1)));
+        assert!(matches!(short, Clock::Real(_)), "{short:?}");
+    }
+    let none = Clock::real(None);
+    assert!(matches!(none, Clock::Real(_)) && none.slack_ns() == 0);
+    // Readings never go back.
+    let mut last = long.now();
+    for _ in 0..10_000 {
+        let now = long.now();
+        assert!(now >= last, "{now} after {last}");
+        last = now;
+    }
+}

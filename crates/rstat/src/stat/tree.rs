@@ -183,8 +183,12 @@ impl Domain {
             root: AtomicPtr::new(ptr::null_mut()),
             root_flush_ongoing: AtomicBool::new(false),
             coalescer: Coalescer::default(),
-            // A pace of a whole ns at least: 0 stands for none.
-            pace_ns: pace.pace.map_or(0, |p| pace::as_ns(p).max(1)),
+            // A pace of a whole ns at least: 0 stands for none. Shortened
+            // by the clock's slack, so a stamp younger than it on the
+            // clock is younger than the pace in real time.
+            pace_ns: pace.pace.map_or(0, |p| {
+                pace::as_ns(p).saturating_sub(pace.clock.slack_ns()).max(1)
+            }),
             clock: pace.clock,
             root_flush_asked: AtomicBool::new(false),
             nudge: pace.nudge,
