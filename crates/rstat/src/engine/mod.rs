@@ -242,6 +242,8 @@ impl Rstat {
             topo.domains.len() - 1
         };
         let domain: *const Domain = &*topo.domains[domain_idx];
+        // Before any group gets a css of it (see `Domain::ctls`).
+        topo.domains[domain_idx].add_ctl(id);
         let entry = Arc::new(CtlEntry {
             id,
             domain_idx,

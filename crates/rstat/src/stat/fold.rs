@@ -30,16 +30,15 @@ pub(crate) unsafe fn fold_node(
     // node is.
     let (table, owner) = unsafe { (&*node.css, &*node.owner) };
     let mut undone = false;
-    for slot in table.iter() {
+    for (id, slot) in table.iter().enumerate() {
         let css = slot.load(Ordering::Acquire);
-        if css.is_null() {
+        // Another domain's css is skipped by its id, unread.
+        if css.is_null() || !domain.has_ctl(id) {
             continue;
         }
         // SAFETY: installed css are live as long as their group.
         let css = unsafe { &*css };
-        if !core::ptr::eq(css.ctl.domain, domain) {
-            continue;
-        }
+        debug_assert!(core::ptr::eq(css.ctl.domain, domain));
         deltas.clear();
         // SAFETY: live css, `cpu` in range.
         let (slots, extra) = unsafe { css.stats.slot(cpu) }.split_at(css.ctl.nr_stats);

@@ -168,6 +168,7 @@ impl Model {
             UpdatePath::Locked => 0,
         };
         let domain = Box::new(Domain::new(nr_cpus, section_limit, 0, backlog, pace));
+        domain.add_ctl(0);
         let nr_stats = imp.stat_names().len();
         let ctl = Arc::new(CtlEntry {
             id: 0,

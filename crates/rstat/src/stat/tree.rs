@@ -30,7 +30,7 @@ use crate::stat::fold::fold_node;
 use crate::stat::ops::NodeOwner;
 use crate::stat::pace::{self, Clock, Nudge};
 use crate::stat::policy::Coalescer;
-use crate::sync::{self, AtomicBool, AtomicPtr, AtomicU64, Mutex, Ordering, UnsafeCell};
+use crate::sync::{self, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Mutex, Ordering, UnsafeCell};
 
 /// A group's membership in one domain.
 pub(crate) struct TreeNode {
@@ -133,6 +133,13 @@ pub(crate) struct Domain {
     pub(crate) root_flush_asked: AtomicBool,
     /// The engine's background-flusher wake-up, shared by its domains.
     pub(crate) nudge: Arc<Nudge>,
+    /// Bit `id`: the controller of that id flushes in this domain. Set
+    /// (`Release`) when the controller registers, before any group gets a
+    /// css of it; never cleared. A fold that loaded a css from a group's
+    /// table (`Acquire`) thus sees its controller's bit if it is ours,
+    /// and skips the other domains' css without reading them (each would
+    /// cost the css's line and its controller entry's, cold in a flush).
+    pub(crate) ctls: AtomicU32,
 }
 
 /// A flush stamp younger than the read pace ([`Domain::fresh_stamp`]).
@@ -192,7 +199,23 @@ impl Domain {
             clock: pace.clock,
             root_flush_asked: AtomicBool::new(false),
             nudge: pace.nudge,
+            ctls: AtomicU32::new(0),
         }
+    }
+
+    /// Record that controller `id` flushes in this domain: before any css
+    /// of it is installed in a group's table (see `ctls`).
+    pub(crate) fn add_ctl(&self, id: usize) {
+        debug_assert!(id < u32::BITS as usize);
+        self.ctls.fetch_or(1 << id, Ordering::Release);
+    }
+
+    /// Whether controller `id` flushes in this domain. For a css loaded
+    /// (`Acquire`) from a group's table: its controller's registration,
+    /// and so its bit, came before it.
+    #[inline]
+    pub(crate) fn has_ctl(&self, id: usize) -> bool {
+        id < u32::BITS as usize && self.ctls.load(Ordering::Relaxed) & (1 << id) != 0
     }
 
     /// # Safety
