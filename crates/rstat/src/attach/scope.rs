@@ -24,7 +24,7 @@ use core::task::{Context, Poll};
 
 use super::current::Level;
 use super::{clock, throttle};
-use crate::group::{Group, Killed, PressureKind};
+use crate::group::{Group, KillWake, Killed, PressureKind};
 
 /// A future that runs each poll of `F` inside a group; see
 /// [`Group::scope`] and the [attach module docs](crate::attach#async-tasks).
@@ -213,6 +213,9 @@ impl Group {
 #[must_use = "futures do nothing unless polled"]
 pub struct Killable<F> {
     inner: Scoped<F>,
+    /// While pending: its waker's registration with the group, which a
+    /// kill wakes.
+    wake: Option<KillWake>,
 }
 
 impl<F> Killable<F> {
@@ -222,8 +225,29 @@ impl<F> Killable<F> {
     }
 
     /// The wrapped future.
-    pub fn into_inner(self) -> F {
-        self.inner.into_inner()
+    pub fn into_inner(mut self) -> F {
+        self.unwatch();
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped (`ManuallyDrop`) nor used again,
+        // so `inner` is moved out exactly once; `wake`, the only other
+        // field, is `None` (taken above) and owns nothing.
+        let inner = unsafe { core::ptr::read(&this.inner) };
+        inner.into_inner()
+    }
+
+    /// Remove the waker's registration, if any.
+    fn unwatch(&mut self) {
+        if let (Some(w), Some(g)) = (self.wake.take(), self.inner.group.as_ref()) {
+            g.unwatch_kill(w);
+        }
+    }
+}
+
+impl<F> Drop for Killable<F> {
+    /// Removes the future's waker from its group (a lock, if it ever
+    /// waited). Touches neither the inner future nor its pinning.
+    fn drop(&mut self) {
+        self.unwatch();
     }
 }
 
@@ -238,18 +262,44 @@ impl<F: std::fmt::Debug> std::fmt::Debug for Killable<F> {
 impl<F: Future> Future for Killable<F> {
     type Output = Result<F::Output, Killed>;
 
-    /// The kill check (one load), then a [`Scoped`] poll.
+    /// The kill check (one load), then a [`Scoped`] poll; when that is
+    /// pending, the waker's registration with the group (the group's hook
+    /// lock, only when the task's waker changed since the last poll).
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `inner` is structurally pinned, as `Scoped::fut` is (no
-        // `Drop`, never moved out of a pinned `Killable`).
-        let inner = unsafe { self.map_unchecked_mut(|k| &mut k.inner) };
-        if let Some(g) = inner.group.as_ref() {
+        // SAFETY: `inner` is structurally pinned, as `Scoped::fut` is: it
+        // is never moved out of a pinned `Killable` (`Drop` and `unwatch`
+        // touch only `wake`; `into_inner` takes `self` by value, which a
+        // pinned future cannot give). `wake` is not pinned.
+        let this = unsafe { self.get_unchecked_mut() };
+        let killed = |g: &Group| Poll::Ready(Err(Killed { path: g.path() }));
+        if let Some(g) = this.inner.group.as_ref() {
             if g.is_killed() {
-                return Poll::Ready(Err(Killed { path: g.path() }));
+                let out = killed(g);
+                this.unwatch();
+                return out;
             }
         }
-        inner.poll(cx).map(Ok)
+        // SAFETY: as above.
+        let out = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
+        if out.is_ready() {
+            this.unwatch();
+            return out.map(Ok);
+        }
+        if let Some(g) = this.inner.group.as_ref() {
+            if !this.wake.as_ref().is_some_and(|w| w.wakes(cx.waker())) {
+                this.wake = Some(g.watch_kill(this.wake.take(), cx.waker()));
+                // A kill that took the wakers before this registration
+                // marked first: seen here, so the future is not left
+                // asleep.
+                if g.is_killed() {
+                    let out = killed(g);
+                    this.unwatch();
+                    return out;
+                }
+            }
+        }
+        Poll::Pending
     }
 }
 
@@ -258,10 +308,19 @@ impl Group {
     /// ([`Group::kill`]; the memory controller's OOM kill in
     /// [`HeapLimitMode::Kill`](crate::memory::HeapLimitMode::Kill)): the
     /// future resolves to `Err(`[`Killed`]`)` at its next poll instead of
-    /// running on. The kill does not wake it: a future waiting for an
-    /// event that never comes stays pending (drop it, or wake its task).
-    /// Cost over [`scope`](Self::scope): the kill check per poll (one load
-    /// once killed, else a walk up the group's chain).
+    /// running on. The kill wakes its task if it is waiting (for a socket,
+    /// a timer, a channel that never answers), so it ends without anything
+    /// else waking it. Cost over [`scope`](Self::scope): the kill check per
+    /// poll (one load once killed, else a walk up the group's chain), and
+    /// when a poll is pending with a waker other than the last one
+    /// registered, its registration with the group (the group's hook lock
+    /// and a waker clone); removing it when the future ends or is dropped
+    /// (the lock again).
+    ///
+    /// A kill reaches the futures of the groups it marks in the tree: of
+    /// the killed group and its descendants. A future whose group was
+    /// removed before an ancestor's kill still ends `Err(Killed)` at its
+    /// next poll, but is not woken by that kill.
     ///
     /// ```
     /// use std::future::Future;
@@ -280,6 +339,7 @@ impl Group {
     pub fn killable<F: Future>(&self, fut: F) -> Killable<F> {
         Killable {
             inner: self.scope(fut),
+            wake: None,
         }
     }
 }

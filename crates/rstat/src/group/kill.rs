@@ -12,7 +12,9 @@
 //! - A future wrapped by [`Group::killable`](crate::Group::killable)
 //!   checks at each poll and resolves to `Err(`[`Killed`]`)` instead of
 //!   polling its inner future again; the executor then drops it, and the
-//!   memory it held is freed (and uncharged).
+//!   memory it held is freed (and uncharged). A kill wakes such futures
+//!   that are waiting, so one waiting for an event that never comes ends
+//!   too.
 //! - A thread checks [`Group::is_killed`] or
 //!   [`attach::current_killed`](crate::attach::current_killed) (one load)
 //!   where it can stop, or registers a hook ([`Group::on_kill`]).
@@ -32,9 +34,14 @@
 //! linked before the killer's listing is in the list, and one linked after
 //! it reads the mark: no descendant escapes. Hooks are taken out of their
 //! group under its hook lock, so each runs once, on the killing thread,
-//! after the marks are set and with no lock of the engine held.
+//! after the marks are set and with no lock of the engine held. A pending
+//! killable future registers its waker under the same lock and then
+//! checks the mark; the kill marks, then takes the wakers under that lock
+//! (waking them after releasing it): a future registered before the take
+//! is woken, one registered after it sees the mark.
 
 use std::fmt;
+use std::task::Waker;
 
 use super::{Group, GroupInner};
 use crate::sync::{self, Ordering};
@@ -62,6 +69,34 @@ impl std::error::Error for Killed {}
 
 /// A kill hook: called once, with the group, when it is killed.
 pub(crate) type KillHook = Box<dyn FnOnce(&Group) + Send>;
+
+/// What a group's kill reaches besides the mark: the hooks to run once,
+/// and the wakers of its pending [`killable`](crate::Group::killable)
+/// futures, to wake. Made on first use (a group nobody watches has none).
+#[derive(Default)]
+pub(crate) struct KillWatch {
+    hooks: Vec<KillHook>,
+    /// Registered wakers by key (a free key holds `None`); `free` lists
+    /// the free keys. A future keeps its key until it is dropped or ends.
+    wakers: Vec<Option<Waker>>,
+    free: Vec<usize>,
+}
+
+/// A pending killable future's registration with its group's
+/// [`KillWatch`]: its key, and a clone of the waker registered there, to
+/// tell without the lock whether a later poll's waker is the same.
+pub(crate) struct KillWake {
+    key: usize,
+    waker: Waker,
+}
+
+impl KillWake {
+    /// Whether `w` wakes the same task as the registered waker.
+    #[inline]
+    pub(crate) fn wakes(&self, w: &Waker) -> bool {
+        self.waker.will_wake(w)
+    }
+}
 
 impl GroupInner {
     /// Killed: this group or an ancestor. One load when marked (the
@@ -116,10 +151,19 @@ impl Group {
         // sides one of the two sees the other (no hook is left unrun).
         sync::fence(Ordering::SeqCst);
         for g in &killed {
-            let hooks = match g.inner().kill_hooks.get() {
-                Some(h) => core::mem::take(&mut *sync::lock(h)),
-                None => Vec::new(),
+            let (hooks, wakers) = match g.inner().kill_hooks.get() {
+                Some(h) => {
+                    let mut w = sync::lock(h);
+                    // The wakers stay registered (their futures remove them
+                    // when dropped); woken outside the lock.
+                    let wakers: Vec<Waker> = w.wakers.iter().flatten().cloned().collect();
+                    (core::mem::take(&mut w.hooks), wakers)
+                }
+                None => (Vec::new(), Vec::new()),
             };
+            for w in wakers {
+                w.wake();
+            }
             for hook in hooks {
                 // The memory controller kills from inside the global
                 // allocator, where an unwind must not escape: a hook that
@@ -168,19 +212,65 @@ impl Group {
             let cell = self
                 .inner()
                 .kill_hooks
-                .get_or_init(|| Box::new(sync::Mutex::new(Vec::new())));
-            let mut hooks = sync::lock(cell);
+                .get_or_init(|| Box::new(sync::Mutex::new(KillWatch::default())));
+            let mut watch = sync::lock(cell);
             // See `kill`: the list exists before the mark is looked at.
             sync::fence(Ordering::SeqCst);
             // Checked under the hook lock: a kill marks first, then takes
             // the hooks under this lock, so a hook added after that take
             // sees the mark and runs here instead.
             if !self.is_killed() {
-                hooks.push(Box::new(hook));
+                watch.hooks.push(Box::new(hook));
                 return;
             }
         }
         hook(self);
+    }
+
+    /// Register (or update, for `prev`) the waker of a pending killable
+    /// future of this group, for a kill to wake. The caller checks the
+    /// mark *after* this returns: a kill marks before it takes the wakers
+    /// under this lock, so a registration that comes after that take sees
+    /// the mark (the same order as [`on_kill`](Self::on_kill)'s).
+    /// Cost: the group's hook lock, a waker clone.
+    pub(crate) fn watch_kill(&self, prev: Option<KillWake>, waker: &Waker) -> KillWake {
+        let cell = self
+            .inner()
+            .kill_hooks
+            .get_or_init(|| Box::new(sync::Mutex::new(KillWatch::default())));
+        let mut watch = sync::lock(cell);
+        let key = match prev {
+            Some(p) if watch.wakers.get(p.key).is_some_and(Option::is_some) => p.key,
+            _ => match watch.free.pop() {
+                Some(k) => k,
+                None => {
+                    watch.wakers.push(None);
+                    watch.wakers.len() - 1
+                }
+            },
+        };
+        watch.wakers[key] = Some(waker.clone());
+        drop(watch);
+        // As in `on_kill`: a kill that found no watch yet (and so took no
+        // waker) marked before its fence; the caller's mark check comes
+        // after this one.
+        sync::fence(Ordering::SeqCst);
+        KillWake {
+            key,
+            waker: waker.clone(),
+        }
+    }
+
+    /// Remove a killable future's registration (it ended or was dropped).
+    pub(crate) fn unwatch_kill(&self, w: KillWake) {
+        if let Some(cell) = self.inner().kill_hooks.get() {
+            let mut watch = sync::lock(cell);
+            if let Some(slot) = watch.wakers.get_mut(w.key) {
+                if slot.take().is_some() {
+                    watch.free.push(w.key);
+                }
+            }
+        }
     }
 
     /// `Err(`[`Killed`]`)` if this group was killed.

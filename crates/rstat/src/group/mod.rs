@@ -42,6 +42,7 @@ pub use bandwidth::{
     CpuMax, CpuMaxStat, DEFAULT_CPU_PERIOD_US, MAX_CPU_PERIOD_US, MIN_CPU_PERIOD_US,
 };
 use ext::MAX_EXTS;
+pub(crate) use kill::KillWake;
 pub use kill::Killed;
 use name::{name_problem, shown, shown_path};
 pub use name::{validate_name, MAX_NAME_LEN};
@@ -83,7 +84,7 @@ pub(crate) struct GroupInner {
     /// Killed ([`Group::kill`], module `kill`): set once, never cleared.
     pub(crate) killed: AtomicBool,
     /// Hooks to run when killed ([`Group::on_kill`]), made at the first.
-    pub(crate) kill_hooks: std::sync::OnceLock<Box<Mutex<Vec<kill::KillHook>>>>,
+    pub(crate) kill_hooks: std::sync::OnceLock<Box<Mutex<kill::KillWatch>>>,
     /// `cpu.max` (module `bandwidth`), made at the first setting.
     pub(crate) bandwidth: std::sync::OnceLock<Box<bandwidth::Bandwidth>>,
     /// This group or an ancestor has (or had) a `cpu.max` quota: its
