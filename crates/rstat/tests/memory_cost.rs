@@ -51,8 +51,10 @@ static A: Counting = Counting;
 
 /// The per-group heap outside the per-CPU arena (group, tables, one css
 /// per controller on its three lines, one tree node per domain with its
-/// flush stamp, name, and the line-aligned objects' slack): natively about
-/// 1.95 KB for the engine below, and a little more under Miri, whose builds
+/// flush stamp, name (one allocation, with its two reference counts,
+/// shared by the group and its parent's children map), and the
+/// line-aligned objects' slack): natively about 1.97 KB for the engine
+/// below, and a little more under Miri, whose builds
 /// keep the simulated sections' state.
 const CONSTANT_BOUND: usize = 2100;
 

@@ -485,8 +485,8 @@ impl ControllerHandle {
                 // SAFETY: lock held. Each array has `n` items, so the
                 // reserved buffers never grow here.
                 let t = unsafe { &*t };
-                batch.values.extend_from_slice(&t.local);
-                batch.values.extend_from_slice(&t.hierarchical);
+                batch.values.extend_from_slice(t.local());
+                batch.values.extend_from_slice(t.hierarchical());
                 batch.overflows.push(t.overflows);
             });
         }

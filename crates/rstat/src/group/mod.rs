@@ -55,7 +55,9 @@ pub(crate) struct GroupInner {
     pub(crate) engine: Arc<EngineInner>,
     /// A reference on the parent, dropped at this group's release.
     pub(crate) parent: Option<Group>,
-    pub(crate) name: Box<str>,
+    /// Shared with the parent's children map, whose key is this same
+    /// allocation: a group's creation allocates its name once.
+    pub(crate) name: Arc<str>,
     /// Unique among the engine's groups for the engine's lifetime.
     pub(crate) id: u64,
     pub(crate) depth: usize,
@@ -63,7 +65,8 @@ pub(crate) struct GroupInner {
     /// Live children, without references of their own: a child is in its
     /// parent's map exactly while it is online, i.e. while its base
     /// reference is held, so the pointers stay valid under this lock.
-    pub(crate) children: Mutex<BTreeMap<Box<str>, GroupPtr>>,
+    /// Keyed by each child's own `name`.
+    pub(crate) children: Mutex<BTreeMap<Arc<str>, GroupPtr>>,
     /// Per controller id, its state in this group; null until attached.
     /// In the group itself, so `ControllerHandle::add` reaches a css with
     /// one load from the group. Flushes reach them through their tree
@@ -482,7 +485,7 @@ impl Group {
         if self.cpu_limited() {
             child.inner().cpu_limited.store(true, Ordering::Release);
         }
-        children.insert(name.into(), child.as_ptr());
+        children.insert(Arc::clone(&child.inner().name), child.as_ptr());
         Ok(child)
     }
 
@@ -612,7 +615,7 @@ impl Group {
         // Not nested in ours: no path holds a parent's children lock while
         // it takes a child's. Until this, lookups still find the offline
         // group by name (and skip nothing: it is a zombie, reads go on).
-        sync::lock(&parent.inner().children).remove(&self.inner().name);
+        sync::lock(&parent.inner().children).remove(&*self.inner().name);
         self.inner().engine.zombies.fetch_add(1, Ordering::Relaxed);
         drop(topo);
         // No flush here: the zombie's node stays in its parent's updated

@@ -507,7 +507,7 @@ impl Css {
         self.totals.with(|t| {
             // SAFETY: lock held.
             let t = unsafe { &*t };
-            TotalsCopy::new(&t.local, &t.hierarchical, t.overflows)
+            TotalsCopy::new(t.local(), t.hierarchical(), t.overflows)
         })
     }
 }

@@ -65,13 +65,13 @@ pub(crate) unsafe fn fold_node(
             let n = css.ctl.nr_stats;
             let (local, rest) = css.published.values().split_at(n);
             let (hierarchical, overflows) = rest.split_at(n);
-            for (a, v) in hierarchical.iter().zip(t.hierarchical.iter()) {
+            for (a, v) in hierarchical.iter().zip(t.hierarchical()) {
                 a.store(*v, Ordering::Relaxed);
             }
             if let Some(o) = overflows.first() {
                 o.store(t.overflows as i64, Ordering::Relaxed);
             }
-            for (a, v) in local.iter().zip(t.local.iter()) {
+            for (a, v) in local.iter().zip(t.local()) {
                 a.store(*v, Ordering::Release);
             }
         });
@@ -168,16 +168,13 @@ unsafe fn with_flush_ctx<R>(
             }),
             Some(p) => p.totals.with_mut(|pt| {
                 // SAFETY: lock held; distinct cell from `t`.
-                let pt = unsafe { &mut *pt };
+                let (pending, overflows) = unsafe { &mut *pt }.pending_and_overflows_mut();
                 f(&mut FlushCtx {
                     owner,
                     cpu,
                     deltas,
                     totals,
-                    parent: Some(ParentSide {
-                        pending: &mut pt.pending,
-                        overflows: &mut pt.overflows,
-                    }),
+                    parent: Some(ParentSide { pending, overflows }),
                 })
             }),
         }
@@ -204,13 +201,13 @@ unsafe fn flush_user(
     let need = css.totals.with(|t| {
         // SAFETY: lock held.
         let t = unsafe { &*t };
-        t.local.len() + t.hierarchical.len() + t.pending.len()
+        3 * t.len()
     });
     // SAFETY: a child's css keeps its parent's alive.
     let need = need
         + unsafe { css.parent.as_ref() }.map_or(0, |p| {
             // SAFETY: lock held.
-            p.totals.with(|t| unsafe { (&*t).pending.len() })
+            p.totals.with(|t| unsafe { (&*t).len() })
         });
     scratch.resize(n + need, 0);
     let (deltas, saved) = scratch.split_at_mut(n);

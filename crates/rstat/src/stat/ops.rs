@@ -116,11 +116,9 @@ pub(super) struct ParentSide<'a> {
     pub(super) overflows: &'a mut u64,
 }
 
-/// Where [`FlushCtx::save`] put things, for [`FlushCtx::restore`]: the
-/// array lengths (a controller may replace its totals' arrays), and the
-/// overflow counts.
+/// What [`FlushCtx::save`] kept beside the values, for
+/// [`FlushCtx::restore`]: the overflow counts.
 pub(super) struct Saved {
-    lens: [usize; 4],
     overflows: u64,
     parent_overflows: u64,
 }
@@ -207,23 +205,15 @@ impl FlushCtx<'_> {
 
     /// Copy what a flush may change (this group's totals, the parent's
     /// pending array and both overflow counts) to `saved`.
-    /// `saved` is exactly as long as all four arrays together.
+    /// `saved` is exactly as long as the totals' `3n` values and the
+    /// parent's pending array together.
     pub(super) fn save(&self, saved: &mut [i64]) -> Saved {
-        let t = &*self.totals;
+        let t = self.totals.values();
         let pp: &[i64] = self.parent.as_ref().map_or(&[], |p| &*p.pending);
-        let mut at = 0;
-        for src in [&*t.local, &*t.hierarchical, &*t.pending, pp] {
-            saved[at..at + src.len()].copy_from_slice(src);
-            at += src.len();
-        }
+        saved[..t.len()].copy_from_slice(t);
+        saved[t.len()..t.len() + pp.len()].copy_from_slice(pp);
         Saved {
-            lens: [
-                t.local.len(),
-                t.hierarchical.len(),
-                t.pending.len(),
-                pp.len(),
-            ],
-            overflows: t.overflows,
+            overflows: self.totals.overflows,
             parent_overflows: self.parent.as_ref().map_or(0, |p| *p.overflows),
         }
     }
@@ -231,27 +221,14 @@ impl FlushCtx<'_> {
     /// Put back what [`save`](Self::save) copied. Cold: runs after a panic.
     #[cold]
     pub(super) fn restore(&mut self, saved: &[i64], s: &Saved) {
-        fn put(dst: &mut Box<[i64]>, src: &[i64]) {
-            if dst.len() == src.len() {
-                dst.copy_from_slice(src);
-            } else {
-                *dst = src.into();
-            }
-        }
-        let [a, b, c, d] = s.lens;
-        let (local, rest) = saved.split_at(a);
-        let (hier, rest) = rest.split_at(b);
-        let (pending, pp) = rest.split_at(c);
-        let t = &mut *self.totals;
-        put(&mut t.local, local);
-        put(&mut t.hierarchical, hier);
-        put(&mut t.pending, pending);
-        t.overflows = s.overflows;
+        let t = self.totals.values_mut();
+        let (mine, pp) = saved.split_at(t.len());
+        t.copy_from_slice(mine);
+        self.totals.overflows = s.overflows;
         if let Some(p) = self.parent.as_mut() {
             // The flush only had a slice of the parent's array: its length
             // cannot have changed.
-            debug_assert_eq!(p.pending.len(), d);
-            p.pending.copy_from_slice(&pp[..d]);
+            p.pending.copy_from_slice(&pp[..p.pending.len()]);
             *p.overflows = s.parent_overflows;
         }
     }
@@ -263,22 +240,16 @@ impl FlushCtx<'_> {
     /// parent's for its pending array. Cost: four checked adds per item (three
     /// at the root); a clamp takes a cold path.
     pub fn fold(&mut self) {
-        let t = &mut *self.totals;
-        // Bounded by every array, so a controller that resized its totals
-        // by hand gets a partial fold, not a panic (and the indexing below
-        // needs no bounds checks).
-        let mut n = self
-            .deltas
-            .len()
-            .min(t.local.len())
-            .min(t.hierarchical.len())
-            .min(t.pending.len());
+        let (local, hier, pending) = self.totals.split_mut();
+        // Bounded by the deltas and the parent's array too (all are the
+        // controller's item count long), so the indexing below needs no
+        // bounds checks.
+        let mut n = self.deltas.len().min(local.len());
         if let Some(p) = self.parent.as_ref() {
             n = n.min(p.pending.len());
         }
         let deltas = &self.deltas[..n];
-        let (local, hier) = (&mut t.local[..n], &mut t.hierarchical[..n]);
-        let pending = &mut t.pending[..n];
+        let (local, hier, pending) = (&mut local[..n], &mut hier[..n], &mut pending[..n]);
         let mut clamps = 0u64;
         match self.parent.as_mut() {
             None => {
@@ -305,20 +276,30 @@ impl FlushCtx<'_> {
             }
         }
         if clamps != 0 {
-            t.overflows = t.overflows.saturating_add(clamps);
+            self.totals.overflows = self.totals.overflows.saturating_add(clamps);
         }
     }
 }
 
-/// Per-group totals of one controller (protected by its flush lock).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Per-group totals of one controller (protected by its flush lock): for
+/// each of its `n` items a local total, a hierarchical total and a pending
+/// value, in one allocation of `3n` values, and the clamp count.
+///
+/// A custom [`Controller::flush`] reaches the three arrays through
+/// [`local_mut`](Self::local_mut), [`hierarchical_mut`](Self::hierarchical_mut),
+/// [`pending_mut`](Self::pending_mut), or all three at once with
+/// [`split_mut`](Self::split_mut). Each is exactly [`len`](Self::len) (the
+/// controller's item count) long, for the group's whole life: a flush
+/// changes values, never the shape (there is no public constructor, nor
+/// `Clone` or `Default`, so a flush has no other `Totals` to put in this
+/// one's place).
+#[derive(Debug, PartialEq, Eq)]
 pub struct Totals {
-    /// The group's own updates.
-    pub local: Box<[i64]>,
-    /// The group's and all its descendants' (including removed ones).
-    pub hierarchical: Box<[i64]>,
-    /// Deltas handed up by flushed children, not yet in `hierarchical`.
-    pub pending: Box<[i64]>,
+    /// `local` in `[..n]`, `hierarchical` in `[n..2n]`, `pending` in
+    /// `[2n..3n]`: one allocation per group and controller rather than
+    /// three, as a group's creation makes one of these per controller.
+    values: Box<[i64]>,
+    n: usize,
     /// Additions into these totals (or into `pending`) that were clamped at
     /// `i64::MIN`/`i64::MAX`; see the module's `# Overflow`. Never reset.
     pub overflows: u64,
@@ -327,11 +308,85 @@ pub struct Totals {
 impl Totals {
     pub(crate) fn zeroed(n: usize) -> Self {
         Totals {
-            local: sync::boxed_slice(n, || 0),
-            hierarchical: sync::boxed_slice(n, || 0),
-            pending: sync::boxed_slice(n, || 0),
+            values: sync::boxed_slice(3 * n, || 0),
+            n,
             overflows: 0,
         }
+    }
+
+    /// The number of items: the length of each of the three arrays.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Whether the controller has no items (never, for a registered one).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The group's own updates.
+    #[inline]
+    pub fn local(&self) -> &[i64] {
+        &self.values[..self.n]
+    }
+
+    /// The group's and all its descendants' (including removed ones).
+    #[inline]
+    pub fn hierarchical(&self) -> &[i64] {
+        &self.values[self.n..2 * self.n]
+    }
+
+    /// Deltas handed up by flushed children, not yet in
+    /// [`hierarchical`](Self::hierarchical).
+    #[inline]
+    pub fn pending(&self) -> &[i64] {
+        &self.values[2 * self.n..]
+    }
+
+    /// [`local`](Self::local), to fold into.
+    #[inline]
+    pub fn local_mut(&mut self) -> &mut [i64] {
+        &mut self.values[..self.n]
+    }
+
+    /// [`hierarchical`](Self::hierarchical), to fold into.
+    #[inline]
+    pub fn hierarchical_mut(&mut self) -> &mut [i64] {
+        &mut self.values[self.n..2 * self.n]
+    }
+
+    /// [`pending`](Self::pending), to take from.
+    #[inline]
+    pub fn pending_mut(&mut self) -> &mut [i64] {
+        &mut self.values[2 * self.n..]
+    }
+
+    /// `(local, hierarchical, pending)`, all three to write at once (as a
+    /// fold does). Cost: two slice splits.
+    #[inline]
+    pub fn split_mut(&mut self) -> (&mut [i64], &mut [i64], &mut [i64]) {
+        let (local, rest) = self.values.split_at_mut(self.n);
+        let (hierarchical, pending) = rest.split_at_mut(self.n);
+        (local, hierarchical, pending)
+    }
+
+    /// [`pending_mut`](Self::pending_mut) and the overflow count: what a
+    /// child's flush may touch of its parent's totals.
+    pub(super) fn pending_and_overflows_mut(&mut self) -> (&mut [i64], &mut u64) {
+        (&mut self.values[2 * self.n..], &mut self.overflows)
+    }
+
+    /// All `3n` values (local, hierarchical, pending), for the panic
+    /// containment's save and restore.
+    pub(super) fn values_mut(&mut self) -> &mut [i64] {
+        &mut self.values
+    }
+
+    /// As [`values_mut`](Self::values_mut), to read.
+    pub(super) fn values(&self) -> &[i64] {
+        &self.values
     }
 }
 
@@ -409,8 +464,8 @@ impl PartialEq for TotalsCopy {
 impl Eq for TotalsCopy {}
 
 impl TotalsCopy {
-    /// A copy of `local`, `hierarchical` (which may differ in length: a
-    /// controller may resize its totals by hand) and `overflows`.
+    /// A copy of `local`, `hierarchical` (which may differ in length) and
+    /// `overflows`.
     pub(crate) fn new(local: &[i64], hierarchical: &[i64], overflows: u64) -> Self {
         TotalsCopy {
             values: Values::collect(
