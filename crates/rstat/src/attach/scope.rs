@@ -320,7 +320,13 @@ impl Group {
     /// A kill reaches the futures of the groups it marks in the tree: of
     /// the killed group and its descendants. A future whose group was
     /// removed before an ancestor's kill still ends `Err(Killed)` at its
-    /// next poll, but is not woken by that kill.
+    /// next poll, but is not woken by that kill. The wakes run on the
+    /// killing thread, after the kill hooks' take and with no lock of the
+    /// engine held; for the memory controller's OOM kill that thread is
+    /// in the middle of an allocation, as for the hooks
+    /// ([`on_kill`](Self::on_kill)): an executor whose waker could block
+    /// on a lock its own code holds while allocating would deadlock there
+    /// (tokio's wakers only queue the task and notify a worker).
     ///
     /// ```
     /// use std::future::Future;
