@@ -235,6 +235,18 @@ impl<F> Killable<F> {
         inner.into_inner()
     }
 
+    /// The output of a poll that found the group killed: the waker's
+    /// registration removed, `Err(Killed)` with the group's path.
+    fn end_killed<T>(&mut self) -> Poll<Result<T, Killed>> {
+        self.unwatch();
+        let path = self
+            .inner
+            .group
+            .as_ref()
+            .map_or_else(String::new, Group::path);
+        Poll::Ready(Err(Killed { path }))
+    }
+
     /// Remove the waker's registration, if any.
     fn unwatch(&mut self) {
         if let (Some(w), Some(g)) = (self.wake.take(), self.inner.group.as_ref()) {
@@ -272,13 +284,8 @@ impl<F: Future> Future for Killable<F> {
         // touch only `wake`; `into_inner` takes `self` by value, which a
         // pinned future cannot give). `wake` is not pinned.
         let this = unsafe { self.get_unchecked_mut() };
-        let killed = |g: &Group| Poll::Ready(Err(Killed { path: g.path() }));
-        if let Some(g) = this.inner.group.as_ref() {
-            if g.is_killed() {
-                let out = killed(g);
-                this.unwatch();
-                return out;
-            }
+        if this.inner.group.as_ref().is_some_and(Group::is_killed) {
+            return this.end_killed();
         }
         // SAFETY: as above.
         let out = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
@@ -293,9 +300,7 @@ impl<F: Future> Future for Killable<F> {
                 // marked first: seen here, so the future is not left
                 // asleep.
                 if g.is_killed() {
-                    let out = killed(g);
-                    this.unwatch();
-                    return out;
+                    return this.end_killed();
                 }
             }
         }

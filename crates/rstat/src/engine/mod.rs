@@ -241,9 +241,10 @@ impl Rstat {
             topo.domains.push(d);
             topo.domains.len() - 1
         };
-        let domain: *const Domain = &*topo.domains[domain_idx];
+        let d = &topo.domains[domain_idx];
         // Before any group gets a css of it (see `Domain::ctls`).
-        topo.domains[domain_idx].add_ctl(id);
+        d.add_ctl(id);
+        let domain: *const Domain = &**d;
         let entry = Arc::new(CtlEntry {
             id,
             domain_idx,

@@ -209,11 +209,7 @@ impl Group {
     /// Hooks of a group removed before any kill are dropped with it.
     pub fn on_kill(&self, hook: impl FnOnce(&Group) + Send + 'static) {
         {
-            let cell = self
-                .inner()
-                .kill_hooks
-                .get_or_init(|| Box::new(sync::Mutex::new(KillWatch::default())));
-            let mut watch = sync::lock(cell);
+            let mut watch = sync::lock(self.kill_watch());
             // See `kill`: the list exists before the mark is looked at.
             sync::fence(Ordering::SeqCst);
             // Checked under the hook lock: a kill marks first, then takes
@@ -227,6 +223,13 @@ impl Group {
         hook(self);
     }
 
+    /// This group's kill watch, made at the first hook or waker.
+    fn kill_watch(&self) -> &sync::Mutex<KillWatch> {
+        self.inner()
+            .kill_hooks
+            .get_or_init(|| Box::new(sync::Mutex::new(KillWatch::default())))
+    }
+
     /// Register (or update, for `prev`) the waker of a pending killable
     /// future of this group, for a kill to wake. The caller checks the
     /// mark *after* this returns: a kill marks before it takes the wakers
@@ -234,11 +237,7 @@ impl Group {
     /// the mark (the same order as [`on_kill`](Self::on_kill)'s).
     /// Cost: the group's hook lock, a waker clone.
     pub(crate) fn watch_kill(&self, prev: Option<KillWake>, waker: &Waker) -> KillWake {
-        let cell = self
-            .inner()
-            .kill_hooks
-            .get_or_init(|| Box::new(sync::Mutex::new(KillWatch::default())));
-        let mut watch = sync::lock(cell);
+        let mut watch = sync::lock(self.kill_watch());
         let key = match prev {
             Some(p) if watch.wakers.get(p.key).is_some_and(Option::is_some) => p.key,
             _ => match watch.free.pop() {

@@ -198,17 +198,9 @@ unsafe fn flush_user(
 ) -> bool {
     let ctl = &*css.ctl;
     let n = scratch.len();
-    let need = css.totals.with(|t| {
-        // SAFETY: lock held.
-        let t = unsafe { &*t };
-        3 * t.len()
-    });
-    // SAFETY: a child's css keeps its parent's alive.
-    let need = need
-        + unsafe { css.parent.as_ref() }.map_or(0, |p| {
-            // SAFETY: lock held.
-            p.totals.with(|t| unsafe { (&*t).len() })
-        });
+    // The totals' 3n values and the parent's pending array (the same n
+    // items: totals never change shape).
+    let need = ctl.nr_stats * if css.parent.is_null() { 3 } else { 4 };
     scratch.resize(n + need, 0);
     let (deltas, saved) = scratch.split_at_mut(n);
     // Returns whether the call panicked and must be retried by a later

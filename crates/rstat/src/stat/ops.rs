@@ -299,7 +299,6 @@ pub struct Totals {
     /// `[2n..3n]`: one allocation per group and controller rather than
     /// three, as a group's creation makes one of these per controller.
     values: Box<[i64]>,
-    n: usize,
     /// Additions into these totals (or into `pending`) that were clamped at
     /// `i64::MIN`/`i64::MAX`; see the module's `# Overflow`. Never reset.
     pub overflows: u64,
@@ -309,7 +308,6 @@ impl Totals {
     pub(crate) fn zeroed(n: usize) -> Self {
         Totals {
             values: sync::boxed_slice(3 * n, || 0),
-            n,
             overflows: 0,
         }
     }
@@ -317,65 +315,70 @@ impl Totals {
     /// The number of items: the length of each of the three arrays.
     #[inline]
     pub fn len(&self) -> usize {
-        self.n
+        self.values.len() / 3
     }
 
     /// Whether the controller has no items (never, for a registered one).
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.n == 0
+        self.values.is_empty()
     }
 
     /// The group's own updates.
     #[inline]
     pub fn local(&self) -> &[i64] {
-        &self.values[..self.n]
+        &self.values[..self.len()]
     }
 
     /// The group's and all its descendants' (including removed ones).
     #[inline]
     pub fn hierarchical(&self) -> &[i64] {
-        &self.values[self.n..2 * self.n]
+        &self.values[self.len()..2 * self.len()]
     }
 
     /// Deltas handed up by flushed children, not yet in
     /// [`hierarchical`](Self::hierarchical).
     #[inline]
     pub fn pending(&self) -> &[i64] {
-        &self.values[2 * self.n..]
+        &self.values[2 * self.len()..]
     }
 
     /// [`local`](Self::local), to fold into.
     #[inline]
     pub fn local_mut(&mut self) -> &mut [i64] {
-        &mut self.values[..self.n]
+        let n = self.len();
+        &mut self.values[..n]
     }
 
     /// [`hierarchical`](Self::hierarchical), to fold into.
     #[inline]
     pub fn hierarchical_mut(&mut self) -> &mut [i64] {
-        &mut self.values[self.n..2 * self.n]
+        let n = self.len();
+        &mut self.values[n..2 * n]
     }
 
     /// [`pending`](Self::pending), to take from.
     #[inline]
     pub fn pending_mut(&mut self) -> &mut [i64] {
-        &mut self.values[2 * self.n..]
+        let n = self.len();
+        &mut self.values[2 * n..]
     }
 
     /// `(local, hierarchical, pending)`, all three to write at once (as a
     /// fold does). Cost: two slice splits.
     #[inline]
     pub fn split_mut(&mut self) -> (&mut [i64], &mut [i64], &mut [i64]) {
-        let (local, rest) = self.values.split_at_mut(self.n);
-        let (hierarchical, pending) = rest.split_at_mut(self.n);
+        let n = self.len();
+        let (local, rest) = self.values.split_at_mut(n);
+        let (hierarchical, pending) = rest.split_at_mut(n);
         (local, hierarchical, pending)
     }
 
     /// [`pending_mut`](Self::pending_mut) and the overflow count: what a
     /// child's flush may touch of its parent's totals.
     pub(super) fn pending_and_overflows_mut(&mut self) -> (&mut [i64], &mut u64) {
-        (&mut self.values[2 * self.n..], &mut self.overflows)
+        let n = self.len();
+        (&mut self.values[2 * n..], &mut self.overflows)
     }
 
     /// All `3n` values (local, hierarchical, pending), for the panic

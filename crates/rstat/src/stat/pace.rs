@@ -64,9 +64,9 @@ pub(crate) enum Clock {
     Manual(Arc<ManualTime>),
 }
 
-/// The coarse clock serves a pace of at least this many of its ticks (a
-/// resolution of 4 ms, common, serves paces from 32 ms; the default pace
-/// is 100 ms); a shorter pace uses the monotonic clock.
+/// The coarse clock serves a pace of at least this many of its ticks (the
+/// default pace spans that many at the usual kernel tick rates); a
+/// shorter pace uses the monotonic clock.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const COARSE_TICKS_PER_PACE: u64 = 8;
 
