@@ -372,3 +372,76 @@ fn handles_cloned_and_dropped_across_threads_during_removal_leak_nothing() {
         &[rounds * 3 * per]
     );
 }
+
+/// A group's final release visits only the CPU slots its node went on
+/// (`TreeNode::touched`, bit `slot % 64`): on an engine of 66 slots, so
+/// that slots 0 and 64, and 1 and 65, share a bit, groups changed on one or two
+/// slots each, some folded once before their release (their node then on
+/// a tree, off list) and changed again after (back on a backlog), some
+/// only through a child (a path node): every count reaches the parent and
+/// the root exactly, and no pending-update unit is left behind.
+#[test]
+fn a_removed_group_folds_the_few_slots_it_changed_on_a_large_engine() {
+    for unified in [false, true] {
+        let rs = Rstat::builder()
+            .nr_cpus(66)
+            .unified(unified)
+            .build()
+            .unwrap();
+        let io = rs.register_counters("io", &["n"]).unwrap();
+        let mut expected_root = 0i64;
+        for (i, &(slot, other)) in [(0, 0), (1, 65), (63, 63), (64, 1), (65, 0), (64, 0)]
+            .iter()
+            .enumerate()
+        {
+            let t = rs.root().create_child(&format!("t{i}")).unwrap();
+            let mid = t.create_child("mid").unwrap();
+            let leaf = mid.create_child("leaf").unwrap();
+            // Large deltas cross batch boundaries: units get counted.
+            io.add_on_cpu(&leaf, slot, 0, 1000 + i as i64).unwrap();
+            if i % 2 == 1 {
+                // Folded once (the leaf now on `slot`'s tree, off list),
+                // then changed again on another slot (on that backlog).
+                assert_eq!(
+                    io.read_exact(&t).unwrap().hierarchical()[0],
+                    1000 + i as i64
+                );
+                io.add_on_cpu(&leaf, other, 0, 7).unwrap();
+            }
+            let want = 1000 + i as i64 + if i % 2 == 1 { 7 } else { 0 };
+            // `mid` is changed only through `leaf`: a path node.
+            leaf.remove().unwrap();
+            drop(leaf);
+            assert_eq!(
+                io.read_exact(&mid).unwrap().hierarchical()[0],
+                want,
+                "group {i}"
+            );
+            mid.remove().unwrap();
+            drop(mid);
+            let read = io.read_exact(&t).unwrap();
+            assert_eq!(read.hierarchical()[0], want, "group {i}");
+            assert_eq!(read.local()[0], 0, "group {i}");
+            expected_root += want;
+            // A group never changed costs its release nothing and folds
+            // nothing.
+            let idle = t.create_child("idle").unwrap();
+            idle.remove().unwrap();
+            drop(idle);
+            assert_eq!(
+                io.read_exact(&t).unwrap().hierarchical()[0],
+                want,
+                "group {i}"
+            );
+        }
+        assert_eq!(
+            io.read_exact(rs.root()).unwrap().hierarchical()[0],
+            expected_root
+        );
+        assert_eq!(
+            io.pending_updates(rs.root()).unwrap(),
+            0,
+            "units left behind"
+        );
+    }
+}

@@ -129,6 +129,12 @@ impl GroupTables {
             // SAFETY: installed nodes live until the group's release frees
             // them (after this); a node's domain outlives the engine's groups.
             let (node, domain) = unsafe { (&*node, &*(*node).domain) };
+            // Never on a backlog or tree: nothing to fold or unlink, no
+            // lock to take (`TreeNode::touched`; every update and every
+            // flush that linked it happened before this release).
+            if node.touched.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
             let mut scratch = lock_domain(domain);
             // SAFETY: lock held.
             node.releasing.with_mut(|r| unsafe { *r = true });

@@ -243,6 +243,7 @@ impl EngineInner {
                     owner: g as &dyn NodeOwner,
                     releasing: UnsafeCell::new(false),
                     flushed_at: AtomicU64::new(0),
+                    touched: AtomicU64::new(0),
                     domain: &**domain,
                     links,
                 })

@@ -178,22 +178,31 @@ impl PcpuLinks {
 
 /// Steps 2-4 of the update protocol, after the stat RMW. `head` is only
 /// called, and its result dereferenced, when the node has to be pushed (so
-/// the common path does not compute it).
+/// the common path does not compute it); it gives the backlog's head and
+/// its CPU slot.
 ///
 /// # Safety
-/// `head()` returns a pointer to a live backlog head.
+/// `head()` returns a pointer to a live backlog head and the CPU slot
+/// (below the domain's `nr_cpus`) it and `links` belong to; `links.node`
+/// is live.
 #[inline(always)]
-pub(crate) unsafe fn mark_updated(links: &PcpuLinks, head: impl FnOnce() -> *const BacklogHead) {
+pub(crate) unsafe fn mark_updated(
+    links: &PcpuLinks,
+    head: impl FnOnce() -> (*const BacklogHead, usize),
+) {
     sync::sc_fence_for_model();
     if links.lnext.load(Ordering::SeqCst) == OFF_LIST {
+        let (head, cpu) = head();
         // SAFETY: caller's guarantee.
-        claim_and_push(links, unsafe { &*head() });
+        unsafe { claim_and_push(links, &*head, cpu) };
     }
 }
 
+/// # Safety
+/// `links.node` is live; `cpu` is the slot of `links` and `head`.
 #[cold]
 #[inline(never)]
-fn claim_and_push(links: &PcpuLinks, head: &BacklogHead) {
+unsafe fn claim_and_push(links: &PcpuLinks, head: &BacklogHead, cpu: usize) {
     // Announce before claiming: whoever sees our claim also sees this.
     // SeqCst like the claim (an RMW: a full barrier on x86-64 either way).
     head.pushing.fetch_add(1, Ordering::SeqCst);
@@ -212,6 +221,10 @@ fn claim_and_push(links: &PcpuLinks, head: &BacklogHead) {
         head.pushing.fetch_sub(1, Ordering::Release);
         return;
     }
+    // Before the push: a final release that does not see this CPU's bit
+    // finds the node on no backlog of this CPU (`TreeNode::touched`).
+    // SAFETY: caller's guarantee.
+    unsafe { (*links.node).mark_touched(cpu) };
     let me = links as *const PcpuLinks as *mut PcpuLinks;
     let mut old = head.head.load(Ordering::Relaxed);
     loop {

@@ -14,6 +14,12 @@
 //! (every node updated since the last drain, anywhere in the domain), then
 //! visit only the updated nodes under `R`. Idle groups are never touched, so
 //! the cost follows the number of groups that changed, not the tree's size.
+//! A group's final flush (at its release) follows the CPUs it changed on
+//! instead: each node keeps a mask of the CPUs whose backlog or tree it
+//! ever went on ([`TreeNode::touched`]), and the release drains, cuts and
+//! folds only those (none, and no lock, for a group never updated), so a
+//! short-lived group on an engine of many CPU slots does not pay for
+//! every slot there.
 //!
 //! A flush of `R` in a domain with a read pace stamps `R` with the time it
 //! started ([`pace`]): every update that completed before then
@@ -59,9 +65,20 @@ pub(crate) struct TreeNode {
     /// lock after that flush published its totals, loaded `Acquire` by
     /// paced reads ([`pace`]'s `# Synchronization`).
     pub(crate) flushed_at: AtomicU64,
+    /// The CPUs whose backlog or updated tree this node has ever been on:
+    /// bit `c % 64` for CPU `c` (exact up to 64 CPU slots, a superset
+    /// beyond). Set (`Relaxed`) by the updater that claims the node for a
+    /// CPU's backlog, before it pushes, and by a flush that links the node
+    /// on a CPU's tree (under the lock); never cleared. A group's final
+    /// flush and release visit only these CPUs (`touched_cpus`): a group
+    /// updated on a few CPUs of a large engine is released for those few.
+    /// Every setter's write happens before the final release (an updater's
+    /// through its handle's drop, a flush through the lock it releases
+    /// before the child that made it link this node drops its reference).
+    pub(crate) touched: AtomicU64,
 }
 
-// SAFETY: `flushed_at` is atomic, the other fields are immutable after
+// SAFETY: `flushed_at` and `touched` are atomic, the other fields are immutable after
 // construction, and `releasing` is only accessed under the domain lock; the
 // pointees are kept alive by the group hierarchy (a child holds its parent,
 // a group holds its engine, which holds the domains).
@@ -76,6 +93,25 @@ impl TreeNode {
     pub(crate) unsafe fn links(&self, cpu: usize) -> &PcpuLinks {
         // SAFETY: caller's guarantee; links were allocated with one element.
         unsafe { self.links.elem(cpu, 0) }
+    }
+
+    /// Record that this node goes on `cpu`'s backlog or tree (see
+    /// [`touched`](Self::touched)): a load, and an RMW the first time only.
+    #[inline]
+    pub(crate) fn mark_touched(&self, cpu: usize) {
+        let bit = 1u64 << (cpu % 64);
+        if self.touched.load(Ordering::Relaxed) & bit == 0 {
+            self.touched.fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
+    /// The CPU slots below `nr_cpus` this node may be on a backlog or tree
+    /// of (a superset of those it ever was on): see
+    /// [`touched`](Self::touched). Complete for a node no updater can
+    /// reach (its final release), or for its trees once the backlogs were
+    /// drained under the lock.
+    pub(crate) fn touched_cpus(&self, nr_cpus: usize) -> impl Iterator<Item = usize> + Clone {
+        cpus_in(self.touched.load(Ordering::Relaxed), nr_cpus)
     }
 }
 
@@ -324,16 +360,28 @@ impl Domain {
         // update completed before it starts, so only it stamps.
         let start = (fence && self.pace_ns != 0).then(|| self.clock.now());
         let mut undone = false;
+        // A final release visits only the CPUs its node ever went on (a
+        // node with no children: none of its subtree is anywhere else);
+        // a read, every CPU's backlog (any node under `root` may be on
+        // one), then the CPUs the drains left `root` touched on (its
+        // subtree is on a CPU's tree only if `root` is: trees are closed
+        // under parents).
         // Every CPU's backlog first, then every CPU's cut of the subtree
         // (the nodes to fold, marked off-list), so one fence serves all of
         // them. Nodes the drain puts on a tree outside the subtree stay
         // there, on list, for a later flush of an ancestor.
-        for cpu in 0..self.nr_cpus {
+        let drained = if detach {
+            root.touched.load(Ordering::Relaxed)
+        } else {
+            u64::MAX
+        };
+        for cpu in cpus_in(drained, self.nr_cpus) {
             // SAFETY: we hold the lock (caller), nodes on backlogs are live.
             unsafe { backlog::drain(self.backlog(cpu), |l| link_updated(&*l.node, cpu)) };
         }
+        let cpus = root.touched_cpus(self.nr_cpus);
         scratch.cuts.clear();
-        for cpu in 0..self.nr_cpus {
+        for cpu in cpus.clone() {
             let from = scratch.order.len();
             // SAFETY: lock held; `root` live.
             unsafe { self.cut_subtree(scratch, root, cpu, detach) };
@@ -350,8 +398,8 @@ impl Domain {
         }
         let mut order = core::mem::take(&mut scratch.order);
         let mut from = 0;
-        for cpu in 0..self.nr_cpus {
-            let to = scratch.cuts[cpu];
+        for (k, cpu) in cpus.enumerate() {
+            let to = scratch.cuts[k];
             // Reverse pre-order: every node after all of its descendants.
             for &n in order[from..to].iter().rev() {
                 scratch.folds += 1;
@@ -500,6 +548,12 @@ impl Domain {
     }
 }
 
+/// The CPU slots below `nr_cpus` of a [`TreeNode::touched`] mask: slot
+/// `c` if bit `c % 64` is set.
+pub(crate) fn cpus_in(mask: u64, nr_cpus: usize) -> impl Iterator<Item = usize> + Clone {
+    (0..nr_cpus).filter(move |c| mask & (1u64 << (c % 64)) != 0)
+}
+
 /// Put `node` and its ancestors on `cpu`'s updated tree, bottom-up, stopping
 /// at the first one already there.
 ///
@@ -515,6 +569,7 @@ unsafe fn link_updated(node: &TreeNode, cpu: usize) {
             if !l.updated_next.with(|p| (*p).is_null()) {
                 return;
             }
+            n.mark_touched(cpu);
             match n.parent.as_ref() {
                 None => {
                     l.updated_next.with_mut(|p| *p = cur);

@@ -254,9 +254,8 @@ unsafe fn after_update(
     unsafe {
         let links = &*links.add(at).cast::<PcpuLinks>();
         backlog::mark_updated(links, || {
-            (*rare.css())
-                .backlog
-                .raw(at >> crate::percpu::arena::UNIT_SHIFT)
+            let cpu = at >> crate::percpu::arena::UNIT_SHIFT;
+            ((*rare.css()).backlog.raw(cpu), cpu)
         });
     }
 }
@@ -442,7 +441,9 @@ impl Css {
         // SAFETY: a css's node links and its domain's backlog outlive the
         // css, with one element per slot of the engine (`at`'s type).
         unsafe {
-            backlog::mark_updated(self.links.elem(at.get(), 0), || self.backlog.raw(at.get()))
+            backlog::mark_updated(self.links.elem(at.get(), 0), || {
+                (self.backlog.raw(at.get()), at.get())
+            })
         };
     }
 }
