@@ -58,8 +58,13 @@ pub(crate) enum Clock {
     /// tick, so it never leads the monotonic clock and lags it by at most
     /// its resolution, `res_ns` (one tick), while the tick runs. A paced
     /// read compares two readings of it, so its pace is shortened by that
-    /// lag (see [`Clock::slack_ns`]).
-    Coarse { origin_ns: u64, res_ns: u64 },
+    /// lag (see [`Clock::slack_ns`]). `id` is the clock's id
+    /// (`CLOCK_MONOTONIC_COARSE`; a test gives one that cannot be read).
+    Coarse {
+        origin_ns: u64,
+        res_ns: u64,
+        id: i32,
+    },
     /// A clock a test moves by hand.
     Manual(Arc<ManualTime>),
 }
@@ -93,6 +98,7 @@ impl Clock {
                 return Clock::Coarse {
                     origin_ns,
                     res_ns: res,
+                    id: libc::CLOCK_MONOTONIC_COARSE,
                 };
             }
         }
@@ -103,16 +109,20 @@ impl Clock {
     /// Nanoseconds since the clock's origin. Real: one read of the
     /// monotonic clock (no system call where the vDSO has it); coarse: one
     /// read of the coarse clock (the vDSO's copy of the last tick's time).
+    /// `None` if the clock could not be read: then a flush stamps nothing
+    /// and a read relies on no stamp (a reading taken as 0 would make
+    /// every stamp look young, and a read copy totals of any age).
     #[inline]
-    pub(crate) fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> Option<u64> {
         match self {
-            Clock::Real(origin) => as_ns(origin.elapsed()),
+            Clock::Real(origin) => Some(as_ns(origin.elapsed())),
             #[cfg(target_os = "linux")]
-            Clock::Coarse { origin_ns, .. } => crate::os::clock_ns(libc::CLOCK_MONOTONIC_COARSE)
-                .map_or(0, |ns| ns.saturating_sub(*origin_ns)),
+            Clock::Coarse { origin_ns, id, .. } => {
+                crate::os::clock_ns(*id).map(|ns| ns.saturating_sub(*origin_ns))
+            }
             #[cfg(not(target_os = "linux"))]
-            Clock::Coarse { .. } => 0,
-            Clock::Manual(t) => t.ns.load(Ordering::Acquire),
+            Clock::Coarse { .. } => None,
+            Clock::Manual(t) => Some(t.ns.load(Ordering::Acquire)),
         }
     }
 

@@ -176,7 +176,9 @@
 //! tick, never later than the real time and at most a tick (its
 //! resolution) earlier, so s is at most the real start and `now` at most
 //! a tick early. The domain compares against P less one tick: a stamp
-//! younger than that on the coarse clock is younger than P in real time. Like the unit part, the copy
+//! younger than that on the coarse clock is younger than P in real time.
+//! Should the clock fail to read, a flush stamps nothing and a read relies
+//! on no stamp (it is then bounded by the unit part, or flushes). Like the unit part, the copy
 //! never shows an update that had not started. The loom models in
 //! `stat::tests_loom::pace` check it with a clock a writer moves after
 //! each update it completes (they fail if the stamp is stored before the

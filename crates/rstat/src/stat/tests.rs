@@ -169,10 +169,46 @@ fn the_coarse_clock_serves_paces_of_many_ticks_and_declares_its_lag() {
     let none = Clock::real(None);
     assert!(matches!(none, Clock::Real(_)) && none.slack_ns() == 0);
     // Readings never go back.
-    let mut last = long.now();
+    let mut last = long.now().expect("the clock reads");
     for _ in 0..10_000 {
-        let now = long.now();
+        let now = long.now().expect("the clock reads");
         assert!(now >= last, "{now} after {last}");
         last = now;
+    }
+}
+
+/// A clock that cannot be read is never taken for a fresh stamp: before,
+/// a failed read of the coarse clock gave 0, so every stamp looked young
+/// (and a flush with the failing clock stamped 0), and a `Threshold` read
+/// past its threshold copied totals of any age. Now such a flush stamps
+/// nothing and such a read flushes: exact.
+#[cfg(all(target_os = "linux", not(miri), not(rstat_loom)))]
+#[test]
+fn a_clock_that_cannot_be_read_makes_no_stamp_look_fresh() {
+    use super::pace::Clock;
+    // No such clock id: `clock_gettime` fails with EINVAL.
+    let broken = Clock::Coarse {
+        origin_ns: 0,
+        res_ns: 1,
+        id: 1 << 20,
+    };
+    assert_eq!(broken.now(), None);
+    let rs = crate::Rstat::builder()
+        .periodic_flush(None)
+        .with_clock(broken)
+        .build()
+        .unwrap();
+    let io = rs.register_counters("io", &["n"]).unwrap();
+    let g = rs.root().create_child("g").unwrap();
+    // Each add is far past the threshold (64 units per CPU slot).
+    let big = 1 << 20;
+    for round in 1..=3 {
+        io.add(&g, 0, big).unwrap();
+        let read = io.read(&g).unwrap();
+        assert_eq!(
+            read.hierarchical()[0],
+            big * round,
+            "read {round} was stale"
+        );
     }
 }

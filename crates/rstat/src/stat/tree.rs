@@ -358,7 +358,12 @@ impl Domain {
         // The stamp: the time before the first drain (under the lock, so
         // a node's stamps only grow). Only a fenced flush includes every
         // update completed before it starts, so only it stamps.
-        let start = (fence && self.pace_ns != 0).then(|| self.clock.now());
+        // (No stamp if the clock cannot be read.)
+        let start = if fence && self.pace_ns != 0 {
+            self.clock.now()
+        } else {
+            None
+        };
         let mut undone = false;
         // A final release visits only the CPUs its node ever went on (a
         // node with no children: none of its subtree is anywhere else);
@@ -433,7 +438,9 @@ impl Domain {
         if self.pace_ns == 0 {
             return None;
         }
-        let now = self.clock.now();
+        // A clock that cannot be read: no stamp is relied on (the read
+        // falls back to the unit bound, or flushes).
+        let now = self.clock.now()?;
         let fresh = |stamp: u64| {
             pace::fresh(stamp, now, self.pace_ns).map(|start| Fresh {
                 start,
