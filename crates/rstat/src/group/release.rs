@@ -10,7 +10,7 @@ use crate::group::EngineInner;
 use crate::percpu::LineBox;
 use crate::stat::css::Css;
 use crate::stat::ops::MAX_CONTROLLERS;
-use crate::stat::tree::TreeNode;
+use crate::stat::tree::{cpus_in, TreeNode};
 use crate::sync::{self, Ordering};
 
 impl GroupInner {
@@ -30,13 +30,19 @@ impl GroupInner {
         // Loads, not locked swaps (one per possible controller and domain,
         // most of them empty): nothing else reaches these slots now.
         let mut css: [Option<LineBox<Css>>; MAX_CONTROLLERS] = Default::default();
-        for (slot, c) in self.css.iter().zip(css.iter_mut()) {
+        // Per css, the CPUs its node went on (`TreeNode::touched`): the
+        // only ones whose slots it wrote. Read here, while the nodes are
+        // reached through the css's pointers, before they are boxed below.
+        let mut touched = [0u64; MAX_CONTROLLERS];
+        for ((slot, c), t) in self.css.iter().zip(css.iter_mut()).zip(touched.iter_mut()) {
             let p = take_ptr(slot);
             if !p.is_null() {
                 // SAFETY: created by LineBox::into_raw at attach;
                 // unreachable now.
                 let b = unsafe { LineBox::from_raw(p) };
                 b.release_units();
+                // SAFETY: a css's node is live until this release frees it.
+                *t = unsafe { &*b.node }.touched.load(Ordering::Relaxed);
                 *c = Some(b);
             }
         }
@@ -52,9 +58,14 @@ impl GroupInner {
         // after it (creations on other threads wait for this lock).
         {
             let mut arena = sync::lock(&self.engine.arena);
-            for c in css.iter().flatten() {
-                // SAFETY: allocated from this arena; no reference remains.
-                unsafe { arena.free(c.stats) };
+            let nr_units = arena.nr_units();
+            for (c, &t) in css.iter().zip(touched.iter()) {
+                let Some(c) = c else { continue };
+                // Only the CPUs the css's node went on wrote its slots (see
+                // `Css::release_units`); the others are still zero.
+                // SAFETY: allocated by `alloc_zeroed` from this arena; no
+                // reference remains.
+                unsafe { arena.free_zeroed(c.stats, cpus_in(t, nr_units)) };
             }
             for n in nodes.iter().flatten() {
                 // SAFETY: as above.

@@ -204,10 +204,13 @@ impl EngineInner {
                     }
                 }
                 for (k, ctl) in ctls.iter().enumerate() {
-                    stats[k] =
-                        Some(arena.alloc::<StatSlot>(ctl.nr_stats + EXTRA_SLOTS, |_, _| {
-                            StatSlot::default()
-                        })?);
+                    // Zero is every slot's start (`StatSlot::default`), and
+                    // a group's release zeroes only the units it wrote.
+                    // SAFETY: a `StatSlot` of zero bytes is its default
+                    // (two zero integers), and it needs no drop.
+                    stats[k] = Some(unsafe {
+                        arena.alloc_zeroed::<StatSlot>(ctl.nr_stats + EXTRA_SLOTS)
+                    }?);
                 }
                 Ok(())
             };
@@ -217,8 +220,8 @@ impl EngineInner {
                     unsafe { arena.free(l) };
                 }
                 for st in stats.iter_mut().filter_map(Option::take) {
-                    // SAFETY: as above.
-                    unsafe { arena.free(st) };
+                    // SAFETY: as above; never written: zero in every unit.
+                    unsafe { arena.free_zeroed(st, core::iter::empty()) };
                 }
                 drop(arena);
                 free_raw(&raw);

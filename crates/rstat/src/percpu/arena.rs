@@ -160,6 +160,11 @@ pub struct Arena {
     bump: usize,
     /// Rounded size -> freed unit-0 addresses of that size.
     free: BTreeMap<usize, Vec<NonNull<u8>>>,
+    /// As `free`, for offsets whose bytes are zero in every unit (freed by
+    /// [`free_zeroed`](Arena::free_zeroed)): [`alloc_zeroed`](Arena::alloc_zeroed)
+    /// takes them without writing a byte. Chunks come zeroed from the
+    /// system, so bumped offsets are zero too.
+    free_zero: BTreeMap<usize, Vec<NonNull<u8>>>,
     live_allocations: usize,
     bytes_in_use_per_unit: usize,
 }
@@ -191,6 +196,7 @@ impl Arena {
             chunks: Vec::new(),
             bump: UNIT_SIZE,
             free: BTreeMap::new(),
+            free_zero: BTreeMap::new(),
             live_allocations: 0,
             bytes_in_use_per_unit: 0,
         }
@@ -248,6 +254,84 @@ impl Arena {
         Ok(ptr)
     }
 
+    /// Allocate `len` values of `T` in every unit, all bytes zero, without
+    /// writing them: an offset freed by [`free_zeroed`](Self::free_zeroed)
+    /// or a fresh one (chunks come zeroed from the system), else a freed
+    /// offset of the size, zeroed here. Cost: a free-list pop or a bump;
+    /// no write to the units, so a value of many units costs what a value
+    /// of one does.
+    ///
+    /// # Safety
+    /// All-zero bytes are a valid `T`, and `T` needs no drop.
+    pub unsafe fn alloc_zeroed<T>(&mut self, len: usize) -> Result<PcpuPtr<T>, ArenaError> {
+        assert!(
+            core::mem::align_of::<T>() <= GRANULE && !core::mem::needs_drop::<T>(),
+            "zeroed arena values are 16-byte aligned at most and need no drop"
+        );
+        let size = Self::rounded_size::<T>(len);
+        if size > UNIT_SIZE {
+            return Err(ArenaError::TooLarge { bytes: size });
+        }
+        let base = match self.free_zero.get_mut(&size).and_then(Vec::pop) {
+            Some(p) => p,
+            None => match self.free.get_mut(&size).and_then(Vec::pop) {
+                Some(p) => {
+                    for cpu in 0..self.nr_units {
+                        // SAFETY: a freed offset of `size` bytes in every
+                        // unit of a live chunk; nothing references it.
+                        unsafe { p.as_ptr().add(cpu * UNIT_SIZE).write_bytes(0, size) };
+                    }
+                    p
+                }
+                None => self.bump_alloc(size)?,
+            },
+        };
+        self.live_allocations += 1;
+        self.bytes_in_use_per_unit += size;
+        Ok(PcpuPtr {
+            base: base.cast::<T>(),
+            len,
+            _t: PhantomData,
+        })
+    }
+
+    /// Free an allocation of [`alloc_zeroed`](Self::alloc_zeroed), zeroing
+    /// it in the units of `dirty` only, so that the next `alloc_zeroed` of
+    /// its size takes it as it is. Cost: the zeroing of those units; a
+    /// value written on a few of many units is freed for those few.
+    ///
+    /// # Safety
+    /// As [`free`](Self::free), and every unit not in `dirty` still holds
+    /// all-zero bytes (checked in debug builds, but not under Miri, where a
+    /// scan of every unit is slow); `T` needs no drop.
+    pub unsafe fn free_zeroed<T>(&mut self, ptr: PcpuPtr<T>, dirty: impl Iterator<Item = usize>) {
+        let size = Self::rounded_size::<T>(ptr.len);
+        let bytes = core::mem::size_of::<T>() * ptr.len;
+        for cpu in dirty.filter(|&c| c < self.nr_units) {
+            // SAFETY: the caller guarantees the values are live and
+            // unreferenced, with no drop; `cpu` is a unit of the arena.
+            unsafe { ptr.raw(cpu).cast::<u8>().cast_mut().write_bytes(0, bytes) };
+        }
+        #[cfg(all(debug_assertions, not(miri)))]
+        for cpu in 0..self.nr_units {
+            // SAFETY: as above: `size` bytes of a live chunk's unit.
+            let unit = unsafe { core::slice::from_raw_parts(ptr.raw(cpu).cast::<u8>(), size) };
+            assert!(
+                unit.iter().all(|&b| b == 0),
+                "free_zeroed: unit {cpu} was written but not named dirty"
+            );
+        }
+        // The free lists are the engine's (see `bump_alloc`).
+        crate::sync::untracked(|| {
+            self.free_zero
+                .entry(size)
+                .or_default()
+                .push(ptr.base.cast::<u8>())
+        });
+        self.live_allocations -= 1;
+        self.bytes_in_use_per_unit -= size;
+    }
+
     fn bump_alloc(&mut self, size: usize) -> Result<NonNull<u8>, ArenaError> {
         if self.bump + size > UNIT_SIZE {
             let bytes = UNIT_SIZE * self.nr_units;
@@ -258,8 +342,10 @@ impl Arena {
             // the new chunk (`sync::untracked`).
             let chunks = &mut self.chunks;
             crate::sync::untracked(|| {
+                // Zeroed, for `alloc_zeroed` (a chunk this large comes as
+                // fresh zero pages: the zeroing costs nothing up front).
                 // SAFETY: the layout has non-zero size.
-                let raw = unsafe { std::alloc::alloc(layout) };
+                let raw = unsafe { std::alloc::alloc_zeroed(layout) };
                 let base = NonNull::new(raw).ok_or(ArenaError::OutOfMemory { bytes })?;
                 chunks.push(Chunk { base, layout });
                 Ok::<(), ArenaError>(())
@@ -325,6 +411,54 @@ impl Drop for Arena {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// `free_zeroed` zeroes the units named dirty, and `alloc_zeroed`
+    /// hands the offset out again as it is: zero in every unit. An offset
+    /// freed by plain `free` (here: written everywhere) is zeroed by
+    /// `alloc_zeroed` before it is handed out.
+    #[test]
+    fn zeroed_allocations_come_back_zero() {
+        let mut a = Arena::new(8);
+        let all_zero = |p: &PcpuPtr<AtomicU64>| {
+            (0..8).all(|cpu| {
+                // SAFETY: live, cpu < nr_units.
+                unsafe { p.slot(cpu) }
+                    .iter()
+                    .all(|v| v.load(Ordering::Relaxed) == 0)
+            })
+        };
+        // SAFETY: zero is a valid AtomicU64, which needs no drop.
+        let p = unsafe { a.alloc_zeroed::<AtomicU64>(5) }.unwrap();
+        assert!(all_zero(&p));
+        for cpu in [1, 6] {
+            // SAFETY: live, in range.
+            unsafe { p.elem(cpu, 4) }.store(7, Ordering::Relaxed);
+        }
+        let base = p.base;
+        // SAFETY: from alloc_zeroed; units other than 1 and 6 untouched.
+        unsafe { a.free_zeroed(p, [1, 6].into_iter()) };
+        // SAFETY: as above.
+        let q = unsafe { a.alloc_zeroed::<AtomicU64>(5) }.unwrap();
+        assert_eq!(q.base, base, "the freed offset is reused");
+        assert!(all_zero(&q), "a reused offset is zero in every unit");
+        // SAFETY: from alloc_zeroed, never written.
+        unsafe { a.free_zeroed(q, core::iter::empty()) };
+        let r = a.alloc::<AtomicU64>(3, |_, _| AtomicU64::new(9)).unwrap();
+        let base = r.base.cast::<u8>();
+        // SAFETY: from alloc; no reference remains.
+        unsafe { a.free(r) };
+        // SAFETY: zero is a valid AtomicU64.
+        let z = unsafe { a.alloc_zeroed::<AtomicU64>(3) }.unwrap();
+        assert_eq!(
+            z.base.cast::<u8>(),
+            base,
+            "the plainly freed offset is reused"
+        );
+        assert!(all_zero(&z));
+        // SAFETY: from alloc_zeroed, never written.
+        unsafe { a.free_zeroed(z, core::iter::empty()) };
+        assert_eq!(a.stats().live_allocations, 0);
+    }
 
     #[test]
     fn one_offset_valid_in_every_unit_and_units_are_disjoint() {
