@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use super::{Group, GroupInner, GroupTables};
 use crate::group::EngineInner;
 use crate::percpu::LineBox;
-use crate::stat::css::Css;
+use crate::stat::css::{Css, StatSlot};
 use crate::stat::ops::MAX_CONTROLLERS;
 use crate::stat::tree::{cpus_in, TreeNode};
 use crate::sync::{self, Ordering};
@@ -63,9 +63,9 @@ impl GroupInner {
                 let Some(c) = c else { continue };
                 // Only the CPUs the css's node went on wrote its slots (see
                 // `Css::release_units`); the others are still zero.
-                // SAFETY: allocated by `alloc_zeroed` from this arena; no
+                // SAFETY: from `StatSlot::alloc_in` on this arena; no
                 // reference remains.
-                unsafe { arena.free_zeroed(c.stats, cpus_in(t, nr_units)) };
+                unsafe { StatSlot::free_in(&mut arena, c.stats, cpus_in(t, nr_units)) };
             }
             for n in nodes.iter().flatten() {
                 // SAFETY: as above.

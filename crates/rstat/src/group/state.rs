@@ -204,13 +204,9 @@ impl EngineInner {
                     }
                 }
                 for (k, ctl) in ctls.iter().enumerate() {
-                    // Zero is every slot's start (`StatSlot::default`), and
-                    // a group's release zeroes only the units it wrote.
-                    // SAFETY: a `StatSlot` of zero bytes is its default
-                    // (two zero integers), and it needs no drop.
-                    stats[k] = Some(unsafe {
-                        arena.alloc_zeroed::<StatSlot>(ctl.nr_stats + EXTRA_SLOTS)
-                    }?);
+                    // Zeroed, unwritten: a group's release zeroes only the
+                    // units it wrote.
+                    stats[k] = Some(StatSlot::alloc_in(&mut arena, ctl.nr_stats + EXTRA_SLOTS)?);
                 }
                 Ok(())
             };
@@ -220,8 +216,8 @@ impl EngineInner {
                     unsafe { arena.free(l) };
                 }
                 for st in stats.iter_mut().filter_map(Option::take) {
-                    // SAFETY: as above; never written: zero in every unit.
-                    unsafe { arena.free_zeroed(st, core::iter::empty()) };
+                    // SAFETY: as above; never written.
+                    unsafe { StatSlot::free_in(&mut arena, st, core::iter::empty()) };
                 }
                 drop(arena);
                 free_raw(&raw);

@@ -169,6 +169,52 @@ impl Default for StatSlot {
     }
 }
 
+impl StatSlot {
+    /// A css's `len` slots in every unit, all at their default (zero):
+    /// taken zeroed from the arena, unwritten ([`Arena::alloc_zeroed`]).
+    /// Under loom, whose atomics are objects of its model, each is built.
+    ///
+    /// [`Arena::alloc_zeroed`]: crate::percpu::arena::Arena::alloc_zeroed
+    pub(crate) fn alloc_in(
+        arena: &mut crate::percpu::arena::Arena,
+        len: usize,
+    ) -> Result<PcpuPtr<StatSlot>, crate::percpu::arena::ArenaError> {
+        #[cfg(rstat_loom)]
+        return arena.alloc(len, |_, _| StatSlot::default());
+        // SAFETY: outside loom a `StatSlot` is two integers, its default
+        // all zero bytes, and it needs no drop.
+        #[cfg(not(rstat_loom))]
+        unsafe {
+            arena.alloc_zeroed(len)
+        }
+    }
+
+    /// Free slots of [`alloc_in`](Self::alloc_in), zeroing them in the
+    /// units of `dirty` only.
+    ///
+    /// # Safety
+    /// As [`Arena::free_zeroed`](crate::percpu::arena::Arena::free_zeroed):
+    /// `slots` came from `alloc_in` on this arena, nothing references them,
+    /// and no unit outside `dirty` was written.
+    pub(crate) unsafe fn free_in(
+        arena: &mut crate::percpu::arena::Arena,
+        slots: PcpuPtr<StatSlot>,
+        dirty: impl Iterator<Item = usize>,
+    ) {
+        #[cfg(rstat_loom)]
+        {
+            let _ = dirty;
+            // SAFETY: the caller's guarantees.
+            unsafe { arena.free(slots) }
+        }
+        // SAFETY: the caller's guarantees.
+        #[cfg(not(rstat_loom))]
+        unsafe {
+            arena.free_zeroed(slots, dirty)
+        }
+    }
+}
+
 /// The state of one controller in one group ("css" in the kernel).
 ///
 /// Laid out by use (`repr(C)`, on its own cache lines):
