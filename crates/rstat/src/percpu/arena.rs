@@ -226,19 +226,7 @@ impl Arena {
             core::mem::align_of::<T>() <= GRANULE,
             "arena values are 16-byte aligned at most"
         );
-        let size = Self::rounded_size::<T>(len);
-        if size > UNIT_SIZE {
-            return Err(ArenaError::TooLarge { bytes: size });
-        }
-        let base = match self.free.get_mut(&size).and_then(Vec::pop) {
-            Some(p) => p,
-            None => self.bump_alloc(size)?,
-        };
-        let ptr = PcpuPtr {
-            base: base.cast::<T>(),
-            len,
-            _t: PhantomData,
-        };
+        let ptr = self.take::<T>(len, false)?;
         for cpu in 0..self.nr_units {
             let unit = ptr.raw(cpu) as *mut T;
             for i in 0..len {
@@ -249,9 +237,45 @@ impl Arena {
                 unsafe { unit.add(i).write(init(cpu, i)) };
             }
         }
+        Ok(ptr)
+    }
+
+    /// An offset for `len` `T`s, counted in use: a freed one of the size
+    /// (for `zeroed`, one freed zeroed, else one zeroed here), or a bump.
+    fn take<T>(&mut self, len: usize, zeroed: bool) -> Result<PcpuPtr<T>, ArenaError> {
+        let size = Self::rounded_size::<T>(len);
+        if size > UNIT_SIZE {
+            return Err(ArenaError::TooLarge { bytes: size });
+        }
+        let (first, second) = if zeroed {
+            (&mut self.free_zero, &mut self.free)
+        } else {
+            (&mut self.free, &mut self.free_zero)
+        };
+        let base = match first.get_mut(&size).and_then(Vec::pop) {
+            Some(p) => p,
+            None => match second.get_mut(&size).and_then(Vec::pop) {
+                Some(p) => {
+                    if zeroed {
+                        for cpu in 0..self.nr_units {
+                            // SAFETY: a freed offset of `size` bytes in
+                            // every unit of a live chunk; nothing
+                            // references it.
+                            unsafe { p.as_ptr().add(cpu * UNIT_SIZE).write_bytes(0, size) };
+                        }
+                    }
+                    p
+                }
+                None => self.bump_alloc(size)?,
+            },
+        };
         self.live_allocations += 1;
         self.bytes_in_use_per_unit += size;
-        Ok(ptr)
+        Ok(PcpuPtr {
+            base: base.cast::<T>(),
+            len,
+            _t: PhantomData,
+        })
     }
 
     /// Allocate `len` values of `T` in every unit, all bytes zero, without
@@ -268,31 +292,7 @@ impl Arena {
             core::mem::align_of::<T>() <= GRANULE && !core::mem::needs_drop::<T>(),
             "zeroed arena values are 16-byte aligned at most and need no drop"
         );
-        let size = Self::rounded_size::<T>(len);
-        if size > UNIT_SIZE {
-            return Err(ArenaError::TooLarge { bytes: size });
-        }
-        let base = match self.free_zero.get_mut(&size).and_then(Vec::pop) {
-            Some(p) => p,
-            None => match self.free.get_mut(&size).and_then(Vec::pop) {
-                Some(p) => {
-                    for cpu in 0..self.nr_units {
-                        // SAFETY: a freed offset of `size` bytes in every
-                        // unit of a live chunk; nothing references it.
-                        unsafe { p.as_ptr().add(cpu * UNIT_SIZE).write_bytes(0, size) };
-                    }
-                    p
-                }
-                None => self.bump_alloc(size)?,
-            },
-        };
-        self.live_allocations += 1;
-        self.bytes_in_use_per_unit += size;
-        Ok(PcpuPtr {
-            base: base.cast::<T>(),
-            len,
-            _t: PhantomData,
-        })
+        self.take(len, true)
     }
 
     /// Free an allocation of [`alloc_zeroed`](Self::alloc_zeroed), zeroing
