@@ -40,9 +40,9 @@ impl GroupInner {
                 // SAFETY: created by LineBox::into_raw at attach;
                 // unreachable now.
                 let b = unsafe { LineBox::from_raw(p) };
-                b.release_units();
                 // SAFETY: a css's node is live until this release frees it.
                 *t = unsafe { &*b.node }.touched.load(Ordering::Relaxed);
+                b.release_units(*t);
                 *c = Some(b);
             }
         }

@@ -321,13 +321,19 @@ impl Arena {
                 "free_zeroed: unit {cpu} was written but not named dirty"
             );
         }
+        self.give_back(ptr.base.cast::<u8>(), size, true);
+    }
+
+    /// Make a freed offset of `size` bytes reusable (on the zeroed list
+    /// for `zeroed`), counted out of use: `take`'s inverse.
+    fn give_back(&mut self, base: NonNull<u8>, size: usize, zeroed: bool) {
+        let list = if zeroed {
+            &mut self.free_zero
+        } else {
+            &mut self.free
+        };
         // The free lists are the engine's (see `bump_alloc`).
-        crate::sync::untracked(|| {
-            self.free_zero
-                .entry(size)
-                .or_default()
-                .push(ptr.base.cast::<u8>())
-        });
+        crate::sync::untracked(|| list.entry(size).or_default().push(base));
         self.live_allocations -= 1;
         self.bytes_in_use_per_unit -= size;
     }
@@ -371,16 +377,11 @@ impl Arena {
             // unreferenced.
             unsafe { core::ptr::drop_in_place(core::ptr::slice_from_raw_parts_mut(unit, ptr.len)) };
         }
-        let size = Self::rounded_size::<T>(ptr.len);
-        // The free lists are the engine's (see `bump_alloc`).
-        crate::sync::untracked(|| {
-            self.free
-                .entry(size)
-                .or_default()
-                .push(ptr.base.cast::<u8>())
-        });
-        self.live_allocations -= 1;
-        self.bytes_in_use_per_unit -= size;
+        self.give_back(
+            ptr.base.cast::<u8>(),
+            Self::rounded_size::<T>(ptr.len),
+            false,
+        );
     }
 
     /// Current counters.

@@ -520,16 +520,16 @@ impl Css {
     /// should be left. Should that ever be wrong, the units still belong
     /// to the parent, whose pending now holds every change of this group.
     ///
-    /// Only the CPUs the group's node went on (`TreeNode::touched`): a unit
-    /// is counted on a CPU only by an update there of this group or of a
-    /// descendant, which put the node (or the descendant, and with it this
-    /// node at the descendant's final flush) on that CPU's backlog or tree.
-    pub(crate) fn release_units(&self) {
+    /// Only the CPUs of `touched`, the group's node's mask
+    /// (`TreeNode::touched`): a unit is counted on a CPU only by an update
+    /// there of this group or of a descendant, which put the node (or the
+    /// descendant, and with it this node at the descendant's final flush)
+    /// on that CPU's backlog or tree.
+    pub(crate) fn release_units(&self, touched: u64) {
         let n = self.ctl.nr_stats;
-        // SAFETY: a controller's domain lives as long as its engine, and a
-        // css's node as long as the css.
-        let (nr_cpus, node) = unsafe { ((*self.ctl.domain).nr_cpus, &*self.node) };
-        for cpu in node.touched_cpus(nr_cpus) {
+        // SAFETY: a controller's domain lives as long as its engine.
+        let nr_cpus = unsafe { &*self.ctl.domain }.nr_cpus;
+        for cpu in crate::stat::tree::cpus_in(touched, nr_cpus) {
             // SAFETY: the css is live (`&self`); `cpu` is in range.
             let updates = &unsafe { self.stats.elem(cpu, n + UPDATES) }.cur;
             // A load, not a locked swap per CPU: at the final release no

@@ -365,16 +365,15 @@ impl Domain {
             None
         };
         let mut undone = false;
-        // A final release visits only the CPUs its node ever went on (a
-        // node with no children: none of its subtree is anywhere else);
-        // a read, every CPU's backlog (any node under `root` may be on
-        // one), then the CPUs the drains left `root` touched on (its
-        // subtree is on a CPU's tree only if `root` is: trees are closed
-        // under parents).
         // Every CPU's backlog first, then every CPU's cut of the subtree
         // (the nodes to fold, marked off-list), so one fence serves all of
         // them. Nodes the drain puts on a tree outside the subtree stay
-        // there, on list, for a later flush of an ancestor.
+        // there, on list, for a later flush of an ancestor. "Every CPU":
+        // for a final release, the CPUs its node ever went on (a node with
+        // no children: none of its subtree is anywhere else); for a read,
+        // every CPU's backlog (any node under `root` may be on one), then
+        // the CPUs the drains left `root` touched on (its subtree is on a
+        // CPU's tree only if `root` is: trees are closed under parents).
         let drained = if detach {
             root.touched.load(Ordering::Relaxed)
         } else {
