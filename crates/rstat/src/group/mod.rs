@@ -270,8 +270,9 @@ impl Group {
         let ref_slots =
             sync::lock(&engine.arena).alloc::<PercpuRefSlot>(1, |_, _| PercpuRefSlot::new())?;
         // SAFETY: one slot per unit of an arena with `nr_cpus` units; freed
-        // by `release` only after the ref is dropped, and used by nothing
-        // else.
+        // by the final release only once the count reached zero (no get or
+        // put reads them after that, and the ref's drop does not: it does
+        // not own arena slots), and used by nothing else.
         let refcnt = unsafe {
             PercpuRef::with_arena_slots(ref_slots, engine.nr_cpus, InitFlags::LOCKED_SLOTS, || {})
         };

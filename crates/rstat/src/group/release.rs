@@ -71,6 +71,14 @@ impl GroupInner {
                 // SAFETY: as above.
                 unsafe { arena.free(n.links) };
             }
+            // The reference count's slots, in the same critical section (the
+            // arena lock is engine-wide: each extra taking pulls its line
+            // from whichever CPU created or released a group last). Its
+            // count reached zero, so no get or put touches them again, and
+            // dropping the count later does not read them (arena slots are
+            // not owned by it).
+            // SAFETY: from this arena in `Group::new_group`, freed only here.
+            unsafe { arena.free(self.ref_slots) };
         }
         drop(css);
         drop(nodes);
@@ -159,24 +167,21 @@ unsafe fn release_untracked(ptr: NonNull<GroupInner>) -> Option<Group> {
         inner.engine.zombies.fetch_sub(1, Ordering::Relaxed);
     }
     // SAFETY: allocated by Box in `Group::new_group`; unreferenced.
-    let GroupInner {
-        engine,
-        parent,
-        refcnt,
-        ref_slots,
-        ..
-    } = *unsafe { Box::from_raw(ptr.as_ptr()) };
-    drop(refcnt);
-    // SAFETY: the ref that used these slots is gone.
-    unsafe { sync::lock(&engine.arena).free(ref_slots) };
+    let GroupInner { parent, .. } = *unsafe { Box::from_raw(ptr.as_ptr()) };
     parent
 }
 
 /// Release the groups whose last reference [`Group::drop_deferred`]
 /// dropped. Call where no engine lock is held (it takes the topology and
-/// arena locks, as any final release does). Cost: one swap when the stack
-/// is empty.
+/// arena locks, as any final release does). Cost: one load when the stack
+/// is empty (no write: every creation and removal calls this, and a swap
+/// would pull the engine-wide line in exclusive from the other CPUs).
 pub(crate) fn release_deferred(engine: &EngineInner) {
+    // Relaxed: only a hint; an empty stack seen here is one a push may
+    // join at any time anyway, and the swap below orders what it takes.
+    if engine.deferred.load(Ordering::Relaxed).is_null() {
+        return;
+    }
     // Acquire: pairs with the pushers' Release, so each pushed group's
     // `deferred_next` (and everything it did before its last put) is
     // visible. Taking the whole stack at once means no pop races a push

@@ -45,7 +45,12 @@ impl MemCg {
         stocks.clear_over(self);
         if let Some(p) = parent {
             let moved = core::mem::take(&mut *sync::lock(&self.reclaimers));
-            sync::lock(&p.reclaimers).append(moved);
+            // The parent's lock (a line its other children share) only
+            // when there is something to hand over: most groups have no
+            // reclaimer of their own.
+            if !moved.is_empty() {
+                sync::lock(&p.reclaimers).append(moved);
+            }
         }
         *sync::lock(&self.oom_handler) = None;
         self.drop_objcg_base(&shared.objcg_lock);
@@ -131,9 +136,15 @@ impl GroupExt for MemExt {
     }
 
     fn release(&self, state: &Arc<MemCg>, _parent: Option<&Arc<MemCg>>) {
-        // Offline groups were drained already and are never stocked again;
-        // this is for the root (released with the engine).
-        self.shared.stocks.drain_one(state);
+        // A group that went offline (every removed group, and the root at
+        // its engine's drop) was drained then, and is never stocked again:
+        // draining it again would take every CPU's stock lock for nothing
+        // (remote cache lines, on a group per request). Only a state that
+        // never went offline (a child whose attach failed, never
+        // published, so never charged) is drained here, to be safe.
+        if state.is_online() {
+            self.shared.stocks.drain_one(state);
+        }
         self.shared.stocks.clear_over(state);
     }
 

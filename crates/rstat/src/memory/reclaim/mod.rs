@@ -246,6 +246,10 @@ impl ReclaimerList {
     pub(crate) fn append(&mut self, mut other: ReclaimerList) {
         self.0.append(&mut other.0);
     }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 #[cfg(not(rstat_loom))]
