@@ -13,6 +13,8 @@ use common::xorshift;
 use rstat::{Group, Rstat};
 
 const TENANTS: usize = 4;
+/// Threads creating and removing leaves.
+const CREATORS: usize = 2;
 
 #[test]
 fn concurrent_updates_reads_creates_and_removes_lose_nothing() {
@@ -38,17 +40,26 @@ fn run(unified: bool) {
     let stop = Arc::new(AtomicBool::new(false));
     let violations = Arc::new(AtomicU64::new(0));
     let iters = if cfg!(miri) { 200 } else { 200_000 };
+    // Leaves made so far. The updaters start once every creator made its
+    // first one, so creation and removal overlap the updates however the
+    // threads are scheduled (before, on a loaded 2-CPU machine the
+    // updaters could finish before a creator ran at all).
+    let created = Arc::new(Mutex::new(0u64));
     let mut hs = Vec::new();
 
     for w in 0..4u64 {
-        let (ctl, tenants, leaves, sub, own) = (
+        let (ctl, tenants, leaves, sub, own, created) = (
             ctl.clone(),
             tenants.clone(),
             leaves.clone(),
             subtree_added.clone(),
             own_added.clone(),
+            created.clone(),
         );
         hs.push(thread::spawn(move || {
+            while *created.lock().unwrap() < CREATORS as u64 {
+                thread::yield_now();
+            }
             let mut x = 0x9e3779b97f4a7c15u64 ^ w;
             for _ in 0..iters {
                 xorshift(&mut x);
@@ -97,8 +108,7 @@ fn run(unified: bool) {
             }
         }));
     }
-    let created = Arc::new(Mutex::new(0u64));
-    for c in 0..2usize {
+    for c in 0..CREATORS {
         let (tenants, leaves, stop, created) = (
             tenants.clone(),
             leaves.clone(),
@@ -107,7 +117,8 @@ fn run(unified: bool) {
         );
         others.push(thread::spawn(move || {
             let mut n = 0usize;
-            while !stop.load(Ordering::Relaxed) {
+            // At least one leaf each, whatever `stop` says (see `created`).
+            loop {
                 let t = (n + c) % TENANTS;
                 let g = tenants[t].create_child(&format!("l{c}-{n}")).unwrap();
                 *created.lock().unwrap() += 1;
@@ -130,6 +141,9 @@ fn run(unified: bool) {
                     }
                 }
                 n += 1;
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
             }
         }));
     }
@@ -140,7 +154,7 @@ fn run(unified: bool) {
     for h in others {
         h.join().unwrap();
     }
-    assert!(*created.lock().unwrap() > 0);
+    assert!(*created.lock().unwrap() >= CREATORS as u64);
     drop(leaves);
     let mut total = 0;
     for t in 0..TENANTS {
