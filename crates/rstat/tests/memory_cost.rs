@@ -88,7 +88,7 @@ fn per_group_cost_is_per_cpu_bytes_times_cpus_plus_a_small_constant() {
     // groups use, up to the tail of one chunk (the last one partly filled,
     // or the earlier chunk's leftover that they used first).
     let used = per_cpu * groups * nr_cpus;
-    let chunk = nr_cpus * rstat::percpu::arena::UNIT_SIZE;
+    let chunk = nr_cpus * rstat::percpu::arena::UNIT_STRIDE;
     assert!(
         chunk_delta + chunk > used && chunk_delta < used + chunk,
         "{chunk_delta} vs {used}"

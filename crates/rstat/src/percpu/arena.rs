@@ -1,15 +1,24 @@
 //! The per-CPU arena: where every (group, controller) keeps its per-CPU state.
 //!
 //! Modelled on the kernel's percpu allocator. Memory comes in *chunks*; a
-//! chunk is `nr_units` *units* of [`UNIT_SIZE`] bytes laid end to end, one
-//! unit per possible CPU. An allocation is a single offset inside a chunk that
-//! is valid in every unit: the copy for CPU `c` lives at
-//! `chunk + c * UNIT_SIZE + offset`. So
+//! chunk is `nr_units` *units* of [`UNIT_SIZE`] usable bytes, [`UNIT_STRIDE`]
+//! bytes apart, one unit per possible CPU. An allocation is a single offset
+//! inside a chunk that is valid in every unit: the copy for CPU `c` lives at
+//! `chunk + c * UNIT_STRIDE + offset`. So
 //!
 //! - all groups' state for CPU `c` sits densely in unit `c`: a CPU updating
 //!   many groups touches few cache lines, and the lines it touches are never
 //!   written by another CPU's updates (units are [`UNIT_SIZE`] apart, so no
 //!   false sharing between CPUs);
+//! - the copies of one allocation do not compete for one cache set: the
+//!   stride is a power of two *plus one cache line* ([`UNIT_COLOR`]). With a
+//!   power-of-two stride every CPU's copy of an offset maps to the same set
+//!   of the L1 and L2 caches (their set index comes from address bits
+//!   below the stride), so a loop over the CPUs (creating or removing a
+//!   group, flushing it, freezing its reference count) evicts its own
+//!   lines once the CPUs outnumber the ways; the extra line gives each CPU
+//!   another set. The restartable sections pay a multiply where a shift
+//!   would do (one instruction, a few cycles of latency);
 //! - no allocation is padded to a cache line: the per-group cost is exactly
 //!   `size_rounded_to_16 * nr_units` bytes of chunk space;
 //! - finding a CPU's copy is one multiply-add, no table lookup.
@@ -34,9 +43,30 @@ use std::fmt;
 /// allocations fill them. Shrunk under Miri so its allocation tracking
 /// stays fast.
 pub const UNIT_SIZE: usize = 1 << UNIT_SHIFT;
-/// log2 of [`UNIT_SIZE`]: a CPU's copy is `cpu << UNIT_SHIFT` bytes from
-/// CPU 0's (restartable per-CPU sections shift by this immediate).
-pub const UNIT_SHIFT: u32 = if cfg!(miri) { 12 } else { 17 };
+/// log2 of [`UNIT_SIZE`].
+const UNIT_SHIFT: u32 = if cfg!(miri) { 12 } else { 17 };
+
+/// The distance between two units' copies of an offset: [`UNIT_SIZE`]
+/// plus [`UNIT_COLOR`], so that consecutive CPUs' copies fall in
+/// consecutive sets of a cache indexed by address bits below the unit size
+/// (see the module docs).
+pub const UNIT_STRIDE: usize = UNIT_SIZE + UNIT_COLOR;
+
+/// The colour each unit adds to the stride: one cache line.
+pub const UNIT_COLOR: usize = 64;
+
+/// The offset of unit `cpu`'s copy from unit 0's.
+#[inline(always)]
+pub const fn unit_offset(cpu: usize) -> usize {
+    cpu * UNIT_STRIDE
+}
+
+/// The unit whose copy sits at `offset` from unit 0's: the inverse of
+/// [`unit_offset`].
+#[inline(always)]
+pub const fn unit_of(offset: usize) -> usize {
+    offset / UNIT_STRIDE
+}
 
 /// Allocation granule: every size is rounded up to this, and every offset is
 /// aligned to it.
@@ -120,7 +150,7 @@ impl<T> PcpuPtr<T> {
         self.base
             .as_ptr()
             .cast::<u8>()
-            .wrapping_add(cpu * UNIT_SIZE)
+            .wrapping_add(unit_offset(cpu))
             .cast::<T>()
     }
 
@@ -261,7 +291,7 @@ impl Arena {
                             // SAFETY: a freed offset of `size` bytes in
                             // every unit of a live chunk; nothing
                             // references it.
-                            unsafe { p.as_ptr().add(cpu * UNIT_SIZE).write_bytes(0, size) };
+                            unsafe { p.as_ptr().add(unit_offset(cpu)).write_bytes(0, size) };
                         }
                     }
                     p
@@ -340,7 +370,7 @@ impl Arena {
 
     fn bump_alloc(&mut self, size: usize) -> Result<NonNull<u8>, ArenaError> {
         if self.bump + size > UNIT_SIZE {
-            let bytes = UNIT_SIZE * self.nr_units;
+            let bytes = UNIT_STRIDE * self.nr_units;
             let layout = Layout::from_size_align(bytes, 4096)
                 .map_err(|_| ArenaError::OutOfMemory { bytes })?;
             // The engine's memory, shared by every group and kept for the
@@ -477,10 +507,29 @@ mod tests {
         }
         // SAFETY: live.
         assert_eq!(unsafe { p.elem(1, 0) }.load(Ordering::Relaxed), 110);
-        assert_eq!(p.raw(1) as usize - p.raw(0) as usize, UNIT_SIZE);
+        assert_eq!(p.raw(1) as usize - p.raw(0) as usize, UNIT_STRIDE);
         // SAFETY: allocated here, not used afterwards.
         unsafe { a.free(p) };
         assert_eq!(a.stats().live_allocations, 0);
+    }
+
+    #[test]
+    fn the_copies_of_an_offset_fall_in_different_cache_sets() {
+        // A cache of 64-byte lines whose set index is taken from the
+        // address bits between the line and 4 KiB (an L1 data cache of 64
+        // sets) or the unit size (an L2 of as many sets as a unit has
+        // lines): with a power-of-two stride all 64 copies would sit in
+        // one set; the colour spreads them over 64.
+        let mut a = Arena::new(64);
+        let p = a.alloc::<u64>(1, |_, _| 0).unwrap();
+        for period in [4096, UNIT_SIZE] {
+            let sets: std::collections::BTreeSet<usize> = (0..64)
+                .map(|cpu| (p.raw(cpu) as usize % period) / 64)
+                .collect();
+            assert_eq!(sets.len(), 64, "sets of a {period}-byte period");
+        }
+        // SAFETY: allocated here, not used afterwards.
+        unsafe { a.free(p) };
     }
 
     #[test]
@@ -524,7 +573,7 @@ mod tests {
             .map(|_| a.alloc::<u8>(per, |_, _| 7).unwrap())
             .collect();
         assert_eq!(a.stats().chunks, 3);
-        assert_eq!(a.stats().chunk_bytes, 3 * 2 * UNIT_SIZE);
+        assert_eq!(a.stats().chunk_bytes, 3 * 2 * UNIT_STRIDE);
         assert_eq!(
             a.alloc::<u8>(UNIT_SIZE + 1, |_, _| 0).unwrap_err(),
             ArenaError::TooLarge {

@@ -1,6 +1,6 @@
 //! Where a [`PercpuRef`](super::PercpuRef)'s per-CPU counts live.
 //!
-//! Two placements, one access path (`base + (cpu << shift)`, no branch):
+//! Two placements, one access path (`base + cpu * stride`, no branch):
 //!
 //! - **owned**: a private array of cache-line-padded slots, one per CPU, so
 //!   no two CPUs' slots share a line (the default; `nr_cpus` ×
@@ -12,13 +12,10 @@
 //!   slot for CPU *c* sits in unit *c* next to the group's other per-CPU
 //!   state (8 bytes rounded to the 16-byte granule, per CPU).
 
-use crate::percpu::arena::{PcpuPtr, UNIT_SIZE};
+use crate::percpu::arena::{PcpuPtr, UNIT_STRIDE};
 use crate::percpu::{cpu, CachePadded};
 use crate::sync::AtomicU64;
 
-// Both strides must be powers of two for `shift`.
-const _: () = assert!(UNIT_SIZE.is_power_of_two());
-const _: () = assert!(core::mem::size_of::<CachePadded<OwnedSlot>>().is_power_of_two());
 // Restartable sections address owned slots with this constant stride, and
 // find the gate at this offset from the count.
 const _: () =
@@ -66,15 +63,15 @@ impl Default for PercpuRefSlot {
 /// counting.
 pub const MAX_SLOTS: usize = 16_384;
 
-/// `nr` slots at `base + (cpu << shift)`.
+/// `nr` slots at `base + cpu * stride`.
 pub(super) struct Slots {
     /// Slot 0. For owned slots, derived from the whole boxed slice so it may
     /// be offset to every element; for arena slots, `PcpuPtr::raw(0)`, which
     /// keeps the provenance of the whole chunk.
     base: *const PercpuRefSlot,
-    /// log2 of the bytes from one CPU's slot to the next (both strides are
-    /// powers of two; a shift is cheaper than a multiply on the fast path).
-    shift: u32,
+    /// The bytes from one CPU's slot to the next: a padded slot's size, or
+    /// the arena's unit stride.
+    stride: usize,
     nr: usize,
     /// The boxed slice to free on drop, for owned slots. Kept as a raw
     /// pointer (from `Box::leak`) rather than a `Box`, so moving the ref does
@@ -107,7 +104,7 @@ impl Slots {
             // `repr(C)` (`CachePadded`'s and `OwnedSlot`'s): the count is at
             // offset 0 of each element.
             base: owned as *const PercpuRefSlot,
-            shift: core::mem::size_of::<CachePadded<OwnedSlot>>().trailing_zeros(),
+            stride: core::mem::size_of::<CachePadded<OwnedSlot>>(),
             nr,
             owned: Some(owned),
         }
@@ -122,7 +119,7 @@ impl Slots {
     pub(super) unsafe fn arena(slots: PcpuPtr<PercpuRefSlot>, nr: usize) -> Self {
         Slots {
             base: slots.raw(0),
-            shift: UNIT_SIZE.trailing_zeros(),
+            stride: UNIT_STRIDE,
             nr: nr.max(1),
             owned: None,
         }
@@ -154,16 +151,16 @@ impl Slots {
     pub(super) fn slot(&self, cpu: usize) -> &AtomicU64 {
         let cpu = cpu::fold(cpu, self.nr);
         // SAFETY: `cpu < nr`. Owned: `base` points at element 0 of a live
-        // boxed slice of `nr` elements `1 << shift` bytes apart, so the offset
+        // boxed slice of `nr` elements `stride` bytes apart, so the offset
         // stays inside it. Arena: the constructor's caller guarantees a live
-        // allocation in at least `nr` units `UNIT_SIZE` apart. Either way the
+        // allocation in at least `nr` units `UNIT_STRIDE` apart. Either way the
         // value there is an initialised `PercpuRefSlot`, and we only take a
         // shared reference to its atomic.
         unsafe {
             &(*self
                 .base
                 .cast::<u8>()
-                .add(cpu << self.shift)
+                .add(cpu * self.stride)
                 .cast::<PercpuRefSlot>())
             .0
         }

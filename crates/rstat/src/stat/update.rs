@@ -32,7 +32,7 @@ pub(crate) struct PathCopy {
 /// One item's update path, resolved from its css once and kept by a
 /// [`StatItem`](crate::StatItem) beside its handle's css pointer and path
 /// copy: CPU 0's addresses of the item's slot and of the node's links (CPU
-/// `c`'s are `c << UNIT_SHIFT` further), the item and its boundary shift,
+/// `c`'s are `unit_offset(c)` further), the item and its boundary shift,
 /// in 24 bytes, so that a `StatItem` is one cache line. An update then
 /// loads these words from the handle and, on the common path, nothing from
 /// the css: the css is reached only to fold a crossing or to queue the
@@ -106,10 +106,10 @@ impl ItemPath {
     #[cfg(not(rstat_loom))]
     #[inline(always)]
     unsafe fn add_locked(&self, rare: Resolved<'_>, nr_cpus: usize, delta: i64) {
-        let at = Slot::this_cpu(nr_cpus).get() << crate::percpu::arena::UNIT_SHIFT;
+        let at = crate::percpu::arena::unit_offset(Slot::this_cpu(nr_cpus).get());
         // SAFETY: `slot` is CPU 0's address of the item's slot, whose
         // first field is its `AtomicI64` (`StatSlot` is `repr(C)`); CPU
-        // `c`'s copy is `c << UNIT_SHIFT` bytes on, and `at` is a slot of
+        // `c`'s copy is `unit_offset(c)` bytes on, and `at` is a slot of
         // the engine, live while the css is (caller).
         let cur = unsafe { &*self.slot.add(at).cast::<crate::sync::AtomicI64>() };
         let old = cur.fetch_add(delta, Ordering::SeqCst);
@@ -254,7 +254,7 @@ unsafe fn after_update(
     unsafe {
         let links = &*links.add(at).cast::<PcpuLinks>();
         backlog::mark_updated(links, || {
-            let cpu = at >> crate::percpu::arena::UNIT_SHIFT;
+            let cpu = crate::percpu::arena::unit_of(at);
             ((*rare.css()).backlog.raw(cpu), cpu)
         });
     }
@@ -275,7 +275,7 @@ unsafe fn fold_crossings(rare: impl Rare, at: usize, v: u64) {
     // SAFETY: as above.
     let nr_cpus = unsafe { &*css.ctl.domain }.nr_cpus;
     // The section ran on a slot of the engine: the check never fails.
-    if let Some(at) = Slot::new(at >> crate::percpu::arena::UNIT_SHIFT, nr_cpus) {
+    if let Some(at) = Slot::new(crate::percpu::arena::unit_of(at), nr_cpus) {
         css.fold_updates(at, v);
     }
 }

@@ -173,7 +173,7 @@ pub(super) unsafe fn add_fetch_on_this_cpu(
             "mov {at:e}, dword ptr fs:[{off}]",
             "cmp {at:e}, {limit:e}",
             "jae 7f",
-            "shl {at}, {shift}",
+            "imul {at}, {at}, {stride}",
             "mov {old}, qword ptr [{base} + {at}]",
             // A new register for the sum: a restarted section must find
             // its inputs unchanged.
@@ -189,7 +189,7 @@ pub(super) unsafe fn add_fetch_on_this_cpu(
             "jmp 2b",
             "7:",
             "mov {at:e}, {limit:e}",
-            "shl {at}, {shift}",
+            "imul {at}, {at}, {stride}",
             "mov {old}, {d}",
             "lock xadd qword ptr [{base} + {at}], {old}",
             "lea {new}, [{old} + {d}]",
@@ -205,7 +205,7 @@ pub(super) unsafe fn add_fetch_on_this_cpu(
             limit = in(reg) limit,
             base = in(reg) base,
             d = in(reg) delta,
-            shift = const crate::percpu::arena::UNIT_SHIFT,
+            stride = const crate::percpu::arena::UNIT_STRIDE,
             at = out(reg) at,
             old = out(reg) changed,
             new = out(reg) new,

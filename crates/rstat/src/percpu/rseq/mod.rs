@@ -145,25 +145,25 @@ pub(crate) unsafe fn add_on_this_cpu(
     unsafe { imp::add_on_this_cpu(cpu_id_off, base, nr, delta) }
 }
 
-/// Add `delta` (wrapping) to the `i64` at `base + (cpu << UNIT_SHIFT)`,
+/// Add `delta` (wrapping) to the `i64` at `base + cpu * UNIT_STRIDE`,
 /// where `cpu` is the id of the CPU this thread runs on, in one restartable
-/// section that first checks `cpu < limit`; return `(cpu << UNIT_SHIFT, new
+/// section that first checks `cpu < limit`; return `(cpu * UNIT_STRIDE, new
 /// value, old ^ new)` (the bits the add changed: what a caller testing for
 /// a boundary crossing wants, in one register; `old` is `new - delta`).
 /// This is the kernel's `this_cpu_add` for stat slots
-/// in the per-CPU arena (whose units are `1 << UNIT_SHIFT` bytes apart);
+/// in the per-CPU arena (whose units are [`UNIT_STRIDE`] bytes apart);
 /// the unit offset it returns addresses the caller's other per-CPU data of
-/// the same CPU without another shift. Unlike [`add_on_this_cpu`]'s, the
+/// the same CPU without another multiply. Unlike [`add_on_this_cpu`]'s, the
 /// limit is fixed for the slots' life (a css's `section_limit`), so it
 /// comes by value, in a register.
 ///
 /// A thread the check refuses (it has no rseq area, so its CPU id reads
 /// as `u32::MAX`) adds with one locked RMW to slot `limit` instead, which
-/// no section writes, and gets `limit << UNIT_SHIFT` back: every call adds,
+/// no section writes, and gets `limit * UNIT_STRIDE` back: every call adds,
 /// and the caller takes no branch to tell the two apart.
 ///
 /// Cost: one store (arming the section), one load of the CPU id, one
-/// compare, one shift, one load and one store of the slot; no lock prefix,
+/// compare, one multiply, one load and one store of the slot; no lock prefix,
 /// no fence. The store can sit in this CPU's store buffer after the
 /// section: callers that need it ordered before a later load pair a
 /// compiler fence here with [`membarrier`] on the reading side (see
@@ -171,11 +171,11 @@ pub(crate) unsafe fn add_on_this_cpu(
 ///
 /// # Safety
 /// `cpu_id_off` comes from [`available`]; for every `cpu < limit`,
-/// `base + (cpu << UNIT_SHIFT)` is an aligned, live `i64` (an `AtomicI64`)
+/// `base + cpu * UNIT_STRIDE` is an aligned, live `i64` (an `AtomicI64`)
 /// that no other CPU writes while sections can pass the check; so is
-/// `base + (limit << UNIT_SHIFT)`, written only by atomic RMWs.
+/// `base + limit * UNIT_STRIDE`, written only by atomic RMWs.
 ///
-/// [`UNIT_SHIFT`]: crate::percpu::arena::UNIT_SHIFT
+/// [`UNIT_STRIDE`]: crate::percpu::arena::UNIT_STRIDE
 #[inline(always)]
 #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
 pub(crate) unsafe fn add_fetch_on_this_cpu(
@@ -244,8 +244,8 @@ impl BareSectionCounter {
     #[inline(always)]
     pub fn add(&self, delta: i64) -> i64 {
         // SAFETY: `off` came from `available`; the arena has `limit + 1`
-        // units, so slots `0..=limit` are live, aligned `i64`s `1 <<
-        // UNIT_SHIFT` bytes apart; slots below `limit` are written only by
+        // units, so slots `0..=limit` are live, aligned `i64`s
+        // `UNIT_STRIDE` bytes apart; slots below `limit` are written only by
         // sections (this type offers no other writer), slot `limit` only by
         // the stub's locked add.
         unsafe { add_fetch_on_this_cpu(self.off, self.slots.raw(0).cast(), self.limit, delta).1 }

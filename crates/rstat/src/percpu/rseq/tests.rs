@@ -110,7 +110,7 @@ fn concurrent_sections_and_membarriers_lose_no_add() {
 /// A buffer laid out like the per-CPU arena: one `i64` per unit, for
 /// `nr` CPUs and the slot past them that a refused section writes.
 fn unit_slots(nr: usize) -> Vec<std::sync::atomic::AtomicI64> {
-    let per = crate::percpu::arena::UNIT_SIZE / 8;
+    let per = crate::percpu::arena::UNIT_STRIDE / 8;
     (0..(nr + 1) * per)
         .map(|_| std::sync::atomic::AtomicI64::new(0))
         .collect()
@@ -125,16 +125,16 @@ fn fetching_sections_return_their_cpu_and_the_old_value() {
         return;
     };
     let nr = super::super::cpu::possible_cpus();
-    let per = crate::percpu::arena::UNIT_SIZE / 8;
+    let per = crate::percpu::arena::UNIT_STRIDE / 8;
     let slots = unit_slots(nr);
     let base = slots.as_ptr().cast::<u8>();
     for i in 0..10_000i64 {
-        // SAFETY: `slots` has an i64 every UNIT_SIZE bytes for `nr`
+        // SAFETY: `slots` has an i64 every UNIT_STRIDE bytes for `nr`
         // CPUs; only this thread writes them.
         let (at, new, changed) = unsafe { add_fetch_on_this_cpu(off, base, nr as u32, 5) };
         assert_eq!(changed, (new - 5) ^ new, "the bits the add changed");
-        assert_eq!(at % crate::percpu::arena::UNIT_SIZE, 0, "a unit offset");
-        let cpu = at >> crate::percpu::arena::UNIT_SHIFT;
+        assert_eq!(at % crate::percpu::arena::UNIT_STRIDE, 0, "a unit offset");
+        let cpu = crate::percpu::arena::unit_of(at);
         assert!(cpu < nr);
         let now = slots[cpu * per].load(Ordering::Relaxed);
         assert_eq!(now, new, "add {i}: the slot of the CPU reported");
@@ -165,7 +165,7 @@ fn concurrent_fetching_sections_and_membarriers_lose_no_add() {
         return;
     };
     let nr = super::super::cpu::possible_cpus();
-    let per = crate::percpu::arena::UNIT_SIZE / 8;
+    let per = crate::percpu::arena::UNIT_STRIDE / 8;
     let slots = unit_slots(nr);
     let base = slots.as_ptr() as usize;
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -185,7 +185,7 @@ fn concurrent_fetching_sections_and_membarriers_lose_no_add() {
                         // only through sections.
                         let (at, new, changed) =
                             unsafe { add_fetch_on_this_cpu(off, base as *const u8, nr as u32, 1) };
-                        assert!(at >> crate::percpu::arena::UNIT_SHIFT < nr);
+                        assert!(crate::percpu::arena::unit_of(at) < nr);
                         assert_eq!(changed, (new - 1) ^ new);
                         if i % 4096 == 0 {
                             std::thread::yield_now();
