@@ -177,10 +177,17 @@ impl<T> PcpuPtr<T> {
     }
 }
 
+/// A chunk: `nr_units` units from `base`, inside the system allocation
+/// at `raw` of `layout`.
 struct Chunk {
     base: NonNull<u8>,
+    raw: NonNull<u8>,
     layout: Layout,
 }
+
+/// A chunk's units start on a cache line: the system allocation is this
+/// much larger than the units and the base rounded up within it.
+const CHUNK_ALIGN: usize = 64;
 
 /// The arena: chunks of `nr_units` units.
 pub struct Arena {
@@ -370,20 +377,28 @@ impl Arena {
 
     fn bump_alloc(&mut self, size: usize) -> Result<NonNull<u8>, ArenaError> {
         if self.bump + size > UNIT_SIZE {
-            let bytes = UNIT_STRIDE * self.nr_units;
-            let layout = Layout::from_size_align(bytes, 4096)
+            let bytes = UNIT_STRIDE * self.nr_units + CHUNK_ALIGN;
+            // The allocator's own alignment, so that a zeroed allocation
+            // of this size is the system's zeroed memory (fresh pages,
+            // written only where allocations are: a chunk costs the pages
+            // its units use). A larger alignment would have the standard
+            // library write every byte of the chunk to zero it, making
+            // every page of every unit resident at once.
+            let layout = Layout::from_size_align(bytes, GRANULE)
                 .map_err(|_| ArenaError::OutOfMemory { bytes })?;
             // The engine's memory, shared by every group and kept for the
             // engine's life: not charged to whichever group's work needed
             // the new chunk (`sync::untracked`).
             let chunks = &mut self.chunks;
             crate::sync::untracked(|| {
-                // Zeroed, for `alloc_zeroed` (a chunk this large comes as
-                // fresh zero pages: the zeroing costs nothing up front).
+                // Zeroed, for `alloc_zeroed`.
                 // SAFETY: the layout has non-zero size.
-                let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-                let base = NonNull::new(raw).ok_or(ArenaError::OutOfMemory { bytes })?;
-                chunks.push(Chunk { base, layout });
+                let raw = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
+                    .ok_or(ArenaError::OutOfMemory { bytes })?;
+                let skip = (CHUNK_ALIGN - raw.as_ptr().addr() % CHUNK_ALIGN) % CHUNK_ALIGN;
+                // SAFETY: `skip < CHUNK_ALIGN`, inside the allocation.
+                let base = unsafe { raw.add(skip) };
+                chunks.push(Chunk { base, raw, layout });
                 Ok::<(), ArenaError>(())
             })?;
             self.bump = 0;
@@ -433,7 +448,7 @@ impl Drop for Arena {
         // still live holds only atomics and plain data.
         for c in self.chunks.drain(..) {
             // SAFETY: allocated in `bump_alloc` with exactly this layout.
-            unsafe { std::alloc::dealloc(c.base.as_ptr(), c.layout) };
+            unsafe { std::alloc::dealloc(c.raw.as_ptr(), c.layout) };
         }
     }
 }
@@ -573,7 +588,7 @@ mod tests {
             .map(|_| a.alloc::<u8>(per, |_, _| 7).unwrap())
             .collect();
         assert_eq!(a.stats().chunks, 3);
-        assert_eq!(a.stats().chunk_bytes, 3 * 2 * UNIT_STRIDE);
+        assert_eq!(a.stats().chunk_bytes, 3 * (2 * UNIT_STRIDE + CHUNK_ALIGN));
         assert_eq!(
             a.alloc::<u8>(UNIT_SIZE + 1, |_, _| 0).unwrap_err(),
             ArenaError::TooLarge {
