@@ -17,8 +17,8 @@
 //!   below the stride), so a loop over the CPUs (creating or removing a
 //!   group, flushing it, freezing its reference count) evicts its own
 //!   lines once the CPUs outnumber the ways; the extra line gives each CPU
-//!   another set. The restartable sections pay a multiply where a shift
-//!   would do (one instruction, a few cycles of latency);
+//!   another set. The restartable sections pay two shifts and an add
+//!   where one shift would do (one cycle more of latency);
 //! - no allocation is padded to a cache line: the per-group cost is exactly
 //!   `size_rounded_to_16 * nr_units` bytes of chunk space;
 //! - finding a CPU's copy is one multiply-add, no table lookup.
@@ -38,13 +38,13 @@ use std::fmt;
 /// Bytes per unit per chunk: the largest single per-CPU allocation. Large
 /// enough for a group's state of a controller with
 /// [`MAX_STAT_ITEMS`](crate::MAX_STAT_ITEMS) items and its extra slots
-/// (asserted where that maximum is defined). A chunk is this times the
-/// number of units of address space, whose pages the arena writes only as
-/// allocations fill them. Shrunk under Miri so its allocation tracking
-/// stays fast.
+/// (asserted where that maximum is defined). A chunk is [`UNIT_STRIDE`]
+/// times the number of units of address space, whose pages the arena
+/// writes only as allocations fill them. Shrunk under Miri so its
+/// allocation tracking stays fast.
 pub const UNIT_SIZE: usize = 1 << UNIT_SHIFT;
 /// log2 of [`UNIT_SIZE`].
-const UNIT_SHIFT: u32 = if cfg!(miri) { 12 } else { 17 };
+pub(crate) const UNIT_SHIFT: u32 = if cfg!(miri) { 12 } else { 17 };
 
 /// The distance between two units' copies of an offset: [`UNIT_SIZE`]
 /// plus [`UNIT_COLOR`], so that consecutive CPUs' copies fall in
@@ -53,7 +53,11 @@ const UNIT_SHIFT: u32 = if cfg!(miri) { 12 } else { 17 };
 pub const UNIT_STRIDE: usize = UNIT_SIZE + UNIT_COLOR;
 
 /// The colour each unit adds to the stride: one cache line.
-pub const UNIT_COLOR: usize = 64;
+pub const UNIT_COLOR: usize = 1 << UNIT_COLOR_SHIFT;
+
+/// log2 of [`UNIT_COLOR`]: restartable sections compute a unit's offset
+/// as `(cpu << UNIT_SHIFT) + (cpu << UNIT_COLOR_SHIFT)`.
+pub(crate) const UNIT_COLOR_SHIFT: u32 = 6;
 
 /// The offset of unit `cpu`'s copy from unit 0's.
 #[inline(always)]

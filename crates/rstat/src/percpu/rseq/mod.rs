@@ -153,7 +153,7 @@ pub(crate) unsafe fn add_on_this_cpu(
 /// This is the kernel's `this_cpu_add` for stat slots
 /// in the per-CPU arena (whose units are [`UNIT_STRIDE`] bytes apart);
 /// the unit offset it returns addresses the caller's other per-CPU data of
-/// the same CPU without another multiply. Unlike [`add_on_this_cpu`]'s, the
+/// the same CPU without computing it again. Unlike [`add_on_this_cpu`]'s, the
 /// limit is fixed for the slots' life (a css's `section_limit`), so it
 /// comes by value, in a register.
 ///
@@ -163,10 +163,10 @@ pub(crate) unsafe fn add_on_this_cpu(
 /// and the caller takes no branch to tell the two apart.
 ///
 /// Cost: one store (arming the section), one load of the CPU id, one
-/// compare, one multiply, one load and one store of the slot; no lock prefix,
-/// no fence. The store can sit in this CPU's store buffer after the
-/// section: callers that need it ordered before a later load pair a
-/// compiler fence here with [`membarrier`] on the reading side (see
+/// compare, two shifts and an add, one load and one store of the slot;
+/// no lock prefix, no fence. The store can sit in this CPU's store buffer
+/// after the section: callers that need it ordered before a later load
+/// pair a compiler fence here with [`membarrier`] on the reading side (see
 /// `engine::backlog`).
 ///
 /// # Safety
