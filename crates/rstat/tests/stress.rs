@@ -40,10 +40,10 @@ fn run(unified: bool) {
     let stop = Arc::new(AtomicBool::new(false));
     let violations = Arc::new(AtomicU64::new(0));
     let iters = if cfg!(miri) { 200 } else { 200_000 };
-    // Leaves made so far. The updaters start once every creator made its
-    // first one, so creation and removal overlap the updates however the
-    // threads are scheduled (before, on a loaded 2-CPU machine the
-    // updaters could finish before a creator ran at all).
+    // Leaves made so far. The updaters start once the creators made
+    // `CREATORS` of them, so creation and removal overlap the updates
+    // however the threads are scheduled (before, on a loaded 2-CPU machine
+    // the updaters could finish before a creator ran at all).
     let created = Arc::new(Mutex::new(0u64));
     let mut hs = Vec::new();
 

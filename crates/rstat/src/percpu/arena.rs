@@ -8,8 +8,8 @@
 //!
 //! - all groups' state for CPU `c` sits densely in unit `c`: a CPU updating
 //!   many groups touches few cache lines, and the lines it touches are never
-//!   written by another CPU's updates (units are [`UNIT_SIZE`] apart, so no
-//!   false sharing between CPUs);
+//!   written by another CPU's updates (units are more than [`UNIT_SIZE`]
+//!   apart, so no false sharing between CPUs);
 //! - the copies of one allocation do not compete for one cache set: the
 //!   stride is a power of two *plus one cache line* ([`UNIT_COLOR`]). With a
 //!   power-of-two stride every CPU's copy of an offset maps to the same set
