@@ -14,6 +14,10 @@
 //! - **eager**: an owner trailer like ours, but every ancestor's shared
 //!   atomic charged on each allocation and free (tracking-allocator's
 //!   shape);
+//! - **group counter**: the cheapest flat per-tenant tracker: the same
+//!   owner trailer and one shared atomic per group, nothing else (no
+//!   hierarchy, no limits, no events): what a service hand-rolls to know
+//!   each tenant's heap;
 //! - **thread batch**: ClickHouse's `MemoryTracker` shape: a per-thread
 //!   untracked amount, flushed to the thread's group and its ancestors
 //!   when it passes ±4 MiB; no owner, so a free is charged to the freeing
@@ -27,16 +31,19 @@
 //! 100+ ns (arena locks, futex wakes), the eager tracker is within glibc's
 //! own run-to-run variance of `System` alone, so neither target can be
 //! told apart from noise there, and `ratio_vs_eager >= 2` cannot be
-//! reached by any tracker over it. The same four variants are therefore
+//! reached by any tracker over it. The same five variants are therefore
 //! also measured over mimalloc (the `mimalloc_*` fields), where the
-//! inner cost is a few tens of ns and the trackers' own cost shows. No
+//! inner cost is a few tens of ns and the trackers' own cost shows; the
+//! targets over mimalloc are `mimalloc_ratio_vs_alone` (accounted over
+//! mimalloc alone) and `mimalloc_ratio_vs_group_counter` (accounted over
+//! the group counter tracker). No
 //! baseline is changed between the two: the same code, generic over the
 //! inner allocator. Each ratio is the median of per-sample ratios (a
-//! sample runs all eight variants back to back, in a rotating order).
+//! sample runs all ten variants back to back, in a rotating order).
 //!
 //! The allocators are driven through their [`GlobalAlloc`] methods, not
 //! installed as the process's `#[global_allocator]`: one binary then
-//! measures all four in one run, interleaved, with the benchmark's own
+//! measures all five in one run, interleaved, with the benchmark's own
 //! bookkeeping (the rings and hand-over queues) going through the same
 //! process allocator in every variant. What this leaves out is the
 //! allocations the rest of the program makes, which a real
@@ -108,6 +115,9 @@ pub struct Report {
     pub eager_mops: f64,
     /// The thread batch tracker (4 MiB per thread, no owner).
     pub thread_batch_mops: f64,
+    /// The group counter tracker (owner trailer, one shared atomic per
+    /// group, no hierarchy).
+    pub group_counter_mops: f64,
     /// The accounted allocator's extra time per operation over the system
     /// allocator's, in percent (target: at most 15).
     pub overhead_pct: f64,
@@ -123,10 +133,18 @@ pub struct Report {
     pub mimalloc_eager_mops: f64,
     /// The thread batch tracker over mimalloc.
     pub mimalloc_thread_batch_mops: f64,
+    /// The group counter tracker over mimalloc.
+    pub mimalloc_group_counter_mops: f64,
     /// `overhead_pct` over mimalloc.
     pub mimalloc_overhead_pct: f64,
     /// `ratio_vs_eager` over mimalloc.
     pub mimalloc_ratio_vs_eager: f64,
+    /// Accounted over mimalloc alone: `Accounted<MiMalloc>`'s rate over
+    /// `MiMalloc`'s (median of per-sample ratios; target: at least 0.8).
+    pub mimalloc_ratio_vs_alone: f64,
+    /// Accounted over the group counter tracker, both over mimalloc
+    /// (median of per-sample ratios; target: at least 1.0).
+    pub mimalloc_ratio_vs_group_counter: f64,
     /// Largest |charged − live| per group at quiescent points, accounted
     /// allocator, stocks not drained.
     pub drift_bytes_max: u64,
@@ -168,6 +186,7 @@ enum Kind {
     Accounted,
     Eager,
     ThreadBatch,
+    GroupCounter,
 }
 
 /// Per-run context.
@@ -178,6 +197,8 @@ struct Ctx<'a> {
     nodes: [&'static Node; 2],
     /// The thread batch tracker's leaves (its own tree).
     tb_nodes: [&'static Node; 2],
+    /// The group counter tracker's groups (parentless).
+    flat_nodes: [&'static Node; 2],
 }
 
 /// One run: `rounds` rounds of `ops` allocations per thread. Returns the
@@ -195,6 +216,7 @@ fn run_kind<I: GlobalAlloc + Sync>(
         Kind::Accounted => run_one(&set.accounted, kind, ctx, cfg),
         Kind::Eager => run_one(&set.eager, kind, ctx, cfg),
         Kind::ThreadBatch => run_one(&set.thread_batch, kind, ctx, cfg),
+        Kind::GroupCounter => run_one(&set.group_counter, kind, ctx, cfg),
     }
 }
 
@@ -219,10 +241,10 @@ fn run_one<A: GlobalAlloc + Sync>(
             s.spawn(move || {
                 pin_to_cpu(t);
                 let _in = (kind == Kind::Accounted).then(|| ctx.groups[t].enter());
-                let node = if kind == Kind::ThreadBatch {
-                    ctx.tb_nodes[t]
-                } else {
-                    ctx.nodes[t]
+                let node = match kind {
+                    Kind::ThreadBatch => ctx.tb_nodes[t],
+                    Kind::GroupCounter => ctx.flat_nodes[t],
+                    _ => ctx.nodes[t],
                 };
                 NODE.with(|c| c.set(Some(node)));
                 let mut ring: Vec<Obj> = std::mem::take(&mut *rings[t].lock().expect("ring"));
@@ -368,24 +390,38 @@ fn cputime() -> Duration {
     crate::machine::thread_cputime()
 }
 
-/// The medians over samples of one inner allocator's four variants, and
+/// The medians over samples of one inner allocator's five variants, and
 /// the two ratios, each the median of the per-sample ratios (a sample runs
 /// the variants back to back, so a ratio compares runs made under the same
 /// machine load).
 struct Figures {
-    mops: [f64; 4],
+    mops: [f64; KINDS.len()],
     overhead_pct: f64,
     ratio_vs_eager: f64,
+    ratio_vs_alone: f64,
+    ratio_vs_group_counter: f64,
 }
 
-fn figures(v: &[Vec<f64>; 4]) -> Figures {
+/// The variants, in the order of `Figures::mops`.
+const KINDS: [Kind; 5] = [
+    Kind::System,
+    Kind::Accounted,
+    Kind::Eager,
+    Kind::ThreadBatch,
+    Kind::GroupCounter,
+];
+
+fn figures(v: &[Vec<f64>; KINDS.len()]) -> Figures {
     let per_sample = |f: &dyn Fn(usize) -> f64| median((0..v[0].len()).map(f).collect());
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-    let [sys, acc, eager, tb] = v.clone().map(median);
     let overhead = per_sample(&|i| ratio(v[0][i], v[1][i]));
     let vs_eager = per_sample(&|i| ratio(v[1][i], v[2][i]));
+    let vs_alone = per_sample(&|i| ratio(v[1][i], v[0][i]));
+    let vs_group_counter = per_sample(&|i| ratio(v[1][i], v[4][i]));
     Figures {
-        mops: [round(sys, 2), round(acc, 2), round(eager, 2), round(tb, 2)],
+        mops: v.clone().map(|x| round(median(x), 2)),
+        ratio_vs_alone: round(vs_alone, 2),
+        ratio_vs_group_counter: round(vs_group_counter, 2),
         overhead_pct: if overhead > 0.0 {
             round((overhead - 1.0) * 100.0, 1)
         } else {
@@ -421,11 +457,13 @@ pub fn run(cfg: &Config) -> Report {
     let nodes = [Node::leak(Some(mid)), Node::leak(Some(mid))];
     let tb_mid = Node::leak(Some(root));
     let tb_nodes = [Node::leak(Some(tb_mid)), Node::leak(Some(tb_mid))];
+    let flat_nodes = [Node::leak(None), Node::leak(None)];
     let ctx = Ctx {
         mem: &mem,
         groups: &groups,
         nodes,
         tb_nodes,
+        flat_nodes,
     };
     let total = (2 * cfg.ops * cfg.rounds) as f64;
     let mops = |d: Duration| {
@@ -436,15 +474,10 @@ pub fn run(cfg: &Config) -> Report {
         }
     };
     // [inner][kind]: inner 0 is System, 1 mimalloc.
-    let mut v: [[Vec<f64>; 4]; 2] = Default::default();
+    let mut v: [[Vec<f64>; KINDS.len()]; 2] = Default::default();
     let (mut drift, mut drained, mut tb_drift) = (0u64, 0u64, 0u64);
     let mut parallel = Vec::new();
-    let kinds = [
-        Kind::System,
-        Kind::Accounted,
-        Kind::Eager,
-        Kind::ThreadBatch,
-    ];
+    let kinds = KINDS;
     let runs = 2 * kinds.len();
     for sample in 0..cfg.samples {
         // Rotate the order each sample, so no variant always runs first
@@ -480,6 +513,13 @@ pub fn run(cfg: &Config) -> Report {
         0,
         "thread batch bytes leaked"
     );
+    for n in flat_nodes {
+        assert_eq!(
+            n.amount.load(Ordering::Relaxed),
+            0,
+            "group counter bytes leaked"
+        );
+    }
     let sys = figures(&v[0]);
     let mi = figures(&v[1]);
     Report {
@@ -487,14 +527,18 @@ pub fn run(cfg: &Config) -> Report {
         accounted_mops: sys.mops[1],
         eager_mops: sys.mops[2],
         thread_batch_mops: sys.mops[3],
+        group_counter_mops: sys.mops[4],
         overhead_pct: sys.overhead_pct,
         ratio_vs_eager: sys.ratio_vs_eager,
         mimalloc_mops: mi.mops[0],
         mimalloc_accounted_mops: mi.mops[1],
         mimalloc_eager_mops: mi.mops[2],
         mimalloc_thread_batch_mops: mi.mops[3],
+        mimalloc_group_counter_mops: mi.mops[4],
         mimalloc_overhead_pct: mi.overhead_pct,
         mimalloc_ratio_vs_eager: mi.ratio_vs_eager,
+        mimalloc_ratio_vs_alone: mi.ratio_vs_alone,
+        mimalloc_ratio_vs_group_counter: mi.ratio_vs_group_counter,
         drift_bytes_max: drift,
         drift_bound_bytes: drift_bound(&mem),
         drift_after_drain_bytes_max: drained,
@@ -542,12 +586,21 @@ pub fn table(r: &Report) -> String {
             r.thread_batch_mops,
             r.mimalloc_thread_batch_mops,
         ),
+        (
+            "group counter tracker (flat)",
+            r.group_counter_mops,
+            r.mimalloc_group_counter_mops,
+        ),
     ] {
         s.push_str(&format!("{n:<34}{v:>14.2}{m:>14.2}\n"));
     }
     s.push_str(&format!(
-        "\nover mimalloc: overhead {:.1}%, accounted / eager {:.2}x\n",
-        r.mimalloc_overhead_pct, r.mimalloc_ratio_vs_eager
+        "\nover mimalloc: accounted / mimalloc alone {:.2}x (target >= 0.8), accounted / group \
+         counter {:.2}x (target >= 1.0); overhead {:.1}%, accounted / eager {:.2}x\n",
+        r.mimalloc_ratio_vs_alone,
+        r.mimalloc_ratio_vs_group_counter,
+        r.mimalloc_overhead_pct,
+        r.mimalloc_ratio_vs_eager
     ));
     s.push_str(&format!(
         "over System: overhead {:.1}% (target <= 15), accounted / eager: {:.2}x (target >= 2)\n\
@@ -568,4 +621,31 @@ pub fn table(r: &Report) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ratios are medians of per-sample ratios, each over the variant
+    /// the issue names: accounted / alone and accounted / group counter.
+    #[test]
+    fn the_ratios_compare_accounted_with_the_right_variants() {
+        // Samples: [alone, accounted, eager, thread batch, group counter].
+        let v: [Vec<f64>; KINDS.len()] = [
+            vec![40.0, 50.0, 10.0],
+            vec![20.0, 40.0, 9.0],
+            vec![10.0, 20.0, 3.0],
+            vec![80.0, 80.0, 80.0],
+            vec![25.0, 10.0, 3.0],
+        ];
+        let f = figures(&v);
+        // accounted / alone per sample: 0.5, 0.8, 0.9 -> 0.8.
+        assert_eq!(f.ratio_vs_alone, 0.8);
+        // accounted / group counter per sample: 0.8, 4.0, 3.0 -> 3.0.
+        assert_eq!(f.ratio_vs_group_counter, 3.0);
+        // accounted / eager: 2.0, 2.0, 3.0 -> 2.0.
+        assert_eq!(f.ratio_vs_eager, 2.0);
+        assert_eq!(f.mops, [40.0, 20.0, 10.0, 80.0, 10.0]);
+    }
 }

@@ -16,8 +16,8 @@ impl Experiment for Alloc {
     }
 
     fn about(&self) -> &'static str {
-        "The accounting allocator vs the inner allocator, an eager tracker and a per-thread \
-         batch tracker; drift at quiescent points"
+        "The accounting allocator vs the inner allocator, an eager tracker, a per-thread \
+         batch tracker and a flat per-group counter; drift at quiescent points"
     }
 
     fn title(&self) -> &'static str {
@@ -28,7 +28,8 @@ impl Experiment for Alloc {
         "2 threads, each in its own group under a common parent, allocating and freeing \
          16-4096 byte objects (some freed by the other thread) through the inner allocator \
          alone, `Accounted<inner>`, an eager tracker (owner header, every ancestor's shared \
-         atomic) and a per-thread-batch tracker (ClickHouse's shape); drift of the charged \
+         atomic), a per-thread-batch tracker (ClickHouse's shape) and a per-group counter \
+         (owner header, one shared atomic per group); drift of the charged \
          bytes from the live bytes at quiescent points, against its documented bound \
          (`drift_bound_bytes`)."
     }
@@ -58,6 +59,20 @@ impl Experiment for Alloc {
                 Op::Ge,
                 2.0,
                 "accounting allocator: beats an eager tracker",
+            ),
+            Target::new(
+                "mimalloc_ratio_vs_alone",
+                "/mimalloc_ratio_vs_alone",
+                Op::Ge,
+                0.8,
+                "accounting allocator over mimalloc: at least 0.8x mimalloc alone",
+            ),
+            Target::new(
+                "mimalloc_ratio_vs_group_counter",
+                "/mimalloc_ratio_vs_group_counter",
+                Op::Ge,
+                1.0,
+                "accounting allocator over mimalloc: no slower than one shared counter per group",
             ),
             Target::new(
                 "drift_after_drain_bytes_max",

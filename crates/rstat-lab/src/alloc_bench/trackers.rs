@@ -1,7 +1,8 @@
 //! The trackers `rstat bench alloc` measures `Accounted` against, and the
-//! set of four allocators over one inner allocator: [`Eager`] (an owner
-//! trailer, every ancestor's shared atomic charged on each call) and
-//! [`ThreadBatch`] (a per-thread untracked amount flushed past
+//! set of five allocators over one inner allocator: [`Eager`] (an owner
+//! trailer, every ancestor's shared atomic charged on each call; over
+//! parentless nodes, the group counter tracker: one shared atomic per
+//! group) and [`ThreadBatch`] (a per-thread untracked amount flushed past
 //! [`THREAD_BATCH`], no owner), both charging [`Node`]s, the trackers'
 //! groups; [`NODE`] is a thread's current group. The workload that drives
 //! them is in [`super`]; `rstat bench server` uses [`Eager`] with one
@@ -141,12 +142,15 @@ unsafe impl<I: GlobalAlloc> GlobalAlloc for ThreadBatch<I> {
     }
 }
 
-/// The four variants over one inner allocator.
+/// The five variants over one inner allocator. The group counter tracker
+/// is [`Eager`] whose threads charge parentless nodes: its own instance,
+/// so its calls and the eager tracker's are told apart in a profile.
 pub(super) struct Set<I: 'static> {
     pub(super) inner: I,
     pub(super) accounted: Accounted<I>,
     pub(super) eager: Eager<I>,
     pub(super) thread_batch: ThreadBatch<I>,
+    pub(super) group_counter: Eager<I>,
 }
 
 impl<I: GlobalAlloc + 'static> Set<I> {
@@ -157,6 +161,7 @@ impl<I: GlobalAlloc + 'static> Set<I> {
             accounted: Accounted::new(make()),
             eager: Eager(make()),
             thread_batch: ThreadBatch(make()),
+            group_counter: Eager(make()),
         }
     }
 }
