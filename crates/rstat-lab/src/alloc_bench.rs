@@ -391,9 +391,10 @@ fn cputime() -> Duration {
 }
 
 /// The medians over samples of one inner allocator's five variants, and
-/// the two ratios, each the median of the per-sample ratios (a sample runs
-/// the variants back to back, so a ratio compares runs made under the same
-/// machine load).
+/// its four ratios (accounted over alone, eager and the group counter; the
+/// overhead is alone over accounted), each the median of the per-sample
+/// ratios (a sample runs the variants back to back, so a ratio compares
+/// runs made under the same machine load).
 struct Figures {
     mops: [f64; KINDS.len()],
     overhead_pct: f64,
@@ -477,15 +478,14 @@ pub fn run(cfg: &Config) -> Report {
     let mut v: [[Vec<f64>; KINDS.len()]; 2] = Default::default();
     let (mut drift, mut drained, mut tb_drift) = (0u64, 0u64, 0u64);
     let mut parallel = Vec::new();
-    let kinds = KINDS;
-    let runs = 2 * kinds.len();
+    let runs = 2 * KINDS.len();
     for sample in 0..cfg.samples {
         // Rotate the order each sample, so no variant always runs first
         // (fresh threads, cold allocator arenas) or after the same one.
         for r in 0..runs {
             let j = (r + sample) % runs;
-            let (inner, i) = (j / kinds.len(), j % kinds.len());
-            let kind = kinds[i];
+            let (inner, i) = (j / KINDS.len(), j % KINDS.len());
+            let kind = KINDS[i];
             let (wall, d, dd, par) = if inner == 0 {
                 run_kind(kind, &sys_set, &ctx, &cfg)
             } else {
