@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use rstat_lab::lab::command::parse_secs;
+use rstat_lab::lab::command::{parse_interval, parse_secs};
 use rstat_lab::lab::{command, BenchError};
 
 mod demo;
@@ -34,8 +34,8 @@ enum Cmd {
         /// Worker threads.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
         threads: u16,
-        /// Seconds between tree printouts.
-        #[arg(long, default_value_t = 1.0, value_parser = parse_secs)]
+        /// Seconds between tree printouts (at least 0.001).
+        #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
         interval: f64,
         /// Serve Prometheus metrics (and `rstat top`'s snapshots) at
         /// HOST:PORT while the demo runs, e.g. 127.0.0.1:9756 (port 0: any).
@@ -56,8 +56,8 @@ enum Cmd {
         /// Print one table (after two samples an interval apart) and exit.
         #[arg(long)]
         once: bool,
-        /// Seconds between samples.
-        #[arg(long, default_value_t = 1.0, value_parser = parse_secs)]
+        /// Seconds between samples (at least 0.001).
+        #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
         interval: f64,
         /// Sort column: path, cpu, mem, max or events.
         #[arg(long, default_value = "path", value_parser = top::SortKey::parse)]

@@ -71,3 +71,31 @@ fn more_cpus_than_the_machine_has_is_a_reason_in_the_report() {
     assert!(report.contains("--cpus 4096"), "{report}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A printing interval below a millisecond is refused with a clear
+/// message (a sub-nanosecond one used to round to zero, and the demo then
+/// printed its tree forever).
+#[test]
+fn a_sub_millisecond_interval_is_refused_with_a_reason() {
+    for (sub, args) in [
+        (
+            "demo",
+            &["demo", "--duration", "0.2", "--interval", "1e-300"][..],
+        ),
+        ("top", &["top", "--once", "--interval", "0.0001"][..]),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rstat"))
+            .args(args)
+            .output()
+            .expect("run rstat");
+        assert!(
+            !out.status.success(),
+            "`rstat {sub}` accepted a tiny interval"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("at least 0.001"),
+            "`rstat {sub}`: no reason given: {err}"
+        );
+    }
+}

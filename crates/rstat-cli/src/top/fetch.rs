@@ -42,6 +42,23 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
     let Some(auth) = uri.authority().filter(|a| !a.host().is_empty()) else {
         return Err(format!("URL {url:?} has no host"));
     };
+    // `HOST[:PORT]` without any `user:password@` (the exporter has no
+    // authentication; credentials are neither sent nor shown).
+    let hostport = auth.as_str().rsplit('@').next().unwrap_or_default();
+    // The port, if the URL has one: a `:` after the host (past an IPv6
+    // address's brackets). `http` parses a port it cannot read as no
+    // port at all, and the client would then go to port 80.
+    let after_host = match hostport.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or("", |(_, rest)| rest),
+        None => hostport,
+    };
+    if let Some((_, port)) = after_host.rsplit_once(':') {
+        if !matches!(port.parse::<u16>(), Ok(1..)) {
+            return Err(format!(
+                "bad port {port:?} in {url:?}: give a port from 1 to 65535 (e.g. http://127.0.0.1:9756)"
+            ));
+        }
+    }
     let path = match uri.path() {
         "" | "/" => "/snapshot.json".to_owned(),
         p if p.ends_with("/metrics") => {
@@ -50,8 +67,8 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
         p => p.to_owned(),
     };
     Ok(Target {
-        url: format!("http://{auth}{path}"),
-        authority: auth.to_string(),
+        url: format!("http://{hostport}{path}"),
+        authority: hostport.to_owned(),
     })
 }
 
@@ -70,11 +87,23 @@ pub fn fetch(t: &Target, timeout: Duration) -> Result<Snapshot, String> {
         .get(&t.url)
         .header("Accept", "application/json")
         .call()
-        .map_err(|e| {
-            format!(
-                "cannot reach the exporter at {} ({e}); start one, e.g. `rstat demo --listen {} --duration 600`",
-                t.url, t.authority
-            )
+        .map_err(|e| match e {
+            // Nothing answered there.
+            ureq::Error::Io(_) | ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => {
+                format!(
+                    "cannot reach the exporter at {} ({e}); start one, e.g. `rstat demo --listen {} --duration 600`",
+                    t.url, t.authority
+                )
+            }
+            // Something is there, but it did not answer as an exporter.
+            ureq::Error::Timeout(_) => format!(
+                "{} accepted the connection but sent no answer within {timeout:?} ({e}): not an rstat exporter, or a stalled one",
+                t.authority
+            ),
+            _ => format!(
+                "{} answered, but not in HTTP ({e}): not an rstat exporter (give the address `rstat demo --listen` or `rstat_serve` was given)",
+                t.authority
+            ),
         })?;
     let status = resp.status();
     if status != ureq::http::StatusCode::OK {
@@ -114,6 +143,49 @@ mod tests {
             .contains("http://HOST:PORT"));
         assert!(parse_url("http:///x").is_err());
         assert!(parse_url("not a url").is_err());
+    }
+
+    /// A port that is not a number from 1 to 65535 is an error naming it,
+    /// not a silent fall back to port 80; credentials in a URL are not
+    /// repeated in messages.
+    #[test]
+    fn bad_ports_and_credentials() {
+        for url in [
+            "http://127.0.0.1:abc",
+            "http://127.0.0.1:99999",
+            "http://127.0.0.1:65536",
+            "http://127.0.0.1:",
+            "http://127.0.0.1:0",
+        ] {
+            let e = parse_url(url).unwrap_err();
+            assert!(e.contains("port") && e.contains("1 to 65535"), "{url}: {e}");
+        }
+        let t = parse_url("http://user:pw@127.0.0.1:9/").unwrap();
+        assert_eq!(t.authority, "127.0.0.1:9");
+        assert_eq!(t.url, "http://127.0.0.1:9/snapshot.json");
+    }
+
+    /// Something listening that does not speak HTTP is told apart from
+    /// nothing listening.
+    #[test]
+    fn a_server_that_is_not_http_is_named_as_such() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let h = std::thread::spawn(move || {
+            if let Ok((mut c, _)) = l.accept() {
+                let _ = c.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        let e = fetch(
+            &parse_url(&format!("http://{addr}")).unwrap(),
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
+        h.join().unwrap();
+        assert!(!e.contains("cannot reach"), "{e}");
+        assert!(e.contains("not an rstat exporter"), "{e}");
     }
 
     #[test]

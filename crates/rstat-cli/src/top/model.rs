@@ -235,7 +235,7 @@ pub fn build(prev: Option<&Snapshot>, cur: &Snapshot, dt: Duration) -> Result<Vi
                 })
                 .collect();
             // Relative to the first group: validated to be at most the
-            // row's index, so indenting by it is bounded.
+            // row's index (the indentation shown is capped: `indent`).
             let depth = g.depth - base;
             let name = if depth == 0 {
                 "/".to_owned()
@@ -383,11 +383,24 @@ pub fn key_column(k: SortKey) -> usize {
     }
 }
 
+/// The levels of a tree row indented by two spaces each; deeper rows are
+/// indented that far and show their depth (`[depth 1234] `), so a deep
+/// chain of groups costs each row a bounded number of bytes.
+pub const MAX_INDENT: usize = 32;
+
+fn indent(depth: usize) -> String {
+    let mut s = "  ".repeat(depth.min(MAX_INDENT));
+    if depth > MAX_INDENT {
+        s.push_str(&format!("[depth {depth}] "));
+    }
+    s
+}
+
 /// A row's cells; `marker` is shown before the name (tree state).
 pub fn cells(r: &Row, marker: &str) -> Vec<String> {
     let dash = || "-".to_owned();
     let mut c = vec![
-        format!("{}{marker}{}", "  ".repeat(r.depth), r.name),
+        format!("{}{marker}{}", indent(r.depth), r.name),
         r.cpu.map_or_else(dash, |v| format!("{v:.1}")),
         r.mem.map_or_else(dash, bytes),
         match r.max {
@@ -450,6 +463,28 @@ mod tests {
 
     fn snap(rs: &Rstat) -> Snapshot {
         Reporter::new(rs).snapshot_all().unwrap()
+    }
+
+    /// A deep row's name cell stays short: indentation stops at
+    /// [`MAX_INDENT`] levels and the rest is shown as a number, so a
+    /// chain of N groups renders in O(N), not O(N^2), bytes.
+    #[test]
+    fn deep_rows_are_indented_a_bounded_amount() {
+        let row = |depth| Row {
+            path: String::new(),
+            name: "leaf".into(),
+            depth,
+            has_children: false,
+            cpu: None,
+            mem: None,
+            max: None,
+            events: None,
+            extra: Vec::new(),
+        };
+        assert_eq!(cells(&row(2), "")[0], "    leaf");
+        let deep = cells(&row(100_000), "")[0].clone();
+        assert!(deep.len() < 2 * MAX_INDENT + 32, "{} bytes", deep.len());
+        assert!(deep.contains("100000") && deep.ends_with("leaf"), "{deep}");
     }
 
     #[test]

@@ -77,6 +77,23 @@ pub fn run_one(
     })
 }
 
+/// An interval flag in seconds (`rstat demo --interval`, `rstat top
+/// --interval`): as [`parse_secs`], and at least a millisecond. A shorter
+/// one only prints faster than anyone reads, and one below a nanosecond
+/// would round to zero (a loop that never advances).
+pub fn parse_interval(s: &str) -> Result<f64, String> {
+    let v = parse_secs(s)?;
+    if v < MIN_INTERVAL_SECS {
+        return Err(format!(
+            "{s} is too short an interval: give at least {MIN_INTERVAL_SECS} seconds"
+        ));
+    }
+    Ok(v)
+}
+
+/// The shortest interval [`parse_interval`] accepts, in seconds.
+pub const MIN_INTERVAL_SECS: f64 = 0.001;
+
 /// A duration flag in seconds (`--seconds`, `--duration`, ...): above 0
 /// and at most a day. The one parser of such flags, for the lab's
 /// experiments and the `rstat` binary alike.
