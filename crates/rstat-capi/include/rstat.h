@@ -205,7 +205,7 @@ typedef struct rstat_options {
   uint32_t flags;
   // `RSTAT_FLUSH_*`: the flush policy counter sets start with.
   uint32_t flush_policy;
-  // Per-CPU slots (0: the machine's possible CPUs).
+  // Per-CPU slots (0: the machine's possible CPUs; at most 8192).
   uint32_t nr_cpus;
   // With `RSTAT_OPT_MEMORY_BATCH`: units the memory controller charges
   // at once and stocks per CPU (0 disables the stock; at most 2^32).
@@ -395,11 +395,12 @@ uint32_t rstat_abi_version(void);
 //
 // Errors: `RSTAT_EFAULT` (`out` NULL, or `out` or `opts` misaligned),
 // `RSTAT_EINVAL` (unknown flag or policy, `size` below
-// `RSTAT_OPTIONS_SIZE_VER0`, period or batch out of range), `RSTAT_E2BIG`
-// (fields this library does not know are set), `RSTAT_EAGAIN` (the
-// flusher thread could not start), `RSTAT_ENOMEM` (the system refused
-// memory for the per-CPU state, e.g. of an `nr_cpus` far above the
-// machine's), `RSTAT_EMFILE` (the handle table is full).
+// `RSTAT_OPTIONS_SIZE_VER0`, period or batch out of range, `nr_cpus`
+// above 8192), `RSTAT_E2BIG` (fields this library does not know are
+// set), `RSTAT_EAGAIN` (the flusher thread could not start),
+// `RSTAT_ENOMEM` (the system refused memory for the per-CPU state, e.g.
+// of an `nr_cpus` far above the machine's), `RSTAT_EMFILE` (the handle
+// table is full).
 //
 // Cost: allocations, and a thread for the periodic flusher.
 //
@@ -692,7 +693,10 @@ int rstat_memory_try_charge(struct rstat_group *g, uint64_t amount, uint32_t fla
 // it was removed).
 //
 // Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EINVAL` (more than
-// the group's whole usage: nothing uncharged), `RSTAT_EOVERFLOW` (amount
+// the group holds: its usage less what the stocks pre-charged; nothing
+// uncharged. An excess hidden by other CPUs' stocks, or by uncharges
+// racing on the group, is caught later and counted as an underflow),
+// `RSTAT_EOVERFLOW` (amount
 // above `RSTAT_MEMORY_LIMIT_MAX`), `RSTAT_EOPNOTSUPP`.
 //
 // Cost: as a charge served from the stock.
@@ -744,7 +748,9 @@ int rstat_memory_read_events(struct rstat_group *g, uint32_t flags, struct rstat
 // `"memory.peak"`, `"memory.max"` (and `high`, `low`, `min`: a number or
 // `max`), `"cpu.stat"`, and `"<name>.stat"` / `"<name>.stat.local"` for
 // every counter set. `*out_len` (may be NULL) gets the text's length, or
-// on `RSTAT_ERANGE` the size needed (call again with a buffer that big).
+// on `RSTAT_ERANGE` the size needed (call again with a buffer that big;
+// counters can grow in between, so a caller loops while the answer is
+// `RSTAT_ERANGE`, or passes room to spare).
 //
 // Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
 // `RSTAT_EINVAL` (`file` is not UTF-8), `RSTAT_ENOENT` (no such file:

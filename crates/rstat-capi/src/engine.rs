@@ -57,7 +57,7 @@ pub struct rstat_options {
     pub flags: u32,
     /// `RSTAT_FLUSH_*`: the flush policy counter sets start with.
     pub flush_policy: u32,
-    /// Per-CPU slots (0: the machine's possible CPUs).
+    /// Per-CPU slots (0: the machine's possible CPUs; at most 8192).
     pub nr_cpus: u32,
     /// With `RSTAT_OPT_MEMORY_BATCH`: units the memory controller charges
     /// at once and stocks per CPU (0 disables the stock; at most 2^32).
@@ -131,11 +131,12 @@ fn build(o: &rstat_options) -> Result<Engine, CError> {
 ///
 /// Errors: `RSTAT_EFAULT` (`out` NULL, or `out` or `opts` misaligned),
 /// `RSTAT_EINVAL` (unknown flag or policy, `size` below
-/// `RSTAT_OPTIONS_SIZE_VER0`, period or batch out of range), `RSTAT_E2BIG`
-/// (fields this library does not know are set), `RSTAT_EAGAIN` (the
-/// flusher thread could not start), `RSTAT_ENOMEM` (the system refused
-/// memory for the per-CPU state, e.g. of an `nr_cpus` far above the
-/// machine's), `RSTAT_EMFILE` (the handle table is full).
+/// `RSTAT_OPTIONS_SIZE_VER0`, period or batch out of range, `nr_cpus`
+/// above 8192), `RSTAT_E2BIG` (fields this library does not know are
+/// set), `RSTAT_EAGAIN` (the flusher thread could not start),
+/// `RSTAT_ENOMEM` (the system refused memory for the per-CPU state, e.g.
+/// of an `nr_cpus` far above the machine's), `RSTAT_EMFILE` (the handle
+/// table is full).
 ///
 /// Cost: allocations, and a thread for the periodic flusher.
 ///

@@ -114,7 +114,8 @@ impl From<::rstat::Error> for CError {
             | E::InvalidExtension { .. }
             | E::UnknownStat { .. }
             | E::UnknownPolicy { .. }
-            | E::InvalidPeriod { .. } => RSTAT_EINVAL,
+            | E::InvalidPeriod { .. }
+            | E::TooManyCpus { .. } => RSTAT_EINVAL,
             E::CpuTimeOutOfRange { .. } => RSTAT_EOVERFLOW,
             E::ForeignGroup => RSTAT_EXDEV,
             E::Thread { .. } => RSTAT_EAGAIN,
@@ -149,7 +150,20 @@ thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-fn set_last_error(msg: String) {
+/// The longest message kept as a thread's last error, in bytes: messages
+/// quote what the caller passed (cut where they quote it), and this
+/// bounds any that does not.
+const MAX_MESSAGE: usize = 8192;
+
+fn set_last_error(mut msg: String) {
+    if msg.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !msg.is_char_boundary(end) {
+            end -= 1;
+        }
+        msg.truncate(end);
+        msg.push_str(" [message cut]");
+    }
     // `try_with`: a call from a thread-local destructor after ours is gone
     // still returns its code, only without a message.
     let _ = LAST_ERROR.try_with(|m| {
@@ -204,6 +218,11 @@ pub(crate) unsafe fn copy_out_str(
     out_len: *mut usize,
 ) -> CResult {
     let need = text.len() + 1;
+    // A NULL buffer is only a size query (`len == 0`); with a length it
+    // is a bad argument, refused before anything is written.
+    if buf.is_null() && len != 0 {
+        return Err(null_arg("buf"));
+    }
     if !out_len.is_null() {
         if !out_len.is_aligned() {
             return Err(null_arg("out_len"));

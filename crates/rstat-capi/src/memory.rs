@@ -225,7 +225,10 @@ pub unsafe extern "C" fn rstat_memory_try_charge(
 /// it was removed).
 ///
 /// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EINVAL` (more than
-/// the group's whole usage: nothing uncharged), `RSTAT_EOVERFLOW` (amount
+/// the group holds: its usage less what the stocks pre-charged; nothing
+/// uncharged. An excess hidden by other CPUs' stocks, or by uncharges
+/// racing on the group, is caught later and counted as an underflow),
+/// `RSTAT_EOVERFLOW` (amount
 /// above `RSTAT_MEMORY_LIMIT_MAX`), `RSTAT_EOPNOTSUPP`.
 ///
 /// Cost: as a charge served from the stock.

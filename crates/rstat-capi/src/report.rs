@@ -15,7 +15,9 @@ use crate::table::TABLE;
 /// `"memory.peak"`, `"memory.max"` (and `high`, `low`, `min`: a number or
 /// `max`), `"cpu.stat"`, and `"<name>.stat"` / `"<name>.stat.local"` for
 /// every counter set. `*out_len` (may be NULL) gets the text's length, or
-/// on `RSTAT_ERANGE` the size needed (call again with a buffer that big).
+/// on `RSTAT_ERANGE` the size needed (call again with a buffer that big;
+/// counters can grow in between, so a caller loops while the answer is
+/// `RSTAT_ERANGE`, or passes room to spare).
 ///
 /// Errors: `RSTAT_EBADF` / `RSTAT_EPROTOTYPE`, `RSTAT_EFAULT`,
 /// `RSTAT_EINVAL` (`file` is not UTF-8), `RSTAT_ENOENT` (no such file:

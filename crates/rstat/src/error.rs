@@ -134,6 +134,14 @@ pub enum Error {
         /// The name given.
         name: String,
     },
+    /// More per-CPU slots asked for than
+    /// [`MAX_NR_CPUS`](crate::MAX_NR_CPUS).
+    TooManyCpus {
+        /// The count given.
+        nr_cpus: usize,
+        /// The most accepted.
+        max: usize,
+    },
     /// A periodic-flush period out of range.
     InvalidPeriod {
         /// The period given.
@@ -224,6 +232,7 @@ impl fmt::Display for Error {
                 "at most {max} controllers can be registered; merge related stats into one controller's item list"
             ),
             Error::InvalidController { name, reason } => {
+                let name = shown(name);
                 write!(f, "controller {name:?} cannot be registered: {reason}")
             }
             Error::ExtensionExists { name } => write!(
@@ -246,6 +255,7 @@ impl fmt::Display for Error {
                 name,
                 items,
             } => {
+                let name = shown(name);
                 write!(
                     f,
                     "controller {controller:?} has no stat item named {name:?}; its items are: "
@@ -278,6 +288,10 @@ impl fmt::Display for Error {
             Error::InvalidChargePeriod { period } => write!(
                 f,
                 "CPU-time charge period {period:?} is out of range; give 1 ms to 24 h, or None to stop the periodic charger"
+            ),
+            Error::TooManyCpus { nr_cpus, max } => write!(
+                f,
+                "{nr_cpus} per-CPU slots asked for; at most {max} are supported (leave the count unset for the machine's possible CPUs)"
             ),
             Error::InvalidPeriod { period } => write!(
                 f,
@@ -317,3 +331,9 @@ impl From<ArenaError> for Error {
 
 /// `Result` with rstat's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A user-given name, cut to 64 characters for an error message (a name
+/// that breaks the rules may be of any length).
+pub(crate) fn shown(name: &str) -> String {
+    name.chars().take(64).collect()
+}

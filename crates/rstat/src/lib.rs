@@ -151,7 +151,7 @@ pub use controller::{
 };
 pub use engine::{
     Builder, Rstat, UpdatePath, CPU_STAT_NAMES, DEFAULT_FLUSH_PERIOD, DEFAULT_READ_PACE,
-    ROOT_GROUP_ID,
+    MAX_NR_CPUS, ROOT_GROUP_ID,
 };
 pub use error::{Error, Result};
 pub use group::ext::{Ext, GroupExt};

@@ -9,7 +9,7 @@ use super::{
     Rstat, CPU_CTL_ID, CPU_STAT_NAMES, DEFAULT_FLUSH_PERIOD, DEFAULT_READ_PACE, ROOT_GROUP_ID,
 };
 use crate::controller::CounterSetController;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::group::ext::ExtList;
 use crate::group::state::Topology;
 use crate::group::{EngineInner, Group};
@@ -58,7 +58,9 @@ impl Default for Builder {
 impl Builder {
     /// Number of per-CPU slots (default: possible CPUs, plus one for
     /// threads without a CPU id when updates use rseq). CPU ids beyond it
-    /// are folded in. Values below 1 are raised to 1. Fewer slots than
+    /// are folded in. Values below 1 are raised to 1; above
+    /// [`MAX_NR_CPUS`](crate::MAX_NR_CPUS), [`build`](Self::build) fails
+    /// with [`Error::TooManyCpus`](crate::Error::TooManyCpus). Fewer slots than
     /// possible CPUs share slots between CPUs, which needs the locked
     /// update path.
     pub fn nr_cpus(mut self, n: usize) -> Self {
@@ -149,6 +151,12 @@ impl Builder {
         }
         if let Some(p) = self.read_pace {
             check_pace(p)?;
+        }
+        if let Some(n) = self.nr_cpus.filter(|&n| n > super::MAX_NR_CPUS) {
+            return Err(Error::TooManyCpus {
+                nr_cpus: n,
+                max: super::MAX_NR_CPUS,
+            });
         }
         let (nr_cpus, update_path, section_limit, rseq_off) = self.choose_update_path();
         let inner = Arc::new(EngineInner {

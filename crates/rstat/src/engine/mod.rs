@@ -31,6 +31,13 @@ pub use builder::Builder;
 /// The root group's [id](Group::id) (the kernel's root cgroup id too).
 pub const ROOT_GROUP_ID: u64 = 1;
 
+/// The most per-CPU slots an engine takes ([`Builder::nr_cpus`]): the
+/// largest CPU count Linux builds for (`CONFIG_NR_CPUS` with `MAXSMP`).
+/// Each slot costs every group its per-CPU state and the arena a unit of
+/// address space per chunk, so a count past any machine is refused
+/// rather than reserved.
+pub const MAX_NR_CPUS: usize = 8192;
+
 /// Names of the built-in `cpu` controller's items (microseconds).
 ///
 /// Each is declared in unit 1 µs ([`Controller::stat_units`]), although a
@@ -185,6 +192,7 @@ impl Rstat {
                 || it.len() > MAX_NAME_LEN
                 || it.chars().any(|c| c.is_whitespace() || c.is_control())
             {
+                let it = crate::error::shown(it);
                 return bad(format!("stat item {it:?} must be 1-{MAX_NAME_LEN} bytes without whitespace or control characters"));
             }
             if items[..i].contains(it) {

@@ -49,7 +49,4 @@ pub(super) fn shown_path(path: &str) -> String {
     path[..end].to_owned()
 }
 
-/// A user-given name, cut to 64 characters for an error message.
-pub(super) fn shown(name: &str) -> String {
-    name.chars().take(64).collect()
-}
+pub(crate) use crate::error::shown;

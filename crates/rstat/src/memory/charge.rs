@@ -157,17 +157,27 @@ impl Memory {
 
     /// Uncharge `amount` units from `group`, or, if it was removed, from
     /// its nearest live ancestor (which holds its reparented charges).
-    /// Uncharging more than that group's whole usage is
-    /// [`MemoryError::Underflow`] and changes nothing; smaller excesses
-    /// cannot be seen at once (the units may sit in a stock) and are caught
-    /// by the page counter later, which clamps at zero and counts it in
+    /// Uncharging more than that group holds is
+    /// [`MemoryError::Underflow`] and changes nothing. What it holds is its
+    /// usage less the units pre-charged in the stocks: the stock of the CPU
+    /// the uncharge goes through is always counted (so an excess cannot
+    /// hide in it, to be given back later off every ancestor, other
+    /// groups' charges with it), and every CPU's once the amount is above
+    /// the batch or within a batch per CPU of the usage. Not seen at once:
+    /// an excess smaller than the group's units in *other* CPUs' stocks
+    /// (counting them on every uncharge would take every CPU's lock), and
+    /// uncharges racing on one group that together exceed what it held.
+    /// Those are caught by the page counter when the units come back,
+    /// which clamps at zero and counts it in
     /// [`uncharge_underflows`](Self::uncharge_underflows). Counters never
     /// wrap or go negative.
     ///
     /// Cost: a few loads, one load of the group's `usage` line (rarely
     /// written while the stock serves), one uncontended compare-and-swap,
     /// one per-CPU stat add; a stock slot overflowing `batch` or evicted is
-    /// uncharged from the page counter.
+    /// uncharged from the page counter. An amount that this CPU's stock
+    /// cannot take and that is within a batch per CPU of the usage also
+    /// counts the other CPUs' stocked units: each CPU's stock lock in turn.
     #[inline(always)]
     pub fn uncharge_raw(&self, group: &Group, amount: u64) -> Result<(), MemoryError> {
         self.uncharge_on(group, amount, self.this_cpu())
@@ -183,11 +193,10 @@ impl Memory {
             if n > 0
                 && n <= stocks.batch()
                 && m.is_online()
-                && n <= m.counter.usage()
                 && stocks.may_stock(m)
                 && !super::reclaim::in_reclaim()
+                && stocks.refill_held(cpu, m, n, m.counter.usage())
             {
-                stocks.refill(cpu, m, n);
                 self.count_on(group, STAT_UNCHARGED, n, cpu);
                 return Ok(());
             }
@@ -204,15 +213,25 @@ impl Memory {
             return Err(MemoryError::TooLarge { amount: n });
         }
         let t = self.target(group)?;
+        let stocks = &self.inner.shared.stocks;
         let usage = t.memcg.counter.usage();
-        if n > usage {
+        // What the group's callers hold: its usage less its stocked units.
+        // Those are at most a batch per CPU, so only an amount within that
+        // of the usage needs them counted (each CPU's lock in turn).
+        let slack = stocks.batch().saturating_mul(self.inner.nr_cpus as u64);
+        let held = if n.saturating_add(slack) <= usage {
+            usage
+        } else {
+            usage.saturating_sub(stocks.stocked(&t.memcg))
+        };
+        if n > held {
             return Err(MemoryError::Underflow {
                 path: t.group.path(),
                 amount: n,
-                usage,
+                usage: held,
             });
         }
-        uncharge_memcg(&self.inner.shared.stocks, &t.memcg, cpu, n);
+        uncharge_memcg(stocks, &t.memcg, cpu, n);
         self.count_on(&t.group, STAT_UNCHARGED, n, cpu);
         Ok(())
     }

@@ -46,15 +46,15 @@ pub enum MemoryError {
         /// The group charged.
         path: String,
     },
-    /// An uncharge of more than the group's whole usage. Nothing was
-    /// uncharged.
+    /// An uncharge of more than the group holds (its usage less the units
+    /// pre-charged in the stocks). Nothing was uncharged.
     Underflow {
         /// The group (or, for a removed group, the live ancestor that holds
         /// its charges) that would have gone negative.
         path: String,
         /// The amount passed.
         amount: u64,
-        /// Its usage.
+        /// What it held: its usage less its stocked units.
         usage: u64,
     },
     /// A limit written as text did not parse.
@@ -119,7 +119,7 @@ impl fmt::Display for MemoryError {
                 usage,
             } => write!(
                 f,
-                "uncharging {amount} from group {path:?}, whose whole usage is {usage}; nothing \
+                "uncharging {amount} from group {path:?}, which holds {usage}; nothing \
                  was uncharged. Uncharge exactly what was charged (a Charge guard does it for you)"
             ),
             MemoryError::InvalidLimit { input, reason } => write!(

@@ -119,9 +119,9 @@ impl Memory {
     /// How many times units given back to `group`'s page counter would
     /// have taken it below zero (clamped there instead): an uncharge of
     /// more than was charged. [`uncharge_raw`](Self::uncharge_raw) refuses
-    /// an excess over the group's whole usage at once, but a smaller one
-    /// can sit in a stock (whose units count in the usage) and reaches the
-    /// counter only when the stock gives its units back; this count is
+    /// an excess over what the group holds at once, except one hidden by
+    /// other CPUs' stocks or by racing uncharges (see there), which reaches
+    /// the counter only when a stock gives its units back; this count is
     /// where it shows, as the kernel warns on a page counter underflow.
     /// Counted on each level that underflowed. Non-zero means some caller
     /// uncharges more than it charged: the group's usage is understated

@@ -286,6 +286,64 @@ impl Stocks {
         }
     }
 
+    /// [`refill`](Self::refill) of an explicit uncharge of `n` units,
+    /// checked against what the group's callers can hold: `usage` (the
+    /// group's page counter, read by the caller) less what this CPU's slot
+    /// already holds for it. False, with nothing done, if `n` is more (an
+    /// over-uncharge the stock would otherwise hide until it gives its
+    /// units back), or if this CPU's lock is busy: the caller then takes
+    /// its exact path. Units in other CPUs' slots are not counted here
+    /// (that would take their locks), so an excess smaller than them can
+    /// still pass; the exact path counts them.
+    #[inline]
+    pub(crate) fn refill_held(&self, cpu: usize, memcg: &Arc<MemCg>, n: u64, usage: u64) -> bool {
+        if n == 0 || n > self.batch {
+            return false;
+        }
+        let Some(mut h) = self.cpus[cpu].try_lock() else {
+            return false;
+        };
+        // Under the lock: the offline protocol (module docs).
+        if !memcg.is_online() {
+            return false;
+        }
+        let batch = self.batch;
+        let out = h.with(|s| {
+            let here = s.find(memcg);
+            let stocked = here.map_or(0, |i| s.nr[i]);
+            if n > usage.saturating_sub(stocked) {
+                return Err(());
+            }
+            Ok(match here {
+                Some(i) => {
+                    // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
+                    s.nr[i] += n;
+                    s.used |= 1 << i;
+                    if s.nr[i] > batch {
+                        s.take(i)
+                    } else {
+                        None
+                    }
+                }
+                None => {
+                    let (i, evicted) = s.slot_for(memcg);
+                    s.nr[i] = n;
+                    evicted
+                }
+            })
+        });
+        drop(h);
+        match out {
+            Ok(t) => {
+                if let Some(t) = t {
+                    t.give_back();
+                }
+                true
+            }
+            Err(()) => false,
+        }
+    }
+
     /// The CPU slot the calling thread should use: the CPU it runs on,
     /// folded into the stocks' CPU count.
     #[inline(always)]
