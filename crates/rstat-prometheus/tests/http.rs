@@ -755,3 +755,123 @@ fn idle_kept_alive_connections_make_room_for_new_ones() {
     }
     assert!(closed >= 1);
 }
+
+/// As many connections as the server serves, each pipelining HEAD
+/// requests and never reading the answers: their heads fill the sockets
+/// and the threads block writing them. Such a stalled answer gives way to
+/// a scraper as a stalled GET does (a HEAD's head used to be written
+/// while the slot was `Busy`, which is never evicted: the scrapers were
+/// refused for as long as the writes blocked).
+#[test]
+fn clients_that_pipeline_heads_and_never_read_do_not_keep_a_scrape_out() {
+    let rs = Rstat::new();
+    let max_connections = 4;
+    let srv = Exporter::new(&rs)
+        .serve(ServerConfig {
+            addr: "127.0.0.1:0".into(),
+            max_connections,
+            read_timeout: Duration::from_secs(5),
+            ..ServerConfig::default()
+        })
+        .unwrap();
+    // Each answer's head is ~150 bytes: 200,000 of them are far more than
+    // two sockets' buffers hold. The writers block too (the server stops
+    // reading once its writes block), so each writes from its own thread.
+    let reqs = b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(200_000);
+    let stalled: Vec<TcpStream> = (0..max_connections)
+        .map(|_| {
+            let s = TcpStream::connect(srv.addr()).unwrap();
+            let mut w = s.try_clone().unwrap();
+            let reqs = reqs.clone();
+            std::thread::spawn(move || {
+                let _ = w.write_all(&reqs);
+            });
+            s
+        })
+        .collect();
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    let mut refusals = 0;
+    loop {
+        let (st, head, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        if st == 200 {
+            assert!(body.contains("rstat_exporter_scrapes_total"), "{head}");
+            break;
+        }
+        refusals += 1;
+        assert!(
+            std::time::Instant::now() < give_up,
+            "still refused after {refusals} tries: {head}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for s in &stalled {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// As many connections as the server serves, each trickling a request
+/// head a byte at a time (and reconnecting as soon as it is cut off): a
+/// head that has been arriving for longer than any real client takes
+/// gives way to a new connection, so a scraper is served while they run.
+#[test]
+fn clients_that_trickle_their_heads_do_not_keep_a_scrape_out() {
+    let rs = Rstat::new();
+    let max_connections = 4;
+    let srv = Exporter::new(&rs)
+        .serve(ServerConfig {
+            addr: "127.0.0.1:0".into(),
+            max_connections,
+            // Longer than the test: no slow client is cut off by the
+            // head's timeout while a scraper tries.
+            read_timeout: Duration::from_secs(60),
+            ..ServerConfig::default()
+        })
+        .unwrap();
+    let addr = srv.addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow: Vec<_> = (0..max_connections)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: ".to_vec();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(addr) else {
+                        continue;
+                    };
+                    for b in head.iter().chain(std::iter::repeat(&b'a')) {
+                        if stop.load(std::sync::atomic::Ordering::Relaxed)
+                            || s.write_all(&[*b]).is_err()
+                        {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            })
+        })
+        .collect();
+    // Let them take every slot.
+    std::thread::sleep(Duration::from_millis(300));
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    let mut refusals = 0;
+    let served = loop {
+        let (st, head, _) = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        if st == 200 {
+            break true;
+        }
+        refusals += 1;
+        if std::time::Instant::now() >= give_up {
+            eprintln!("still refused after {refusals} tries: {head}");
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in slow {
+        t.join().unwrap();
+    }
+    assert!(
+        served,
+        "a scrape was refused for 10 s while clients trickled their heads"
+    );
+}

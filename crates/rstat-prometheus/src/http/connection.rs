@@ -28,7 +28,7 @@ pub(super) struct Timeouts {
 /// Serve requests on `stream` until one asks to close (or cannot be
 /// followed by another), the client closes, or it stays idle for
 /// `keep_alive`, then close.
-/// `claim` is told what the connection does (see [`Conns`]): `Idle` when
+/// `claim` is told what the connection does (see [`Conns`]): `Reading` when
 /// bytes of a head arrive, `Busy` once it is parsed or before an error is
 /// answered, `Writing` as the answer makes progress, `KeptAlive` between
 /// requests. It returns false if the connection was evicted; then the
@@ -89,9 +89,10 @@ fn read_request(
         if !buf.is_empty() {
             match parse_head(buf) {
                 Ok(Some(r)) => return claim(ConnState::Busy).then_some(r),
-                // Bytes arrived: not idle (for eviction) from now.
+                // Part of a head: not idle (for eviction), but a head
+                // that keeps arriving for too long may be evicted.
                 Ok(None) => {
-                    if !claim(ConnState::Idle) {
+                    if !claim(ConnState::Reading) {
                         return None;
                     }
                 }

@@ -25,12 +25,14 @@ pub const IDLE_BEFORE_EVICTION: Duration = Duration::from_millis(250);
 /// socket, oldest first; an `Idle` one is answered `503`, a `KeptAlive`
 /// one, which asked nothing, is closed without a word, as HTTP lets a
 /// server close an idle persistent connection), or else of the one whose answer has been
-/// stalled longest (`Writing`, no progress for [`STALLED`]): clients that
-/// connect and send nothing, or ask and never read, cannot keep a scraper
-/// out. (Prometheus sends its request at once and reads the answer as it
-/// comes.) A connection whose request has arrived is never evicted: its
-/// bytes are unread in the socket (seen by a peek), or its thread has
-/// read them and holds the slot `Idle` with a fresh `since`, or `Busy`.
+/// stalled longest (`Writing`, no progress for [`STALLED`]), or else of
+/// the one whose head has been arriving longest (`Reading` for
+/// [`SLOW_HEAD_BEFORE_EVICTION`], answered `503`): clients that connect
+/// and send nothing, trickle a head, or ask and never read cannot keep a
+/// scraper out. (Prometheus sends its request at once and reads the
+/// answer as it comes.) A connection whose whole request has arrived is
+/// never evicted: its bytes are unread in the socket (seen by a peek), or
+/// its thread has parsed them and holds the slot `Busy`.
 ///
 /// # Synchronization
 ///
@@ -64,8 +66,11 @@ pub(super) struct Slot {
 /// What a connection is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum ConnState {
-    /// Waiting for (the rest of) the request head.
+    /// Waiting for the first byte of a request head.
     Idle,
+    /// Part of a request head has arrived, the rest not yet; `since` is
+    /// when that part began to arrive (later bytes do not move it).
+    Reading,
     /// Rendering the answer.
     Busy,
     /// Writing the answer.
@@ -77,6 +82,12 @@ pub(super) enum ConnState {
 /// An answer that made no progress for this long may be evicted when the
 /// server is full.
 const STALLED: Duration = Duration::from_secs(2);
+
+/// A request head that has been arriving for this long may be evicted
+/// when the server is full, however steadily its bytes come: real clients
+/// send a head in one go, and a client trickling bytes (slowloris) would
+/// otherwise keep its slot until the head's timeout, and reconnect.
+pub const SLOW_HEAD_BEFORE_EVICTION: Duration = Duration::from_secs(1);
 
 /// What a socket holds that its reader has not read yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,15 +147,17 @@ impl Conns {
             })
             .min_by_key(|(_, s)| s.since)
             .map(|(i, _)| i);
-        idle.or_else(|| {
+        let oldest = |state: ConnState, age: Duration| {
             self.slots
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.state == ConnState::Writing)
-                .filter(|(_, s)| now.saturating_duration_since(s.since) >= STALLED)
+                .filter(|(_, s)| s.state == state)
+                .filter(|(_, s)| now.saturating_duration_since(s.since) >= age)
                 .min_by_key(|(_, s)| s.since)
                 .map(|(i, _)| i)
-        })
+        };
+        idle.or_else(|| oldest(ConnState::Writing, STALLED))
+            .or_else(|| oldest(ConnState::Reading, SLOW_HEAD_BEFORE_EVICTION))
     }
 
     /// Set connection `id`'s state (and its `since` to now); false if it
@@ -152,8 +165,11 @@ impl Conns {
     pub(super) fn claim(&mut self, id: u64, state: ConnState) -> bool {
         match self.slots.iter_mut().find(|s| s.id == id) {
             Some(s) => {
+                // A head still arriving keeps the time it began.
+                if !(state == ConnState::Reading && s.state == ConnState::Reading) {
+                    s.since = Instant::now();
+                }
                 s.state = state;
-                s.since = Instant::now();
                 true
             }
             None => false,

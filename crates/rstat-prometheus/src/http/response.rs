@@ -86,6 +86,10 @@ pub(super) fn respond(
         reason(status),
         body.len()
     );
+    // The head is part of the answer's progress too: a client that never
+    // reads can block this write (an answer to a HEAD is nothing else),
+    // and only a `Writing` answer can be evicted.
+    progress();
     stream.write_all(head.as_bytes())?;
     if !head_only {
         // In pieces, telling the server the answer is moving (a stalled

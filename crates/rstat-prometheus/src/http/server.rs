@@ -152,7 +152,8 @@ pub(crate) fn start(exporter: Exporter, cfg: ServerConfig) -> io::Result<Server>
                 io::ErrorKind::InvalidInput,
                 format!(
                     "cannot resolve listen address {:?} ({e}); give HOST:PORT such as {DEFAULT_ADDR}",
-                    cfg.addr
+                    // At most 64 characters of it: the text is the caller's.
+                    cfg.addr.chars().take(64).collect::<String>()
                 ),
             )
         })?
@@ -221,11 +222,12 @@ fn accept_loop(
             if c.slots.len() >= cfg.max_connections {
                 if let Some(i) = c.victim(Instant::now()) {
                     let old = c.slots.remove(i);
-                    // An idle one has not been answered (its thread
-                    // answers only once it claims its slot, see `Conns`);
+                    // An idle or reading one has not been answered (its
+                    // thread answers only once it claims its slot, see
+                    // `Conns`);
                     // a stalled one has the start of its answer; a
                     // kept-alive one asked nothing since its last answer.
-                    if old.state == ConnState::Idle {
+                    if matches!(old.state, ConnState::Idle | ConnState::Reading) {
                         refuse(&old.stream);
                     }
                     // Also wakes its thread, which finds its slot gone.
