@@ -103,6 +103,22 @@ pub fn run(a: &Args) -> Result<bool, String> {
             a.out.display()
         )
     })?;
+    // Before any experiment runs (a full lab takes minutes): the output
+    // directory takes a file, and the markdown report names a file.
+    let probe = a.out.join(".rstat-lab-write-check");
+    std::fs::write(&probe, b"").map_err(|e| {
+        format!(
+            "cannot write into the output directory {}: {e}; pick a writable --out",
+            a.out.display()
+        )
+    })?;
+    let _ = std::fs::remove_file(&probe);
+    if let Some(md) = a.markdown.as_ref().filter(|m| m.is_dir()) {
+        return Err(format!(
+            "--markdown {} is a directory; give the path of the markdown file to write (e.g. BENCHMARKS.md)",
+            md.display()
+        ));
+    }
     let mut argv: Vec<String> = std::env::args().skip(1).collect();
     argv.insert(0, "rstat".into());
     let opts = Options {

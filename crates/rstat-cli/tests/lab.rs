@@ -99,3 +99,46 @@ fn a_sub_millisecond_interval_is_refused_with_a_reason() {
         );
     }
 }
+
+/// `rstat bench all` checks where it writes before it runs anything: an
+/// output directory it cannot write into, or a `--markdown` that is a
+/// directory, fail at once (they used to fail after the whole lab ran).
+#[test]
+fn unwritable_outputs_fail_before_any_experiment_runs() {
+    let dir = scratch("unwritable");
+    let t0 = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_rstat"))
+        .args(["bench", "all", "--quick", "--only", "update", "--out"])
+        .arg(&dir)
+        .arg("--markdown")
+        .arg(&dir)
+        .output()
+        .expect("run rstat");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is a directory"), "{err}");
+    assert!(!dir.join("report.md").exists(), "the lab ran first");
+    // `/proc/self` exists and takes no new file, even for root.
+    let out = Command::new(env!("CARGO_BIN_EXE_rstat"))
+        .args([
+            "bench",
+            "all",
+            "--quick",
+            "--only",
+            "update",
+            "--out",
+            "/proc/self",
+        ])
+        .output()
+        .expect("run rstat");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot write into the output directory"),
+        "{err}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(30),
+        "an experiment ran first"
+    );
+}
