@@ -60,7 +60,7 @@ impl Builder {
     /// threads without a CPU id when updates use rseq). CPU ids beyond it
     /// are folded in. Values below 1 are raised to 1; above
     /// [`MAX_NR_CPUS`](crate::MAX_NR_CPUS), [`build`](Self::build) fails
-    /// with [`Error::TooManyCpus`](crate::Error::TooManyCpus). Fewer slots than
+    /// with [`Error::TooManyCpus`]. Fewer slots than
     /// possible CPUs share slots between CPUs, which needs the locked
     /// update path.
     pub fn nr_cpus(mut self, n: usize) -> Self {
