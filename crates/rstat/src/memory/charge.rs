@@ -201,11 +201,47 @@ impl Memory {
                 return Ok(());
             }
         }
-        self.uncharge_slow(group, n, cpu)
+        self.uncharge_slow(group, n, cpu, true)
     }
 
+    /// [`uncharge_on`](Self::uncharge_on) of units the caller is known to
+    /// hold (a [`Charge`](super::Charge) guard's, which charged them): no
+    /// check against the stocks, so a large guard's uncharge never counts
+    /// every CPU's stocked units.
+    #[inline(always)]
+    pub(crate) fn uncharge_owned(
+        &self,
+        group: &Group,
+        n: u64,
+        cpu: usize,
+    ) -> Result<(), MemoryError> {
+        let stocks = &self.inner.shared.stocks;
+        if let Ok(m) = self.inner.ext.get(group) {
+            if n > 0
+                && n <= stocks.batch()
+                && m.is_online()
+                && n <= m.counter.usage()
+                && stocks.may_stock(m)
+                && !super::reclaim::in_reclaim()
+            {
+                stocks.refill(cpu, m, n);
+                self.count_on(group, STAT_UNCHARGED, n, cpu);
+                return Ok(());
+            }
+        }
+        self.uncharge_slow(group, n, cpu, false)
+    }
+
+    /// The uncharge's out-of-line path; `checked`: count the stocked units
+    /// when the amount is near the usage (see `uncharge_raw`).
     #[inline(never)]
-    fn uncharge_slow(&self, group: &Group, n: u64, cpu: usize) -> Result<(), MemoryError> {
+    fn uncharge_slow(
+        &self,
+        group: &Group,
+        n: u64,
+        cpu: usize,
+        checked: bool,
+    ) -> Result<(), MemoryError> {
         if n == 0 {
             return Ok(());
         }
@@ -219,7 +255,7 @@ impl Memory {
         // Those are at most a batch per CPU, so only an amount within that
         // of the usage needs them counted (each CPU's lock in turn).
         let slack = stocks.batch().saturating_mul(self.inner.nr_cpus as u64);
-        let held = if n.saturating_add(slack) <= usage {
+        let held = if !checked || n.saturating_add(slack) <= usage {
             usage
         } else {
             usage.saturating_sub(stocks.stocked(&t.memcg))

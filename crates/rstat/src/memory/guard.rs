@@ -183,13 +183,15 @@ impl Drop for OwnedCharge {
 }
 
 /// A guard's uncharge: through this CPU's stock, as
-/// [`Memory::uncharge_raw`]. Nothing for a guard already given up.
+/// [`Memory::uncharge_raw`], without the check against what the group
+/// holds (the guard charged these units). Nothing for a guard already
+/// given up.
 #[inline(always)]
 fn uncharge_guard(mem: &Memory, group: &Group, n: u64) -> Result<(), MemoryError> {
     if n == 0 {
         return Ok(());
     }
-    mem.uncharge_on(group, n, mem.this_cpu())
+    mem.uncharge_owned(group, n, mem.this_cpu())
 }
 
 impl Memory {
