@@ -162,7 +162,7 @@ impl MemoryExt for Memory {
         amount: u64,
         cpu: usize,
     ) -> Result<(), MemoryError> {
-        self.uncharge_on(group, amount, self.fold_cpu(cpu))
+        self.uncharge_on(group, amount, self.fold_cpu(cpu), true)
     }
 }
 

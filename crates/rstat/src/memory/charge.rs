@@ -180,60 +180,41 @@ impl Memory {
     /// counts the other CPUs' stocked units: each CPU's stock lock in turn.
     #[inline(always)]
     pub fn uncharge_raw(&self, group: &Group, amount: u64) -> Result<(), MemoryError> {
-        self.uncharge_on(group, amount, self.this_cpu())
+        self.uncharge_on(group, amount, self.this_cpu(), true)
     }
 
     /// The uncharge through stock slot `cpu` (`< nr_cpus`), the common case
     /// inline: a live group, at most a batch, no level over its max, not
     /// reclaiming; everything else out of line.
+    ///
+    /// `checked`: an amount within a batch per CPU of the usage is checked
+    /// against every CPU's stocked units too (`uncharge_raw`); a
+    /// [`Charge`](super::Charge) guard, which charged its units, passes
+    /// false, so a large guard's drop never takes every CPU's lock.
     #[inline(always)]
-    pub(crate) fn uncharge_on(&self, group: &Group, n: u64, cpu: usize) -> Result<(), MemoryError> {
-        let stocks = &self.inner.shared.stocks;
-        if let Ok(m) = self.inner.ext.get(group) {
-            if n > 0
-                && n <= stocks.batch()
-                && m.is_online()
-                && stocks.may_stock(m)
-                && !super::reclaim::in_reclaim()
-                && stocks.refill_held(cpu, m, n, m.counter.usage())
-            {
-                self.count_on(group, STAT_UNCHARGED, n, cpu);
-                return Ok(());
-            }
-        }
-        self.uncharge_slow(group, n, cpu, true)
-    }
-
-    /// [`uncharge_on`](Self::uncharge_on) of units the caller is known to
-    /// hold (a [`Charge`](super::Charge) guard's, which charged them): no
-    /// check against the stocks, so a large guard's uncharge never counts
-    /// every CPU's stocked units.
-    #[inline(always)]
-    pub(crate) fn uncharge_owned(
+    pub(crate) fn uncharge_on(
         &self,
         group: &Group,
         n: u64,
         cpu: usize,
+        checked: bool,
     ) -> Result<(), MemoryError> {
         let stocks = &self.inner.shared.stocks;
         if let Ok(m) = self.inner.ext.get(group) {
-            if n > 0
-                && n <= stocks.batch()
-                && m.is_online()
-                && n <= m.counter.usage()
+            // `try_refill` refuses 0 and amounts above the batch.
+            if m.is_online()
                 && stocks.may_stock(m)
                 && !super::reclaim::in_reclaim()
+                && stocks.try_refill(cpu, m, n, m.counter.usage())
             {
-                stocks.refill(cpu, m, n);
                 self.count_on(group, STAT_UNCHARGED, n, cpu);
                 return Ok(());
             }
         }
-        self.uncharge_slow(group, n, cpu, false)
+        self.uncharge_slow(group, n, cpu, checked)
     }
 
-    /// The uncharge's out-of-line path; `checked`: count the stocked units
-    /// when the amount is near the usage (see `uncharge_raw`).
+    /// The uncharge's out-of-line path; `checked` as for `uncharge_on`.
     #[inline(never)]
     fn uncharge_slow(
         &self,

@@ -191,7 +191,7 @@ fn uncharge_guard(mem: &Memory, group: &Group, n: u64) -> Result<(), MemoryError
     if n == 0 {
         return Ok(());
     }
-    mem.uncharge_owned(group, n, mem.this_cpu())
+    mem.uncharge_on(group, n, mem.this_cpu(), false)
 }
 
 impl Memory {

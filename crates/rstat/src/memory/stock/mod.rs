@@ -251,52 +251,24 @@ impl Stocks {
     /// `n > batch`, group offline, overflow, an evicted slot) is uncharged.
     #[inline]
     pub(crate) fn refill(&self, cpu: usize, memcg: &Arc<MemCg>, n: u64) {
-        if n == 0 {
-            return;
-        }
-        if n > self.batch {
+        // No usage to check against: `try_refill` refuses only what cannot
+        // be stocked, which goes to the page counter instead.
+        if n != 0 && !self.try_refill(cpu, memcg, n, u64::MAX) {
             memcg.uncharge_counter(n);
-            return;
-        }
-        let Some(mut h) = self.cpus[cpu].try_lock() else {
-            memcg.uncharge_counter(n);
-            return;
-        };
-        // Under the lock: the offline protocol (module docs).
-        if !memcg.is_online() {
-            drop(h);
-            memcg.uncharge_counter(n);
-            return;
-        }
-        let batch = self.batch;
-        let out = h.with(|s| {
-            if let Some(i) = s.find(memcg) {
-                // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
-                s.nr[i] += n;
-                s.used |= 1 << i;
-                return if s.nr[i] > batch { s.take(i) } else { None };
-            }
-            let (i, evicted) = s.slot_for(memcg);
-            s.nr[i] = n;
-            evicted
-        });
-        drop(h);
-        if let Some(t) = out {
-            t.give_back();
         }
     }
 
-    /// [`refill`](Self::refill) of an explicit uncharge of `n` units,
-    /// checked against what the group's callers can hold: `usage` (the
-    /// group's page counter, read by the caller) less what this CPU's slot
-    /// already holds for it. False, with nothing done, if `n` is more (an
-    /// over-uncharge the stock would otherwise hide until it gives its
-    /// units back), or if this CPU's lock is busy: the caller then takes
-    /// its exact path. Units in other CPUs' slots are not counted here
-    /// (that would take their locks), so an excess smaller than them can
-    /// still pass; the exact path counts them.
+    /// [`refill`](Self::refill) of `n` units if CPU `cpu`'s stock can take
+    /// them and they are at most `usage` (the group's page counter, read by
+    /// the caller) less what this CPU's slot already holds for the group:
+    /// no more than its callers can hold, so an over-uncharge cannot hide
+    /// in the stock until it gives its units back. False, with nothing
+    /// done, otherwise (or if `n` is 0 or above the batch, the lock is
+    /// busy, or the group is offline). Units in other CPUs' slots are not
+    /// counted here (that would take their locks), so an excess smaller
+    /// than them can still pass.
     #[inline]
-    pub(crate) fn refill_held(&self, cpu: usize, memcg: &Arc<MemCg>, n: u64, usage: u64) -> bool {
+    pub(crate) fn try_refill(&self, cpu: usize, memcg: &Arc<MemCg>, n: u64, usage: u64) -> bool {
         if n == 0 || n > self.batch {
             return false;
         }
@@ -314,23 +286,7 @@ impl Stocks {
             if n > usage.saturating_sub(stocked) {
                 return Err(());
             }
-            Ok(match here {
-                Some(i) => {
-                    // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
-                    s.nr[i] += n;
-                    s.used |= 1 << i;
-                    if s.nr[i] > batch {
-                        s.take(i)
-                    } else {
-                        None
-                    }
-                }
-                None => {
-                    let (i, evicted) = s.slot_for(memcg);
-                    s.nr[i] = n;
-                    evicted
-                }
-            })
+            Ok(s.put(here, memcg, n, batch))
         });
         drop(h);
         match out {

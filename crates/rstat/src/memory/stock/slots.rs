@@ -317,15 +317,35 @@ impl Slots {
         self.cached[i].take().map(|m| Taken { memcg: m, nr, refs })
     }
 
-    /// The slot of `memcg`, made (the first free one from its preferred
-    /// index, or one evicted round-robin) if it has none: its index and
-    /// what was evicted.
+    /// Put `n` units (at most `batch`) of `memcg` in its slot `here` (the
+    /// caller's lookup), or in a new one if it has none: what must be
+    /// given back once the lock is released (the slot, if it now holds
+    /// more than `batch`, or a slot the new one evicted).
     #[inline(always)]
-    pub(super) fn slot_for(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
-        if let Some(i) = self.find(memcg) {
-            return (i, None);
+    pub(super) fn put(
+        &mut self,
+        here: Option<usize>,
+        memcg: &Arc<MemCg>,
+        n: u64,
+        batch: u64,
+    ) -> Option<Taken> {
+        match here {
+            Some(i) => {
+                // nr ≤ batch before, n ≤ batch ≤ MAX_BATCH: no overflow.
+                self.nr[i] += n;
+                self.used |= 1 << i;
+                if self.nr[i] > batch {
+                    self.take(i)
+                } else {
+                    None
+                }
+            }
+            None => {
+                let (i, evicted) = self.new_slot(memcg);
+                self.nr[i] = n;
+                evicted
+            }
         }
-        self.new_slot(memcg)
     }
 
     /// [`Stocks::heap_refill`](super::Stocks::heap_refill) when `memcg`
@@ -346,8 +366,8 @@ impl Slots {
         evicted
     }
 
-    /// [`slot_for`](Self::slot_for) when `memcg` has no slot (kept out of
-    /// line): the first free index probing from the handle's preferred
+    /// A slot for `memcg`, which has none (kept out of line; callers
+    /// looked it up first): the first free index probing from the handle's preferred
     /// one, so that a lookup usually finds it at the first probe.
     ///
     /// With every slot taken, the slot at the next index in turn is
