@@ -62,6 +62,33 @@ fn exchange(addr: SocketAddr, raw: &[u8]) -> (u16, String, String) {
     (status, head.to_owned(), body.to_owned())
 }
 
+/// Send `raw` every `pause` until it is answered `200` or `within` has
+/// passed: the `200`'s (head, body), or the number of refusals and the
+/// last answer's head. Each refusal's status and head go to `refused`
+/// first, for the caller's checks of what a refusal must be.
+fn until_served(
+    addr: SocketAddr,
+    raw: &[u8],
+    within: Duration,
+    pause: Duration,
+    mut refused: impl FnMut(u16, &str),
+) -> Result<(String, String), (usize, String)> {
+    let give_up = std::time::Instant::now() + within;
+    let mut refusals = 0;
+    loop {
+        let (st, head, body) = exchange(addr, raw);
+        if st == 200 {
+            return Ok((head, body));
+        }
+        refused(st, &head);
+        refusals += 1;
+        if std::time::Instant::now() >= give_up {
+            return Err((refusals, head));
+        }
+        std::thread::sleep(pause);
+    }
+}
+
 #[test]
 fn serves_classic_text_and_openmetrics_by_negotiation() {
     let rs = Rstat::new();
@@ -278,24 +305,23 @@ fn idle_connections_do_not_keep_a_scrape_out() {
     // idled a while (IDLE_BEFORE_EVICTION); the bound is generous, for a
     // busy machine (they used to hold the server for the whole head
     // timeout).
-    let give_up = std::time::Instant::now() + Duration::from_secs(20);
-    let mut refusals = 0;
-    loop {
-        let (st, head, body) = exchange(a, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-        if st == 200 {
-            assert!(body.contains("rstat_exporter_scrapes_total 1\n"), "{body}");
-            break;
-        }
-        assert!(
-            st == 503 && head.contains("\r\nRetry-After: "),
-            "a refusal must be a 503 with Retry-After: {head:?}"
-        );
-        refusals += 1;
-        assert!(
-            std::time::Instant::now() < give_up,
+    let served = until_served(
+        a,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        |st, head| {
+            assert!(
+                st == 503 && head.contains("\r\nRetry-After: "),
+                "a refusal must be a 503 with Retry-After: {head:?}"
+            )
+        },
+    );
+    match served {
+        Ok((_, body)) => assert!(body.contains("rstat_exporter_scrapes_total 1\n"), "{body}"),
+        Err((refusals, head)) => panic!(
             "a scrape was still refused after {refusals} tries while idle clients held the server: {head}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+        ),
     }
     drop(idle);
 }
@@ -385,20 +411,15 @@ fn clients_that_ask_and_never_read_do_not_keep_a_scrape_out() {
     // A scraper retrying on refusal is served once an answer has been
     // stalled a while (2 s); the bound is generous, for a busy machine
     // (the writes used to block for 30 s each).
-    let give_up = std::time::Instant::now() + Duration::from_secs(20);
-    let mut refusals = 0;
-    loop {
-        let (st, head, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-        if st == 200 {
-            assert!(body.contains("rstat_exporter_scrapes_total"), "{head}");
-            break;
-        }
-        refusals += 1;
-        assert!(
-            std::time::Instant::now() < give_up,
-            "still refused after {refusals} tries: {head}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
+    match until_served(
+        srv.addr(),
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        |_, _| {},
+    ) {
+        Ok((head, body)) => assert!(body.contains("rstat_exporter_scrapes_total"), "{head}"),
+        Err((refusals, head)) => panic!("still refused after {refusals} tries: {head}"),
     }
     drop(stalled);
 }
@@ -465,17 +486,20 @@ fn every_scraper_gets_an_answer_when_there_are_more_than_the_server_serves() {
     }
     // The crowd gone, a scraper (retrying on refusal, as the last
     // round's connections may still hold their slots) is served.
-    let give_up = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let (st, head, _) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-        if st == 200 {
-            break;
-        }
+    let check = |st: u16, head: &str| {
         assert!(
-            st == 503 && std::time::Instant::now() < give_up,
+            st == 503,
             "after {served} served and {refused} refused: {head}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+        )
+    };
+    if let Err((_, head)) = until_served(
+        srv.addr(),
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        check,
+    ) {
+        panic!("after {served} served and {refused} refused: {head}");
     }
 }
 
@@ -730,17 +754,14 @@ fn idle_kept_alive_connections_make_room_for_new_ones() {
         .collect();
     // A new scraper (retrying on refusal) is served once they idled a
     // while (IDLE_BEFORE_EVICTION).
-    let give_up = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let (st, head, _) = exchange(
-            srv.addr(),
-            b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n",
-        );
-        if st == 200 {
-            break;
-        }
-        assert!(st == 503 && std::time::Instant::now() < give_up, "{head}");
-        std::thread::sleep(Duration::from_millis(50));
+    if let Err((_, head)) = until_served(
+        srv.addr(),
+        b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        |st, head| assert!(st == 503, "{head}"),
+    ) {
+        panic!("{head}");
     }
     // At least one kept connection was closed, with nothing written.
     let mut closed = 0;
@@ -789,20 +810,15 @@ fn clients_that_pipeline_heads_and_never_read_do_not_keep_a_scrape_out() {
             s
         })
         .collect();
-    let give_up = std::time::Instant::now() + Duration::from_secs(20);
-    let mut refusals = 0;
-    loop {
-        let (st, head, body) = exchange(srv.addr(), b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-        if st == 200 {
-            assert!(body.contains("rstat_exporter_scrapes_total"), "{head}");
-            break;
-        }
-        refusals += 1;
-        assert!(
-            std::time::Instant::now() < give_up,
-            "still refused after {refusals} tries: {head}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
+    match until_served(
+        srv.addr(),
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        |_, _| {},
+    ) {
+        Ok((head, body)) => assert!(body.contains("rstat_exporter_scrapes_total"), "{head}"),
+        Err((refusals, head)) => panic!("still refused after {refusals} tries: {head}"),
     }
     for s in &stalled {
         let _ = s.shutdown(std::net::Shutdown::Both);
@@ -852,20 +868,17 @@ fn clients_that_trickle_their_heads_do_not_keep_a_scrape_out() {
         .collect();
     // Let them take every slot.
     std::thread::sleep(Duration::from_millis(300));
-    let give_up = std::time::Instant::now() + Duration::from_secs(10);
-    let mut refusals = 0;
-    let served = loop {
-        let (st, head, _) = exchange(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-        if st == 200 {
-            break true;
-        }
-        refusals += 1;
-        if std::time::Instant::now() >= give_up {
-            eprintln!("still refused after {refusals} tries: {head}");
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let served = until_served(
+        addr,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        |_, _| {},
+    );
+    if let Err((refusals, head)) = &served {
+        eprintln!("still refused after {refusals} tries: {head}");
+    }
+    let served = served.is_ok();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for t in slow {
         t.join().unwrap();
