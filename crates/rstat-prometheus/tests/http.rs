@@ -9,9 +9,19 @@ use rstat::Rstat;
 use rstat_prometheus::{Exporter, ServerConfig};
 
 fn start(rs: &Rstat, read_timeout: Duration) -> rstat_prometheus::Server {
+    start_limited(rs, ServerConfig::default().max_connections, read_timeout)
+}
+
+/// [`start`] serving at most `max_connections` at once.
+fn start_limited(
+    rs: &Rstat,
+    max_connections: usize,
+    read_timeout: Duration,
+) -> rstat_prometheus::Server {
     Exporter::new(rs)
         .serve(ServerConfig {
             addr: "127.0.0.1:0".into(),
+            max_connections,
             read_timeout,
             ..ServerConfig::default()
         })
@@ -382,14 +392,7 @@ fn clients_that_ask_and_never_read_do_not_keep_a_scrape_out() {
     let _chain = big_tree(&rs);
     // A few connections, each rendering tens of MB, are enough.
     let max_connections = 4;
-    let srv = Exporter::new(&rs)
-        .serve(ServerConfig {
-            addr: "127.0.0.1:0".into(),
-            max_connections,
-            read_timeout: Duration::from_secs(5),
-            ..ServerConfig::default()
-        })
-        .unwrap();
+    let srv = start_limited(&rs, max_connections, Duration::from_secs(5));
     // As many connections as the server serves, each asking for the big
     // exposition and reading none of it.
     let stalled: Vec<TcpStream> = (0..max_connections)
@@ -411,8 +414,16 @@ fn clients_that_ask_and_never_read_do_not_keep_a_scrape_out() {
     // A scraper retrying on refusal is served once an answer has been
     // stalled a while (2 s); the bound is generous, for a busy machine
     // (the writes used to block for 30 s each).
+    a_stalled_answer_gives_way(srv.addr());
+    drop(stalled);
+}
+
+/// A scraper retrying on refusal is served within 20 s while every slot
+/// holds an answer its client does not read (one stalled for 2 s gives
+/// way); the bound is generous, for a busy machine.
+fn a_stalled_answer_gives_way(addr: SocketAddr) {
     match until_served(
-        srv.addr(),
+        addr,
         b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
         Duration::from_secs(20),
         Duration::from_millis(200),
@@ -421,7 +432,6 @@ fn clients_that_ask_and_never_read_do_not_keep_a_scrape_out() {
         Ok((head, body)) => assert!(body.contains("rstat_exporter_scrapes_total"), "{head}"),
         Err((refusals, head)) => panic!("still refused after {refusals} tries: {head}"),
     }
-    drop(stalled);
 }
 
 /// Read everything the server sends until it closes (or resets: what
@@ -444,14 +454,7 @@ fn every_scraper_gets_an_answer_when_there_are_more_than_the_server_serves() {
     let c = rs.register_counters("jobs", &["done"]).unwrap();
     c.add(rs.root(), 0, 1).unwrap();
     let max_connections = 2;
-    let srv = Exporter::new(&rs)
-        .serve(ServerConfig {
-            addr: "127.0.0.1:0".into(),
-            max_connections,
-            read_timeout: Duration::from_secs(30),
-            ..ServerConfig::default()
-        })
-        .unwrap();
+    let srv = start_limited(&rs, max_connections, Duration::from_secs(30));
     let (mut served, mut refused) = (0, 0);
     for round in 0..5 {
         // Many more scrapers than the server serves at once, each sending
@@ -787,14 +790,7 @@ fn idle_kept_alive_connections_make_room_for_new_ones() {
 fn clients_that_pipeline_heads_and_never_read_do_not_keep_a_scrape_out() {
     let rs = Rstat::new();
     let max_connections = 4;
-    let srv = Exporter::new(&rs)
-        .serve(ServerConfig {
-            addr: "127.0.0.1:0".into(),
-            max_connections,
-            read_timeout: Duration::from_secs(5),
-            ..ServerConfig::default()
-        })
-        .unwrap();
+    let srv = start_limited(&rs, max_connections, Duration::from_secs(5));
     // Each answer's head is ~150 bytes: 200,000 of them are far more than
     // two sockets' buffers hold. The writers block too (the server stops
     // reading once its writes block), so each writes from its own thread.
@@ -810,16 +806,7 @@ fn clients_that_pipeline_heads_and_never_read_do_not_keep_a_scrape_out() {
             s
         })
         .collect();
-    match until_served(
-        srv.addr(),
-        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
-        Duration::from_secs(20),
-        Duration::from_millis(200),
-        |_, _| {},
-    ) {
-        Ok((head, body)) => assert!(body.contains("rstat_exporter_scrapes_total"), "{head}"),
-        Err((refusals, head)) => panic!("still refused after {refusals} tries: {head}"),
-    }
+    a_stalled_answer_gives_way(srv.addr());
     for s in &stalled {
         let _ = s.shutdown(std::net::Shutdown::Both);
     }
@@ -833,16 +820,9 @@ fn clients_that_pipeline_heads_and_never_read_do_not_keep_a_scrape_out() {
 fn clients_that_trickle_their_heads_do_not_keep_a_scrape_out() {
     let rs = Rstat::new();
     let max_connections = 4;
-    let srv = Exporter::new(&rs)
-        .serve(ServerConfig {
-            addr: "127.0.0.1:0".into(),
-            max_connections,
-            // Longer than the test: no slow client is cut off by the
-            // head's timeout while a scraper tries.
-            read_timeout: Duration::from_secs(60),
-            ..ServerConfig::default()
-        })
-        .unwrap();
+    // Longer than the test: no slow client is cut off by the
+    // head's timeout while a scraper tries.
+    let srv = start_limited(&rs, max_connections, Duration::from_secs(60));
     let addr = srv.addr();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let slow: Vec<_> = (0..max_connections)
