@@ -10,7 +10,7 @@
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64", not(miri)))]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 extern "C" {
@@ -101,16 +101,29 @@ fn updates_of_threads_without_a_cpu_id_are_all_counted() {
     let per_thread = 300_000i64;
     let registered = 2;
     let stop = Arc::new(AtomicBool::new(false));
+    // Reads completed so far. Each writer, halfway through, waits for two
+    // more (one that started after it got there), so reads interleave with
+    // updates however the threads are scheduled.
+    let reads_done = Arc::new(AtomicU64::new(0));
+    let halfway = |reads_done: &AtomicU64| {
+        let r0 = reads_done.load(Ordering::Acquire);
+        while reads_done.load(Ordering::Acquire) < r0 + 2 {
+            std::thread::yield_now();
+        }
+    };
     std::thread::scope(|s| {
         // The unregistered worker: all three update APIs, deltas that cross
         // batch boundaries (1, 64, 4096) so the crossing count runs on the
         // slot past the limit too.
-        let (c, gg) = (ctl.clone(), g.clone());
+        let (c, gg, rd) = (ctl.clone(), g.clone(), Arc::clone(&reads_done));
         let worker = s.spawn(move || {
             unregister_rseq();
             let handle = c.stat_handle(&gg).unwrap();
             let item = handle.item(1).unwrap();
             for i in 0..per_thread {
+                if i == per_thread / 2 {
+                    halfway(&rd);
+                }
                 let d = [1, 64, 4096][(i % 3) as usize];
                 c.add(&gg, 0, d).unwrap();
                 handle.add(0, d).unwrap();
@@ -122,8 +135,12 @@ fn updates_of_threads_without_a_cpu_id_are_all_counted() {
         let others: Vec<_> = (0..registered)
             .map(|_| {
                 let item = ctl.stat_handle(&g).unwrap().item(0).unwrap();
+                let rd = Arc::clone(&reads_done);
                 s.spawn(move || {
-                    for _ in 0..per_thread {
+                    for i in 0..per_thread {
+                        if i == per_thread / 2 {
+                            halfway(&rd);
+                        }
                         item.add(1);
                     }
                 })
@@ -132,7 +149,12 @@ fn updates_of_threads_without_a_cpu_id_are_all_counted() {
         // Exact reads while they run: never past the final totals, never
         // going back.
         let reader = {
-            let (c, p, stop) = (ctl.clone(), parent.clone(), Arc::clone(&stop));
+            let (c, p, stop, rd) = (
+                ctl.clone(),
+                parent.clone(),
+                Arc::clone(&stop),
+                Arc::clone(&reads_done),
+            );
             s.spawn(move || {
                 let max_a = per_thread * (1 + 64 + 4096) / 3 * 2 + per_thread * registered;
                 let mut last = 0;
@@ -142,6 +164,7 @@ fn updates_of_threads_without_a_cpu_id_are_all_counted() {
                     assert!(a >= last && a <= max_a, "read {a} after {last}");
                     last = a;
                     reads += 1;
+                    rd.store(reads, Ordering::Release);
                 }
                 reads
             })

@@ -61,3 +61,52 @@ pub fn local_usage(rs: &Rstat, g: &Group) -> i64 {
 pub fn us(d: Duration) -> i64 {
     d.as_micros() as i64
 }
+
+/// What the apportioning can get wrong on this thread since a start: the
+/// `cpu` controller shares a thread's CPU time among the groups it was in
+/// by their wall time (`attach::apportion`), so a stretch off the CPU
+/// (the thread preempted or blocked) inside a short segment is charged as
+/// run time there and taken from the longest segment. With no context
+/// switch since the start, nothing was off the CPU and charges must be
+/// exact; with one, they may be off by the time the thread did not run.
+#[allow(dead_code)] // not every test binary uses it
+pub struct OffCpu {
+    wall: std::time::Instant,
+    cpu: Duration,
+    switches: i64,
+}
+
+#[allow(dead_code)]
+impl OffCpu {
+    /// Start counting, on the calling thread.
+    pub fn start() -> Self {
+        OffCpu {
+            wall: std::time::Instant::now(),
+            cpu: thread_cpu_time(),
+            switches: context_switches(),
+        }
+    }
+
+    /// 0 if this thread was never switched out since the start; otherwise
+    /// the µs it was off the CPU (wall time less CPU time), plus the µs of
+    /// rounding. Call it on the thread that started.
+    pub fn slack_us(&self) -> i64 {
+        if context_switches() == self.switches {
+            return 0;
+        }
+        let off = self
+            .wall
+            .elapsed()
+            .saturating_sub(thread_cpu_time() - self.cpu);
+        us(off) + 1
+    }
+}
+
+/// The calling thread's voluntary plus involuntary context switches.
+fn context_switches() -> i64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+    (ru.ru_nvcsw + ru.ru_nivcsw) as i64
+}
