@@ -300,8 +300,9 @@ pub struct Report {
     pub create_remove_ns_16: f64,
     /// The same with 64 slots (target <= 2000).
     pub create_remove_ns_64: f64,
-    /// Heap bytes per group with cpu, memory and a 4-item counter set, 2
-    /// slots (`null` without glibc).
+    /// Bytes the system holds per group with cpu, memory and a 4-item
+    /// counter set, each used once on one thread (see [`costs`]), 2 slots
+    /// (`null` without glibc).
     pub bytes_per_group_2: Option<f64>,
     /// The same with 16 slots.
     pub bytes_per_group_16: Option<f64>,
@@ -313,6 +314,13 @@ pub struct Report {
     pub percpu_bytes_per_group_16: Option<f64>,
     /// Of `bytes_per_group_64`, the per-CPU bytes.
     pub percpu_bytes_per_group_64: Option<f64>,
+    /// The per-CPU address space a group reserves with 2 slots (every
+    /// slot's share, used or not; resident only where written).
+    pub reserved_percpu_bytes_per_group_2: Option<f64>,
+    /// The same with 16 slots.
+    pub reserved_percpu_bytes_per_group_16: Option<f64>,
+    /// The same with 64 slots.
+    pub reserved_percpu_bytes_per_group_64: Option<f64>,
     /// How the bytes were counted.
     pub bytes_method: &'static str,
     /// The default engine's update path (`UpdatePath::name`).
@@ -347,9 +355,11 @@ pub struct Report {
 }
 
 /// How the bytes per group are counted (see [`costs`]).
-pub const BYTES_METHOD: &str = "glibc mallinfo2 (in-use arena bytes + mmapped blocks, malloc's \
-    per-block overhead included) before and after creating the groups, less the per-CPU arena's \
-    new chunks, plus the arena's bytes in use per unit x units";
+pub const BYTES_METHOD: &str = "each group created and used once on one thread (a counter add, \
+    a memory charge and uncharge, an enter and exit); glibc mallinfo2 (in-use arena bytes + \
+    mmapped blocks, malloc's per-block overhead included) before and after (the per-CPU arena's \
+    chunks are mappings of their own, outside malloc), plus the arena pages the groups made resident (mincore); the per-CPU \
+    address space reserved in every slot (bytes in use per unit x units) beside it";
 
 fn yes(b: bool) -> &'static str {
     if b {
@@ -427,8 +437,8 @@ pub fn table(r: &Report) -> String {
     );
     s += &format!(
         "create + remove a group: {:.0} ns (2 slots), {:.0} ns (16), {:.0} ns (64)\n\
-         bytes per group (cpu, memory, 4 counters): {} (2 slots), {} (16), {} (64); per-CPU \
-         part {} / {} / {}\n",
+         bytes per group (cpu, memory, 4 counters, used once): {} (2 slots), {} (16), {} (64); \
+         per-CPU part {} / {} / {}, reserving {} / {} / {}\n",
         r.create_remove_ns_2,
         r.create_remove_ns_16,
         r.create_remove_ns_64,
@@ -438,6 +448,9 @@ pub fn table(r: &Report) -> String {
         opt(r.percpu_bytes_per_group_2),
         opt(r.percpu_bytes_per_group_16),
         opt(r.percpu_bytes_per_group_64),
+        opt(r.reserved_percpu_bytes_per_group_2),
+        opt(r.reserved_percpu_bytes_per_group_16),
+        opt(r.reserved_percpu_bytes_per_group_64),
     );
     s
 }

@@ -8,19 +8,24 @@
 //! under one parent group.
 //!
 //! **Bytes per group** are counted inside the experiment, without a
-//! global allocator: glibc's `mallinfo2` before and after creating N
-//! groups (bytes in use in every malloc arena plus mmapped blocks, so the
-//! allocator's own header and rounding per block are included), less the
-//! per-CPU arena's new chunks (a chunk is address space whose pages are
-//! written only as allocations fill them), plus the per-CPU bytes the
-//! groups took from the arena (`arena_stats`: bytes in use per unit x
-//! units). The handle vector is allocated before the first reading.
-//! Nothing else runs meanwhile but the engine's periodic flusher. `None`
-//! where the C library is not glibc.
+//! global allocator, for N groups each created and then used once on the
+//! measuring thread (a counter add, a memory charge and its uncharge, an
+//! enter and exit): glibc's `mallinfo2` before and after (bytes in use in
+//! every malloc arena plus mmapped blocks, so the allocator's own header
+//! and rounding per block are included; the per-CPU arena's chunks are
+//! mappings of their own, outside malloc, whose pages become resident only
+//! as they are written), plus the arena pages the groups made resident
+//! (`arena_stats().resident_bytes`, from `mincore`). A group writes its
+//! per-CPU state only on the CPUs it is used on, so that part grows with
+//! the CPUs the thread ran on, not with the slots; the address space the
+//! groups reserve in every slot (`arena_stats`: bytes in use per unit x
+//! units) is reported beside it. The handle vector is allocated before
+//! the first reading. Nothing else runs meanwhile but the engine's
+//! periodic flusher. `None` where the C library is not glibc.
 
 use std::time::Instant;
 
-use rstat::memory::Memory;
+use rstat::memory::{Memory, OnOom};
 use rstat::{ControllerHandle, Group, Rstat};
 use serde::Serialize;
 
@@ -30,8 +35,8 @@ use crate::machine::median;
 /// Fields drop in order: the parent and controllers before the engine.
 struct Engine {
     parent: Group,
-    _ctl: ControllerHandle,
-    _mem: Memory,
+    ctl: ControllerHandle,
+    mem: Memory,
     rs: Rstat,
 }
 
@@ -51,8 +56,8 @@ impl Engine {
             .map_err(|e| format!("creating the parent: {e}"))?;
         Ok(Engine {
             parent,
-            _ctl: ctl,
-            _mem: mem,
+            ctl,
+            mem,
             rs,
         })
     }
@@ -89,8 +94,11 @@ pub fn create_remove_ns(slots: usize, groups: usize, samples: usize) -> Result<f
 pub struct GroupBytes {
     /// All of it.
     pub total: f64,
-    /// Of which per-CPU (arena) bytes, all slots.
+    /// Of which per-CPU (arena) bytes: the pages the groups made
+    /// resident where `mincore` answers, else the address space reserved.
     pub percpu: f64,
+    /// The per-CPU address space the group reserves, every slot.
+    pub reserved_percpu: f64,
 }
 
 /// The bytes per group over `groups` live groups, with `slots` slots
@@ -101,11 +109,12 @@ pub fn bytes_per_group(slots: usize, groups: usize) -> Result<Option<GroupBytes>
     let mut live = Vec::with_capacity(names.len());
     let (arena0, heap0) = (e.rs.arena_stats(), heap_in_use());
     for n in &names {
-        live.push(
-            e.parent
-                .create_child(n)
-                .map_err(|err| format!("creating group {n}: {err}"))?,
-        );
+        let g = e
+            .parent
+            .create_child(n)
+            .map_err(|err| format!("creating group {n}: {err}"))?;
+        use_once(&e, &g).map_err(|err| format!("using group {n}: {err}"))?;
+        live.push(g);
     }
     let (arena1, heap1) = (e.rs.arena_stats(), heap_in_use());
     for g in &live {
@@ -117,14 +126,30 @@ pub fn bytes_per_group(slots: usize, groups: usize) -> Result<Option<GroupBytes>
         return Ok(None);
     };
     let k = names.len() as f64;
-    let chunks = arena1.chunk_bytes as f64 - arena0.chunk_bytes as f64;
-    let percpu = (arena1.bytes_in_use_per_unit as f64 - arena0.bytes_in_use_per_unit as f64)
+    let reserved = (arena1.bytes_in_use_per_unit as f64 - arena0.bytes_in_use_per_unit as f64)
         * arena1.nr_units as f64;
-    let other = h1 as f64 - h0 as f64 - chunks;
+    let percpu = match (arena0.resident_bytes, arena1.resident_bytes) {
+        (Some(r0), Some(r1)) => r1 as f64 - r0 as f64,
+        _ => reserved,
+    };
+    let other = h1 as f64 - h0 as f64;
     Ok(Some(GroupBytes {
         total: (other + percpu) / k,
         percpu: percpu / k,
+        reserved_percpu: reserved / k,
     }))
+}
+
+/// Use a new group once on this thread, as a request would: a counter
+/// add, a memory charge and its uncharge, an enter and exit.
+fn use_once(e: &Engine, g: &Group) -> Result<(), String> {
+    e.ctl.add(g, 0, 1).map_err(|err| err.to_string())?;
+    e.mem
+        .charge_raw(g, 4096, OnOom::Force)
+        .map_err(|err| err.to_string())?;
+    e.mem.uncharge_raw(g, 4096).map_err(|err| err.to_string())?;
+    drop(g.enter());
+    Ok(())
 }
 
 /// Bytes glibc's malloc has handed out and not had back: in use in every

@@ -222,12 +222,29 @@ fn view(f: &Fig) -> View {
             "/create_remove_ns_64",
             0,
         ),
-        ("bytes per group, 2 slots", "/bytes_per_group_2", 0),
-        ("bytes per group, 16 slots", "/bytes_per_group_16", 0),
-        ("bytes per group, 64 slots", "/bytes_per_group_64", 0),
+        (
+            "bytes per group, used once, 2 slots",
+            "/bytes_per_group_2",
+            0,
+        ),
+        (
+            "bytes per group, used once, 16 slots",
+            "/bytes_per_group_16",
+            0,
+        ),
+        (
+            "bytes per group, used once, 64 slots",
+            "/bytes_per_group_64",
+            0,
+        ),
         (
             "of which per-CPU, 64 slots",
             "/percpu_bytes_per_group_64",
+            0,
+        ),
+        (
+            "per-CPU address space reserved, 64 slots",
+            "/reserved_percpu_bytes_per_group_64",
             0,
         ),
     ]

@@ -244,6 +244,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let rps_figs: Vec<f64> = per_request.iter().map(|r| r.requests_per_sec).collect();
     let total = |i: usize| bytes[i].map(|b| round(b.total, 0));
     let percpu = |i: usize| bytes[i].map(|b| round(b.percpu, 0));
+    let reserved = |i: usize| bytes[i].map(|b| round(b.reserved_percpu, 0));
     Ok(Report {
         spread_2t_vs_best_peer: ratio("spread_2t"),
         spread_1t_vs_best_peer: ratio("spread_1t"),
@@ -267,6 +268,9 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         percpu_bytes_per_group_2: percpu(0),
         percpu_bytes_per_group_16: percpu(1),
         percpu_bytes_per_group_64: percpu(2),
+        reserved_percpu_bytes_per_group_2: reserved(0),
+        reserved_percpu_bytes_per_group_16: reserved(1),
+        reserved_percpu_bytes_per_group_64: reserved(2),
         bytes_method: BYTES_METHOD,
         default_update_path,
         default_flush_policy,

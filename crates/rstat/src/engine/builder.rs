@@ -180,6 +180,7 @@ impl Builder {
             attached_cpu_us: core::array::from_fn(|_| AtomicU64::new(0)),
             deferred: AtomicPtr::new(core::ptr::null_mut()),
             arena: Mutex::new(Arena::new(nr_cpus)),
+            ref_arena: Mutex::new(Arena::new(nr_cpus)),
             topo: RwLock::new(Topology {
                 controllers: Vec::new(),
                 domains: Vec::new(),

@@ -482,9 +482,20 @@ impl Rstat {
         self.inner.zombies.load(Ordering::Relaxed)
     }
 
-    /// Arena counters (for tests, reports and the memory-cost check).
+    /// Arena counters (for tests, reports and the memory-cost check): the
+    /// groups' per-CPU state and their reference counts' slots, which sit
+    /// in an arena of their own, together.
     pub fn arena_stats(&self) -> ArenaStats {
-        sync::lock(&self.inner.arena).stats()
+        let a = sync::lock(&self.inner.arena).stats();
+        let r = sync::lock(&self.inner.ref_arena).stats();
+        ArenaStats {
+            nr_units: a.nr_units,
+            live_allocations: a.live_allocations + r.live_allocations,
+            bytes_in_use_per_unit: a.bytes_in_use_per_unit + r.bytes_in_use_per_unit,
+            chunks: a.chunks + r.chunks,
+            chunk_bytes: a.chunk_bytes + r.chunk_bytes,
+            resident_bytes: a.resident_bytes.zip(r.resident_bytes).map(|(a, r)| a + r),
+        }
     }
 }
 

@@ -24,6 +24,8 @@ pub(crate) mod state;
 mod tests_loom;
 #[cfg(all(test, not(rstat_loom)))]
 mod tests_pressure;
+#[cfg(all(test, not(rstat_loom), not(miri)))]
+mod tests_units;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -268,7 +270,7 @@ impl Group {
     ) -> Result<Group> {
         let depth = parent.as_ref().map_or(0, |p| p.depth() + 1);
         let ref_slots =
-            sync::lock(&engine.arena).alloc::<PercpuRefSlot>(1, |_, _| PercpuRefSlot::new())?;
+            sync::lock(&engine.ref_arena).alloc::<PercpuRefSlot>(1, |_, _| PercpuRefSlot::new())?;
         // SAFETY: one slot per unit of an arena with `nr_cpus` units; freed
         // by the final release only once the count reached zero (no get or
         // put reads them after that, and the ref's drop does not: it does

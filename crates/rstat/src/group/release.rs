@@ -8,6 +8,7 @@ use std::ptr::NonNull;
 use super::{Group, GroupInner, GroupTables};
 use crate::group::EngineInner;
 use crate::percpu::LineBox;
+use crate::stat::backlog::PcpuLinks;
 use crate::stat::css::{Css, StatSlot};
 use crate::stat::ops::MAX_CONTROLLERS;
 use crate::stat::tree::{cpus_in, TreeNode};
@@ -68,18 +69,19 @@ impl GroupInner {
                 unsafe { StatSlot::free_in(&mut arena, c.stats, cpus_in(t, nr_units)) };
             }
             for n in nodes.iter().flatten() {
-                // SAFETY: as above.
-                unsafe { arena.free(n.links) };
+                // Likewise for the node's links: only the CPUs it went on
+                // wrote them (`PcpuLinks::free_in`).
+                let t = n.touched.load(Ordering::Relaxed);
+                // SAFETY: from `PcpuLinks::alloc_in` on this arena; as above.
+                unsafe { PcpuLinks::free_in(&mut arena, n.links, cpus_in(t, nr_units)) };
             }
-            // The reference count's slots, in the same critical section (the
-            // arena lock is engine-wide: each extra taking pulls its line
-            // from whichever CPU created or released a group last). Its
-            // count reached zero, so no get or put touches them again, and
-            // dropping the count later does not read them (arena slots are
-            // not owned by it).
-            // SAFETY: from this arena in `Group::new_group`, freed only here.
-            unsafe { arena.free(self.ref_slots) };
         }
+        // The reference count's slots, in their own arena. Its count
+        // reached zero, so no get or put touches them again, and dropping
+        // the count later does not read them (arena slots are not owned by
+        // it).
+        // SAFETY: from this arena in `Group::new_group`, freed only here.
+        unsafe { sync::lock(&self.engine.ref_arena).free(self.ref_slots) };
         drop(css);
         drop(nodes);
         // SAFETY: allocated by Box with the group; nothing references it now.

@@ -48,7 +48,16 @@ pub(crate) struct EngineInner {
     /// The `Threshold` read pace, clock and background-flusher nudge every
     /// domain of the engine gets ([`Pace`]).
     pub(crate) pace: Pace,
+    /// Every group's per-CPU state but its reference count's: written
+    /// only on the CPUs a group uses (its links and stat slots start
+    /// zeroed, unwritten), so a group's pages there are made resident by
+    /// the CPUs it ran on.
     pub(crate) arena: Mutex<Arena>,
+    /// The groups' reference counts' slots: 16 bytes per possible CPU per
+    /// group, written on every CPU at creation and at removal (a switch
+    /// freezes each slot). Kept apart so that those writes do not make
+    /// the pages of [`arena`](Self::arena) resident on every CPU.
+    pub(crate) ref_arena: Mutex<Arena>,
     pub(crate) topo: RwLock<Topology>,
     /// The registered extensions, read without a lock ([`ExtList`]).
     pub(crate) exts: ExtList,
@@ -199,8 +208,8 @@ impl EngineInner {
             let mut taken = || -> core::result::Result<(), crate::percpu::arena::ArenaError> {
                 for (i, &r) in raw.iter().enumerate() {
                     if !r.is_null() {
-                        let me = r.cast::<TreeNode>();
-                        links[i] = Some(arena.alloc::<PcpuLinks>(1, |_, _| PcpuLinks::new(me))?);
+                        // Zeroed, unwritten, as the stat slots below.
+                        links[i] = Some(PcpuLinks::alloc_in(&mut arena)?);
                     }
                 }
                 for (k, ctl) in ctls.iter().enumerate() {
@@ -212,8 +221,9 @@ impl EngineInner {
             };
             if let Err(e) = taken() {
                 for l in links.iter_mut().filter_map(Option::take) {
-                    // SAFETY: allocated just above; nothing points at it.
-                    unsafe { arena.free(l) };
+                    // SAFETY: allocated just above; nothing points at it;
+                    // never written.
+                    unsafe { PcpuLinks::free_in(&mut arena, l, core::iter::empty()) };
                 }
                 for st in stats.iter_mut().filter_map(Option::take) {
                     // SAFETY: as above; never written.

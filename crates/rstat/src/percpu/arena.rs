@@ -24,7 +24,11 @@
 //! - finding a CPU's copy is one multiply-add, no table lookup.
 //!
 //! Freed offsets go on a free list per rounded size and are reused first.
-//! Chunks are returned to the system allocator when the arena is dropped.
+//! Chunks are returned to the system when the arena is dropped. On Unix a
+//! chunk is a private anonymous mapping of its own (`chunk_alloc`): its
+//! pages become resident only when written, and a group writes its
+//! per-CPU state only on the CPUs it is used on, so the memory a group
+//! holds grows with those CPUs, not with `nr_units`.
 //!
 //! The arena itself is single-threaded (`&mut self`); the engine keeps it
 //! behind a mutex, taken only when groups are created or freed.
@@ -227,6 +231,13 @@ pub struct ArenaStats {
     pub chunks: usize,
     /// Bytes obtained from the system allocator for chunks.
     pub chunk_bytes: usize,
+    /// Of `chunk_bytes`, the bytes of the pages the system holds in memory
+    /// (Linux's `mincore`; `None` elsewhere). A chunk is address space
+    /// whose pages become resident when first written, and a group writes
+    /// its per-CPU state only on the CPUs that use it, so this grows with
+    /// the CPUs groups ran on, where `bytes_in_use_per_unit * nr_units`
+    /// counts every possible CPU. Cost: one `mincore` call per chunk.
+    pub resident_bytes: Option<usize>,
 }
 
 impl Arena {
@@ -355,6 +366,11 @@ impl Arena {
         }
         #[cfg(all(debug_assertions, not(miri)))]
         for cpu in 0..self.nr_units {
+            // A page never touched is zero; reading it would map one (and
+            // make the check itself touch every unit).
+            if !maybe_touched(ptr.raw(cpu).cast::<u8>(), size) {
+                continue;
+            }
             // SAFETY: as above: `size` bytes of a live chunk's unit.
             let unit = unsafe { core::slice::from_raw_parts(ptr.raw(cpu).cast::<u8>(), size) };
             assert!(
@@ -382,12 +398,6 @@ impl Arena {
     fn bump_alloc(&mut self, size: usize) -> Result<NonNull<u8>, ArenaError> {
         if self.bump + size > UNIT_SIZE {
             let bytes = UNIT_STRIDE * self.nr_units + CHUNK_ALIGN;
-            // The allocator's own alignment, so that a zeroed allocation
-            // of this size is the system's zeroed memory (fresh pages,
-            // written only where allocations are: a chunk costs the pages
-            // its units use). A larger alignment would have the standard
-            // library write every byte of the chunk to zero it, making
-            // every page of every unit resident at once.
             let layout = Layout::from_size_align(bytes, GRANULE)
                 .map_err(|_| ArenaError::OutOfMemory { bytes })?;
             // The engine's memory, shared by every group and kept for the
@@ -395,10 +405,8 @@ impl Arena {
             // the new chunk (`sync::untracked`).
             let chunks = &mut self.chunks;
             crate::sync::untracked(|| {
-                // Zeroed, for `alloc_zeroed`.
-                // SAFETY: the layout has non-zero size.
-                let raw = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
-                    .ok_or(ArenaError::OutOfMemory { bytes })?;
+                // Zeroed, for `alloc_zeroed`, and fresh: see `chunk_alloc`.
+                let raw = chunk_alloc(layout).ok_or(ArenaError::OutOfMemory { bytes })?;
                 let skip = (CHUNK_ALIGN - raw.as_ptr().addr() % CHUNK_ALIGN) % CHUNK_ALIGN;
                 // SAFETY: `skip < CHUNK_ALIGN`, inside the allocation.
                 let base = unsafe { raw.add(skip) };
@@ -433,6 +441,33 @@ impl Arena {
         );
     }
 
+    /// The pages of unit `cpu`, over every chunk, that the system holds
+    /// in memory: what tests compare to see which units something wrote (a
+    /// chunk is fresh zeroed memory, whose pages become resident when first
+    /// touched). Pages a unit shares with its neighbours at its ends are
+    /// counted for both.
+    #[cfg(all(test, target_os = "linux", not(rstat_loom), not(miri)))]
+    pub(crate) fn resident_pages(&self, cpu: usize) -> usize {
+        assert!(cpu < self.nr_units);
+        let page = page_size();
+        self.chunks
+            .iter()
+            .map(|c| {
+                let start = c.base.as_ptr().addr() + unit_offset(cpu);
+                resident_bytes_in(start, UNIT_SIZE).expect("mincore failed") / page
+            })
+            .sum()
+    }
+
+    /// Bytes of the chunks' pages the system holds in memory (every unit);
+    /// `None` where that cannot be asked (not Linux, or Miri).
+    fn resident_bytes(&self) -> Option<usize> {
+        self.chunks
+            .iter()
+            .map(|c| resident_bytes_in(c.raw.as_ptr().addr(), c.layout.size()))
+            .sum()
+    }
+
     /// Current counters.
     pub fn stats(&self) -> ArenaStats {
         ArenaStats {
@@ -441,7 +476,78 @@ impl Arena {
             bytes_in_use_per_unit: self.bytes_in_use_per_unit,
             chunks: self.chunks.len(),
             chunk_bytes: self.chunks.iter().map(|c| c.layout.size()).sum(),
+            resident_bytes: self.resident_bytes(),
         }
+    }
+}
+
+/// The system's page size.
+#[cfg(all(target_os = "linux", not(miri)))]
+fn page_size() -> usize {
+    // SAFETY: sysconf takes no pointer.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(page)
+        .ok()
+        .filter(|&p| p > 0)
+        .unwrap_or(4096)
+}
+
+/// Bytes of the pages overlapping `[start, start + len)`, an address range
+/// inside one system allocation, that the system holds in memory. Asks
+/// `mincore` a window of pages at a time, with no allocation (the arena's
+/// debug checks call it while freeing).
+#[cfg(all(target_os = "linux", not(miri)))]
+fn resident_bytes_in(start: usize, len: usize) -> Option<usize> {
+    const WINDOW: usize = 256;
+    let page = page_size();
+    let end = (start + len).div_ceil(page) * page;
+    let mut at = start / page * page;
+    let mut resident = 0;
+    let mut vec = [0u8; WINDOW];
+    while at < end {
+        let pages = ((end - at) / page).min(WINDOW);
+        // SAFETY: the pages overlap a live allocation (mincore asks about
+        // mappings, and reads nothing in them); `vec` has a byte for each.
+        let rc = unsafe {
+            libc::mincore(
+                core::ptr::without_provenance_mut(at),
+                pages * page,
+                vec.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return None;
+        }
+        resident += vec[..pages].iter().filter(|&&b| b & 1 != 0).count() * page;
+        at += pages * page;
+    }
+    Some(resident)
+}
+
+#[cfg(not(all(target_os = "linux", not(miri))))]
+fn resident_bytes_in(_start: usize, _len: usize) -> Option<usize> {
+    None
+}
+
+/// Whether a page of the `len` bytes at `p`, inside a chunk, may hold
+/// something written: on Linux, whether the system holds all of their
+/// pages (`mincore`; a page swapped out reads as untouched, which only
+/// skips a debug check); elsewhere, always.
+#[cfg(all(debug_assertions, not(miri)))]
+fn maybe_touched(p: *const u8, len: usize) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let page = page_size();
+        let (first, end) = (
+            p.addr() / page * page,
+            (p.addr() + len).div_ceil(page) * page,
+        );
+        resident_bytes_in(p.addr(), len).is_none_or(|r| r == end - first)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (p, len);
+        true
     }
 }
 
@@ -451,10 +557,63 @@ impl Drop for Arena {
         // them before the arena goes (the engine guarantees it); anything
         // still live holds only atomics and plain data.
         for c in self.chunks.drain(..) {
-            // SAFETY: allocated in `bump_alloc` with exactly this layout.
-            unsafe { std::alloc::dealloc(c.raw.as_ptr(), c.layout) };
+            // SAFETY: allocated in `bump_alloc` by `chunk_alloc` with
+            // exactly this layout.
+            unsafe { chunk_free(c.raw, c.layout) };
         }
     }
+}
+
+/// A chunk's memory: zeroed pages that become resident only when written,
+/// so a chunk costs the pages its units use (a unit's pages are written
+/// only by the groups used on its CPU). On Unix, a private anonymous
+/// mapping of its own: the C library's `calloc` gives that only while the
+/// size is above its mmap threshold, which glibc raises to the size of
+/// any mapped block freed, after which a chunk would come from the heap,
+/// cleared with every page written. Elsewhere (and under Miri) the global
+/// allocator's `alloc_zeroed`, at its own alignment (a larger one would
+/// have the standard library write every byte to zero it).
+fn chunk_alloc(layout: Layout) -> Option<NonNull<u8>> {
+    #[cfg(all(unix, not(miri)))]
+    {
+        // SAFETY: a new private anonymous mapping, no address hint; it
+        // touches no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                layout.size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        NonNull::new(p.cast::<u8>())
+    }
+    #[cfg(not(all(unix, not(miri))))]
+    // SAFETY: the layout has non-zero size.
+    NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
+}
+
+/// Give back a chunk of [`chunk_alloc`].
+///
+/// # Safety
+/// `raw` came from `chunk_alloc(layout)` and nothing uses it any more.
+unsafe fn chunk_free(raw: NonNull<u8>, layout: Layout) {
+    #[cfg(all(unix, not(miri)))]
+    {
+        // SAFETY: the caller's guarantee: our own mapping, whole.
+        let rc = unsafe { libc::munmap(raw.as_ptr().cast(), layout.size()) };
+        debug_assert_eq!(rc, 0, "munmap of an arena chunk failed");
+    }
+    #[cfg(not(all(unix, not(miri))))]
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        std::alloc::dealloc(raw.as_ptr(), layout)
+    };
 }
 
 #[cfg(all(test, not(rstat_loom)))]

@@ -7,7 +7,12 @@
 //!
 //! Every (group, domain, CPU) has a [`PcpuLinks`] in the per-CPU arena. Its
 //! `lnext` field is both the list link and the on-list flag: [`OFF_LIST`]
-//! means "not on any backlog". An updater:
+//! means "not on any backlog". Links start all zero, which is a node on no
+//! backlog and no tree, and are written only on the CPUs whose updates
+//! claim the node or whose flushes put it on their tree: a group's links,
+//! like its stat slots, take memory on the CPUs that used it (the arena's
+//! pages are written only where something was), and are zeroed at its
+//! release on those CPUs only. An updater:
 //!
 //! 1. adds to its stat slot: on the rseq update path, an unlocked add in a
 //!    restartable section followed by a compiler fence; on the locked path,
@@ -15,10 +20,13 @@
 //! 2. loads `lnext` (`SeqCst`); anything but `OFF_LIST` means the node is
 //!    claimed, so a flush is already due to visit it: it is done;
 //! 3. otherwise announces a push on the (domain, CPU) head (`pushing += 1`),
-//!    and *claims* the node with a compare-and-swap `OFF_LIST -> null`; of
+//!    and *claims* the node with a compare-and-swap `OFF_LIST -> END`; of
 //!    racing updaters exactly one wins; a loser withdraws its announcement;
-//! 4. the winner pushes the node on the (domain, CPU) head with a CAS loop,
-//!    then withdraws its announcement (`pushing -= 1`).
+//! 4. the winner records the node in the links (only its claimer writes
+//!    it, so a CPU that never claims the node never writes it), pushes the
+//!    node on the (domain, CPU) head with a CAS loop (the last node's link
+//!    is [`END`], since null means `OFF_LIST`), then withdraws its
+//!    announcement (`pushing -= 1`).
 //!
 //! A flusher, holding the domain lock (so it is the only consumer), first
 //! waits until no push is announced on the head, then takes the whole list
@@ -117,9 +125,13 @@ use core::ptr;
 use crate::stat::tree::TreeNode;
 use crate::sync::{self, AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 
-/// The value of `lnext` for a node on no backlog and on no updated tree.
-/// Never dereferenced.
-pub(crate) const OFF_LIST: *mut PcpuLinks = ptr::without_provenance_mut(1);
+/// The value of `lnext` for a node on no backlog and on no updated tree:
+/// null, so that all-zero links (a new group's, on every CPU) are off list.
+pub(crate) const OFF_LIST: *mut PcpuLinks = ptr::null_mut();
+
+/// The value of `lnext` for the last node of a backlog, and for a node its
+/// claimer has not pushed yet. Never dereferenced.
+pub(crate) const END: *mut PcpuLinks = ptr::without_provenance_mut(1);
 
 /// The value of `lnext` for a node a flush took off its backlog and put on
 /// the updated tree, not folded yet: still *on list* for updaters (not
@@ -130,6 +142,7 @@ pub(crate) const IN_TREE: *mut PcpuLinks = ptr::without_provenance_mut(2);
 /// One backlog per (domain, CPU), in the per-CPU arena: the list head and
 /// the count of announced pushes (see the module docs).
 pub(crate) struct BacklogHead {
+    /// The last node pushed; null when the list is empty.
     head: AtomicPtr<PcpuLinks>,
     /// Claims made (or being tried) and not yet pushed on `head`.
     pushing: AtomicUsize,
@@ -145,13 +158,20 @@ impl BacklogHead {
 }
 
 /// The per-CPU part of a tree node: backlog link plus updated-tree links.
+///
+/// All zero until the node is first claimed or linked on this CPU (see the
+/// module docs): a zeroed arena allocation is valid links.
 pub(crate) struct PcpuLinks {
     /// Backlog link; `OFF_LIST` when the node is on no backlog.
     pub(crate) lnext: AtomicPtr<PcpuLinks>,
-    /// The node these links belong to. Written at allocation, then only read.
-    pub(crate) node: *const TreeNode,
-    /// Head of this node's list of updated children on this CPU; the node
-    /// itself when the list is empty. Domain lock.
+    /// The node these links belong to, for the flusher that drains them:
+    /// written by each claimer before its push (`Relaxed`: the push's
+    /// `Release` CAS publishes it to the drain's `Acquire` swap; every
+    /// claimer writes the same value, and none while a drain reads it,
+    /// since the node is `IN_TREE` then). Null before the first claim.
+    pub(crate) node: AtomicPtr<TreeNode>,
+    /// Head of this node's list of updated children on this CPU; null, or
+    /// the node itself, when the list is empty. Domain lock.
     pub(crate) updated_children: UnsafeCell<*const TreeNode>,
     /// Next sibling in the parent's `updated_children`; the parent ends the
     /// list; the node itself for a tree root on the tree; null when the node
@@ -159,61 +179,107 @@ pub(crate) struct PcpuLinks {
     pub(crate) updated_next: UnsafeCell<*const TreeNode>,
 }
 
-// SAFETY: `lnext` is atomic; `node` is immutable after construction; the two
-// cells are only accessed with the owning domain's lock held.
+// SAFETY: `lnext` and `node` are atomic; the two cells are only accessed
+// with the owning domain's lock held.
 unsafe impl Sync for PcpuLinks {}
 // SAFETY: as above.
 unsafe impl Send for PcpuLinks {}
 
 impl PcpuLinks {
-    pub(crate) fn new(node: *const TreeNode) -> Self {
+    /// Links of a node on no backlog and no tree: all zero (what
+    /// `Arena::alloc_zeroed` gives without writing; loom builds them).
+    #[cfg_attr(not(rstat_loom), allow(dead_code))]
+    pub(crate) fn new() -> Self {
         PcpuLinks {
             lnext: AtomicPtr::new(OFF_LIST),
-            node,
-            updated_children: UnsafeCell::new(node),
+            node: AtomicPtr::new(ptr::null_mut()),
+            updated_children: UnsafeCell::new(ptr::null()),
             updated_next: UnsafeCell::new(ptr::null()),
+        }
+    }
+    /// A node's links in every unit, off list and off every tree: taken
+    /// zeroed from the arena, unwritten ([`Arena::alloc_zeroed`]), so a
+    /// CPU that never updates or flushes the node never writes its page.
+    /// Under loom, whose atomics are objects of its model, each is built.
+    ///
+    /// [`Arena::alloc_zeroed`]: crate::percpu::arena::Arena::alloc_zeroed
+    pub(crate) fn alloc_in(
+        arena: &mut crate::percpu::arena::Arena,
+    ) -> Result<crate::percpu::arena::PcpuPtr<PcpuLinks>, crate::percpu::arena::ArenaError> {
+        #[cfg(rstat_loom)]
+        return arena.alloc(1, |_, _| PcpuLinks::new());
+        // SAFETY: outside loom, links are two atomic pointers and two
+        // cells of pointers: all-zero bytes are `PcpuLinks::new()`, and
+        // they need no drop.
+        #[cfg(not(rstat_loom))]
+        unsafe {
+            arena.alloc_zeroed(1)
+        }
+    }
+
+    /// Free links of [`alloc_in`](Self::alloc_in), zeroing them in the
+    /// units of `dirty` only.
+    ///
+    /// # Safety
+    /// As [`Arena::free_zeroed`](crate::percpu::arena::Arena::free_zeroed):
+    /// `links` came from `alloc_in` on this arena, nothing references them,
+    /// and no unit outside `dirty` was written: the node's `touched` CPUs
+    /// (every write to a node's links on a CPU, by a claim or by a flush
+    /// that links or cuts it there, comes after `mark_touched` of that CPU
+    /// or is to a node already on that CPU's tree).
+    pub(crate) unsafe fn free_in(
+        arena: &mut crate::percpu::arena::Arena,
+        links: crate::percpu::arena::PcpuPtr<PcpuLinks>,
+        dirty: impl Iterator<Item = usize>,
+    ) {
+        #[cfg(rstat_loom)]
+        {
+            let _ = dirty;
+            // SAFETY: the caller's guarantees.
+            unsafe { arena.free(links) }
+        }
+        // SAFETY: the caller's guarantees.
+        #[cfg(not(rstat_loom))]
+        unsafe {
+            arena.free_zeroed(links, dirty)
         }
     }
 }
 
 /// Steps 2-4 of the update protocol, after the stat RMW. `head` is only
 /// called, and its result dereferenced, when the node has to be pushed (so
-/// the common path does not compute it); it gives the backlog's head and
-/// its CPU slot.
+/// the common path does not compute it); it gives the backlog's head, its
+/// CPU slot and the node `links` belong to.
 ///
 /// # Safety
-/// `head()` returns a pointer to a live backlog head and the CPU slot
-/// (below the domain's `nr_cpus`) it and `links` belong to; `links.node`
-/// is live.
+/// `head()` returns a pointer to a live backlog head, the CPU slot (below
+/// the domain's `nr_cpus`) it and `links` belong to, and the live node
+/// whose links on that slot `links` are.
 #[inline(always)]
 pub(crate) unsafe fn mark_updated(
     links: &PcpuLinks,
-    head: impl FnOnce() -> (*const BacklogHead, usize),
+    head: impl FnOnce() -> (*const BacklogHead, usize, *const TreeNode),
 ) {
     sync::sc_fence_for_model();
     if links.lnext.load(Ordering::SeqCst) == OFF_LIST {
-        let (head, cpu) = head();
+        let (head, cpu, node) = head();
         // SAFETY: caller's guarantee.
-        unsafe { claim_and_push(links, &*head, cpu) };
+        unsafe { claim_and_push(links, &*head, cpu, node) };
     }
 }
 
 /// # Safety
-/// `links.node` is live; `cpu` is the slot of `links` and `head`.
+/// `node` is live and `links` are its links on slot `cpu`, the slot of
+/// `head`.
 #[cold]
 #[inline(never)]
-unsafe fn claim_and_push(links: &PcpuLinks, head: &BacklogHead, cpu: usize) {
+unsafe fn claim_and_push(links: &PcpuLinks, head: &BacklogHead, cpu: usize, node: *const TreeNode) {
     // Announce before claiming: whoever sees our claim also sees this.
     // SeqCst like the claim (an RMW: a full barrier on x86-64 either way).
     head.pushing.fetch_add(1, Ordering::SeqCst);
     if links
         .lnext
-        .compare_exchange(
-            OFF_LIST,
-            ptr::null_mut(),
-            Ordering::SeqCst,
-            Ordering::Relaxed,
-        )
+        .compare_exchange(OFF_LIST, END, Ordering::SeqCst, Ordering::Relaxed)
         .is_err()
     {
         // Another updater won the claim and pushes the node; its own
@@ -224,13 +290,17 @@ unsafe fn claim_and_push(links: &PcpuLinks, head: &BacklogHead, cpu: usize) {
     // Before the push: a final release that does not see this CPU's bit
     // finds the node on no backlog of this CPU (`TreeNode::touched`).
     // SAFETY: caller's guarantee.
-    unsafe { (*links.node).mark_touched(cpu) };
+    unsafe { (*node).mark_touched(cpu) };
+    // For the drain; published by the push below.
+    links.node.store(node.cast_mut(), Ordering::Relaxed);
     let me = links as *const PcpuLinks as *mut PcpuLinks;
     let mut old = head.head.load(Ordering::Relaxed);
     loop {
         // Release: an updater that reads this link and leaves must
-        // happen-after our announcement (module docs).
-        links.lnext.store(old, Ordering::Release);
+        // happen-after our announcement (module docs). The first node of
+        // an empty list ends it.
+        let link = if old.is_null() { END } else { old };
+        links.lnext.store(link, Ordering::Release);
         match head
             .head
             .compare_exchange_weak(old, me, Ordering::Release, Ordering::Relaxed)
@@ -265,7 +335,7 @@ pub(crate) unsafe fn drain(head: &BacklogHead, mut f: impl FnMut(&PcpuLinks)) {
         return;
     }
     let mut p = head.head.swap(ptr::null_mut(), Ordering::Acquire);
-    while !p.is_null() {
+    while p != END {
         // SAFETY: nodes on a backlog are live (caller's guarantee), and `p`
         // was published by a Release push that our Acquire swap synchronizes
         // with.
@@ -274,6 +344,10 @@ pub(crate) unsafe fn drain(head: &BacklogHead, mut f: impl FnMut(&PcpuLinks)) {
         debug_assert!(
             next != OFF_LIST && next != IN_TREE,
             "a node on a backlog is marked off-list or in a tree"
+        );
+        debug_assert!(
+            !l.node.load(Ordering::Relaxed).is_null(),
+            "a node on a backlog was pushed without its node"
         );
         // Relaxed: an updater that loads it only leaves (as for any value
         // but `OFF_LIST`), and relies on nothing written before it; the

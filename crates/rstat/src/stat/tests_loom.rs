@@ -196,8 +196,8 @@ impl Model {
     }
 
     /// A new child of `parent`, attached as the engine attaches a group: a
-    /// node in the domain (its per-CPU links pointing back at it), then
-    /// the css.
+    /// node in the domain (its per-CPU links all zero, as the engine's
+    /// come from the arena), then the css.
     fn child(&mut self, parent: G, name: &str) -> G {
         let path = match parent {
             ROOT => format!("/{name}"),
@@ -221,7 +221,7 @@ impl Model {
         let me = raw.cast::<TreeNode>();
         let links = self
             .arena
-            .alloc::<PcpuLinks>(1, |_, _| PcpuLinks::new(me))
+            .alloc::<PcpuLinks>(1, |_, _| PcpuLinks::new())
             .expect("a model's links fit the arena");
         // SAFETY: `raw` is a live, exclusively owned allocation.
         unsafe {

@@ -381,7 +381,11 @@ impl Domain {
         };
         for cpu in cpus_in(drained, self.nr_cpus) {
             // SAFETY: we hold the lock (caller), nodes on backlogs are live.
-            unsafe { backlog::drain(self.backlog(cpu), |l| link_updated(&*l.node, cpu)) };
+            unsafe {
+                backlog::drain(self.backlog(cpu), |l| {
+                    link_updated(&*l.node.load(Ordering::Relaxed), cpu)
+                })
+            };
         }
         let cpus = root.touched_cpus(self.nr_cpus);
         scratch.cuts.clear();
@@ -537,15 +541,16 @@ impl Domain {
             while let Some(n) = scratch.stack.pop() {
                 scratch.order.push(n);
                 let nl = (*n).links(cpu);
+                // An empty list is null (never written) or `n`.
                 let mut c = nl.updated_children.with(|p| *p);
-                while c != n {
+                while c != n && !c.is_null() {
                     let cl = (*c).links(cpu);
                     let next = cl.updated_next.with(|p| *p);
                     cl.updated_next.with_mut(|p| *p = ptr::null());
                     scratch.stack.push(c);
                     c = next;
                 }
-                nl.updated_children.with_mut(|p| *p = n);
+                nl.updated_children.with_mut(|p| *p = ptr::null());
             }
             if detach {
                 rl.updated_next.with_mut(|p| *p = ptr::null());
@@ -583,7 +588,12 @@ unsafe fn link_updated(node: &TreeNode, cpu: usize) {
                 }
                 Some(parent) => {
                     let pl = parent.links(cpu);
-                    let head = pl.updated_children.with(|p| *p);
+                    // The parent ends its list: an empty one's head is
+                    // null (never written) or the parent itself.
+                    let head = match pl.updated_children.with(|p| *p) {
+                        h if h.is_null() => parent as *const TreeNode,
+                        h => h,
+                    };
                     l.updated_next.with_mut(|p| *p = head);
                     pl.updated_children.with_mut(|p| *p = cur);
                     cur = parent;

@@ -255,7 +255,8 @@ unsafe fn after_update(
         let links = &*links.add(at).cast::<PcpuLinks>();
         backlog::mark_updated(links, || {
             let cpu = crate::percpu::arena::unit_of(at);
-            ((*rare.css()).backlog.raw(cpu), cpu)
+            let css = &*rare.css();
+            (css.backlog.raw(cpu), cpu, css.node)
         });
     }
 }
@@ -442,7 +443,7 @@ impl Css {
         // css, with one element per slot of the engine (`at`'s type).
         unsafe {
             backlog::mark_updated(self.links.elem(at.get(), 0), || {
-                (self.backlog.raw(at.get()), at.get())
+                (self.backlog.raw(at.get()), at.get(), self.node)
             })
         };
     }
