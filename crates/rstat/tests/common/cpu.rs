@@ -89,9 +89,10 @@ impl OffCpu {
 
     /// 0 if this thread was never switched out since the start; otherwise
     /// the µs it was off the CPU (wall time less CPU time), plus the µs of
-    /// rounding. Call it on the thread that started.
+    /// rounding. Call it on the thread that started. (Under Miri, which
+    /// has no `getrusage`, the thread counts as switched out.)
     pub fn slack_us(&self) -> i64 {
-        if context_switches() == self.switches {
+        if self.switches >= 0 && context_switches() == self.switches {
             return 0;
         }
         let off = self
@@ -102,7 +103,16 @@ impl OffCpu {
     }
 }
 
-/// The calling thread's voluntary plus involuntary context switches.
+/// The calling thread's voluntary plus involuntary context switches; -1
+/// under Miri, which cannot ask.
+#[cfg(miri)]
+fn context_switches() -> i64 {
+    -1
+}
+
+/// The calling thread's voluntary plus involuntary context switches; -1
+/// under Miri, which cannot ask.
+#[cfg(not(miri))]
 fn context_switches() -> i64 {
     // SAFETY: getrusage fills the zeroed struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
