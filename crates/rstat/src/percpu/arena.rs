@@ -347,6 +347,53 @@ impl Arena {
         self.take(len, true)
     }
 
+    /// `len` values of `T` in every unit, each `init()`, whose bytes are all
+    /// zero: outside loom, [`alloc_zeroed`](Self::alloc_zeroed) (unwritten:
+    /// a unit's pages stay untouched until its CPU uses them); under loom,
+    /// whose atomics are objects of its model, built by `init`.
+    ///
+    /// # Safety
+    /// `init()`'s value is all-zero bytes, and `T` needs no drop.
+    pub(crate) unsafe fn alloc_zero_state<T>(
+        &mut self,
+        len: usize,
+        init: impl Fn() -> T,
+    ) -> Result<PcpuPtr<T>, ArenaError> {
+        #[cfg(rstat_loom)]
+        return self.alloc(len, |_, _| init());
+        #[cfg(not(rstat_loom))]
+        {
+            let _ = init;
+            // SAFETY: the caller's guarantee.
+            unsafe { self.alloc_zeroed(len) }
+        }
+    }
+
+    /// Free values of [`alloc_zero_state`](Self::alloc_zero_state), zeroing
+    /// them in the units of `dirty` only (under loom, dropping them).
+    ///
+    /// # Safety
+    /// As [`free_zeroed`](Self::free_zeroed): `ptr` came from
+    /// `alloc_zero_state` on this arena, nothing references it, and no
+    /// unit outside `dirty` was written.
+    pub(crate) unsafe fn free_zero_state<T>(
+        &mut self,
+        ptr: PcpuPtr<T>,
+        dirty: impl Iterator<Item = usize>,
+    ) {
+        #[cfg(rstat_loom)]
+        {
+            let _ = dirty;
+            // SAFETY: the caller's guarantees.
+            unsafe { self.free(ptr) }
+        }
+        // SAFETY: the caller's guarantees.
+        #[cfg(not(rstat_loom))]
+        unsafe {
+            self.free_zeroed(ptr, dirty)
+        }
+    }
+
     /// Free an allocation of [`alloc_zeroed`](Self::alloc_zeroed), zeroing
     /// it in the units of `dirty` only, so that the next `alloc_zeroed` of
     /// its size takes it as it is. Cost: the zeroing of those units; a

@@ -188,7 +188,6 @@ unsafe impl Send for PcpuLinks {}
 impl PcpuLinks {
     /// Links of a node on no backlog and no tree: all zero (what
     /// `Arena::alloc_zeroed` gives without writing; loom builds them).
-    #[cfg_attr(not(rstat_loom), allow(dead_code))]
     pub(crate) fn new() -> Self {
         PcpuLinks {
             lnext: AtomicPtr::new(OFF_LIST),
@@ -197,24 +196,18 @@ impl PcpuLinks {
             updated_next: UnsafeCell::new(ptr::null()),
         }
     }
-    /// A node's links in every unit, off list and off every tree: taken
-    /// zeroed from the arena, unwritten ([`Arena::alloc_zeroed`]), so a
-    /// CPU that never updates or flushes the node never writes its page.
-    /// Under loom, whose atomics are objects of its model, each is built.
+    /// A node's links in every unit, off list and off every tree, taken
+    /// zeroed from the arena and unwritten
+    /// ([`Arena::alloc_zero_state`]), so a CPU that never updates or
+    /// flushes the node never writes its page.
     ///
-    /// [`Arena::alloc_zeroed`]: crate::percpu::arena::Arena::alloc_zeroed
+    /// [`Arena::alloc_zero_state`]: crate::percpu::arena::Arena::alloc_zero_state
     pub(crate) fn alloc_in(
         arena: &mut crate::percpu::arena::Arena,
     ) -> Result<crate::percpu::arena::PcpuPtr<PcpuLinks>, crate::percpu::arena::ArenaError> {
-        #[cfg(rstat_loom)]
-        return arena.alloc(1, |_, _| PcpuLinks::new());
-        // SAFETY: outside loom, links are two atomic pointers and two
-        // cells of pointers: all-zero bytes are `PcpuLinks::new()`, and
-        // they need no drop.
-        #[cfg(not(rstat_loom))]
-        unsafe {
-            arena.alloc_zeroed(1)
-        }
+        // SAFETY: `PcpuLinks::new()` is two null atomic pointers and two
+        // cells of null pointers: all-zero bytes; links need no drop.
+        unsafe { arena.alloc_zero_state(1, PcpuLinks::new) }
     }
 
     /// Free links of [`alloc_in`](Self::alloc_in), zeroing them in the
@@ -232,17 +225,8 @@ impl PcpuLinks {
         links: crate::percpu::arena::PcpuPtr<PcpuLinks>,
         dirty: impl Iterator<Item = usize>,
     ) {
-        #[cfg(rstat_loom)]
-        {
-            let _ = dirty;
-            // SAFETY: the caller's guarantees.
-            unsafe { arena.free(links) }
-        }
         // SAFETY: the caller's guarantees.
-        #[cfg(not(rstat_loom))]
-        unsafe {
-            arena.free_zeroed(links, dirty)
-        }
+        unsafe { arena.free_zero_state(links, dirty) }
     }
 }
 

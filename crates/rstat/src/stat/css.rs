@@ -171,22 +171,17 @@ impl Default for StatSlot {
 
 impl StatSlot {
     /// A css's `len` slots in every unit, all at their default (zero):
-    /// taken zeroed from the arena, unwritten ([`Arena::alloc_zeroed`]).
-    /// Under loom, whose atomics are objects of its model, each is built.
+    /// taken zeroed from the arena, unwritten
+    /// ([`Arena::alloc_zero_state`]).
     ///
-    /// [`Arena::alloc_zeroed`]: crate::percpu::arena::Arena::alloc_zeroed
+    /// [`Arena::alloc_zero_state`]: crate::percpu::arena::Arena::alloc_zero_state
     pub(crate) fn alloc_in(
         arena: &mut crate::percpu::arena::Arena,
         len: usize,
     ) -> Result<PcpuPtr<StatSlot>, crate::percpu::arena::ArenaError> {
-        #[cfg(rstat_loom)]
-        return arena.alloc(len, |_, _| StatSlot::default());
-        // SAFETY: outside loom a `StatSlot` is two integers, its default
-        // all zero bytes, and it needs no drop.
-        #[cfg(not(rstat_loom))]
-        unsafe {
-            arena.alloc_zeroed(len)
-        }
+        // SAFETY: a `StatSlot` is two integers, its default all zero
+        // bytes, and it needs no drop.
+        unsafe { arena.alloc_zero_state(len, StatSlot::default) }
     }
 
     /// Free slots of [`alloc_in`](Self::alloc_in), zeroing them in the
@@ -201,17 +196,8 @@ impl StatSlot {
         slots: PcpuPtr<StatSlot>,
         dirty: impl Iterator<Item = usize>,
     ) {
-        #[cfg(rstat_loom)]
-        {
-            let _ = dirty;
-            // SAFETY: the caller's guarantees.
-            unsafe { arena.free(slots) }
-        }
         // SAFETY: the caller's guarantees.
-        #[cfg(not(rstat_loom))]
-        unsafe {
-            arena.free_zeroed(slots, dirty)
-        }
+        unsafe { arena.free_zero_state(slots, dirty) }
     }
 }
 
