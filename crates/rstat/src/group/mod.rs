@@ -24,7 +24,7 @@ pub(crate) mod state;
 mod tests_loom;
 #[cfg(all(test, not(rstat_loom)))]
 mod tests_pressure;
-#[cfg(all(test, not(rstat_loom), not(miri)))]
+#[cfg(all(test, target_os = "linux", not(rstat_loom), not(miri)))]
 mod tests_units;
 pub mod watch;
 

@@ -539,16 +539,23 @@ fn page_size() -> usize {
         .unwrap_or(4096)
 }
 
-/// Bytes of the pages overlapping `[start, start + len)`, an address range
-/// inside one system allocation, that the system holds in memory. Asks
-/// `mincore` a window of pages at a time, with no allocation (the arena's
-/// debug checks call it while freeing).
+/// The page-aligned span `[first, end)` of the pages overlapping `[start,
+/// start + len)`.
+#[cfg(all(target_os = "linux", not(miri)))]
+fn page_span(start: usize, len: usize) -> (usize, usize) {
+    let page = page_size();
+    (start / page * page, (start + len).div_ceil(page) * page)
+}
+
+/// Bytes of the pages overlapping `[start, start + len)` (its
+/// [`page_span`]), an address range inside one system allocation, that the
+/// system holds in memory. Asks `mincore` a window of pages at a time,
+/// with no allocation (the arena's debug checks call it while freeing).
 #[cfg(all(target_os = "linux", not(miri)))]
 fn resident_bytes_in(start: usize, len: usize) -> Option<usize> {
     const WINDOW: usize = 256;
     let page = page_size();
-    let end = (start + len).div_ceil(page) * page;
-    let mut at = start / page * page;
+    let (mut at, end) = page_span(start, len);
     let mut resident = 0;
     let mut vec = [0u8; WINDOW];
     while at < end {
@@ -584,11 +591,7 @@ fn resident_bytes_in(_start: usize, _len: usize) -> Option<usize> {
 fn maybe_touched(p: *const u8, len: usize) -> bool {
     #[cfg(target_os = "linux")]
     {
-        let page = page_size();
-        let (first, end) = (
-            p.addr() / page * page,
-            (p.addr() + len).div_ceil(page) * page,
-        );
+        let (first, end) = page_span(p.addr(), len);
         resident_bytes_in(p.addr(), len).is_none_or(|r| r == end - first)
     }
     #[cfg(not(target_os = "linux"))]

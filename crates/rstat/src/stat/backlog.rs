@@ -196,6 +196,7 @@ impl PcpuLinks {
             updated_next: UnsafeCell::new(ptr::null()),
         }
     }
+
     /// A node's links in every unit, off list and off every tree, taken
     /// zeroed from the arena and unwritten
     /// ([`Arena::alloc_zero_state`]), so a CPU that never updates or
