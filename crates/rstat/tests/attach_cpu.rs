@@ -118,6 +118,31 @@ fn out_of_order_drops_charge_the_group_that_stays_current() {
 }
 
 #[test]
+// Miri has no thread CPU clocks to read from another thread.
+#[cfg_attr(miri, ignore)]
+fn a_long_stay_cut_by_an_outside_charge_is_charged_when_it_ends() {
+    // The charger (or any thread's `charge_all_threads`) may reconcile a
+    // thread in the middle of a long stay; the short rest of the stay
+    // must still be charged by the change that ends it, as a stay never
+    // cut is: the group's time is all there when `drop` returns.
+    let rs = engine();
+    let a = rs.root().create_child("a").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let g = a.enter();
+            let start = thread_cpu_time();
+            burn(Duration::from_millis(20));
+            charge_all_threads();
+            burn(Duration::from_micros(50));
+            let burned = thread_cpu_time() - start;
+            drop(g);
+            let (la, none) = (local_usage(&rs, &a), unattributed());
+            assert!(la + none >= us(burned), "{la} + {none} < {burned:?}");
+        });
+    });
+}
+
+#[test]
 // Miri has no thread CPU clocks to read from another thread, nor rusage.
 #[cfg_attr(miri, ignore)]
 fn the_charger_charges_a_thread_that_stays_inside() {

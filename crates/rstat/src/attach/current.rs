@@ -276,7 +276,7 @@ fn switch_reconciling(
 /// [`switch`] with a reconciliation whatever the mode.
 pub(crate) fn switch_exact(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) {
     let (mut f, released) = charged_to_now(rec, owner);
-    f.group = to;
+    f.change_reconciled(to);
     drop(f);
     drop(released);
 }

@@ -123,10 +123,14 @@ pub(crate) const MAX_SEGMENTS: usize = 32;
 /// CPU time. The periodic charger and thread exit reconcile too.
 pub const RECONCILE_PERIOD: Duration = Duration::from_millis(4);
 
-/// A change of group that closes a segment at least this long (wall time)
-/// reconciles at once: one system call, a small part of such a segment,
-/// and the segment's CPU time is then split only with the short segments
-/// since the last reconciliation.
+/// A change of group after the thread stayed at least this long (wall
+/// time) in the group it leaves reconciles at once, even if another
+/// thread (the periodic charger, [`charge_all_threads`]) reconciled it
+/// during the stay: one system call, a small part of such a stay, and the
+/// stay's CPU time is then split only with the short segments since the
+/// last reconciliation, and is all charged when the change returns.
+///
+/// [`charge_all_threads`]: crate::attach::charge_all_threads
 pub const LONG_SEGMENT: Duration = Duration::from_micros(100);
 
 const RECONCILE_PERIOD_NS: u64 = RECONCILE_PERIOD.as_nanos() as u64;
@@ -168,8 +172,13 @@ pub(crate) struct Feed {
     /// The monotonic clock (ns) at the last reconciliation.
     pub(crate) since_wall: u64,
     /// The monotonic clock (ns) at which the open segment (in `group`)
-    /// began.
+    /// began: the later of the change to `group` and the last
+    /// reconciliation.
     pub(crate) seg_start: u64,
+    /// The monotonic clock (ns) at the change to `group`: how long the
+    /// thread has stayed there, whatever reconciled since
+    /// ([`LONG_SEGMENT`]).
+    stay_start: u64,
     /// Closed segments since the last reconciliation, one per group.
     segs: [Segment; MAX_SEGMENTS],
     nr_segs: usize,
@@ -200,6 +209,7 @@ impl Feed {
             since_ns: 0,
             since_wall: 0,
             seg_start: 0,
+            stay_start: 0,
             segs: [Segment::EMPTY; MAX_SEGMENTS],
             nr_segs: 0,
             start_ns: 0,
@@ -229,11 +239,21 @@ impl Feed {
         self.since_ns = cpu_ns;
         self.since_wall = wall_ns;
         self.seg_start = wall_ns;
+        self.stay_start = wall_ns;
         self.start_ns = cpu_ns;
         self.unattributed_us = 0;
         self.thread = thread;
         self.split = split.0;
         self.user_frac = split.1;
+    }
+
+    /// Make `to` current right after a reconciliation (so at its wall
+    /// time, `seg_start`); a new stay only if `to` is another group.
+    pub(crate) fn change_reconciled(&mut self, to: *const GroupInner) {
+        if to != self.group {
+            self.stay_start = self.seg_start;
+        }
+        self.group = to;
     }
 
     /// Whether the thread has time not charged yet in a group (so the
@@ -250,7 +270,11 @@ impl Feed {
     #[inline]
     pub(crate) fn close_segment(&mut self, now: u64) -> bool {
         let wall = now.saturating_sub(self.seg_start);
-        if wall >= LONG_SEGMENT_NS || now.saturating_sub(self.since_wall) >= RECONCILE_PERIOD_NS {
+        // The stay, not the segment: a reconciliation by another thread
+        // (the charger) in the middle of a long stay leaves a short open
+        // segment, which must still be charged now.
+        let stay = now.saturating_sub(core::mem::replace(&mut self.stay_start, now));
+        if stay >= LONG_SEGMENT_NS || now.saturating_sub(self.since_wall) >= RECONCILE_PERIOD_NS {
             return true;
         }
         let g = self.group;

@@ -39,8 +39,9 @@
 //!    the thread did not run (it blocked or was preempted) is taken from
 //!    the longest segments first (see `apportion.rs`). A thread
 //!    reconciles at a change of group once [`RECONCILE_PERIOD`] of wall
-//!    time passed since its last reconciliation, at a change that closes
-//!    a segment of [`LONG_SEGMENT`] or more, when its segment table is
+//!    time passed since its last reconciliation, at a change that ends a
+//!    stay of [`LONG_SEGMENT`] or more in one group (even one the
+//!    periodic charger reconciled in the middle), when its segment table is
 //!    full, when it leaves a removed group, at exit, and at
 //!    [`charge_this_thread`];
 //! 3. a periodic charger thread ([`set_charge_period`], default
@@ -194,7 +195,7 @@
 //! | dropping an [`EnterGuard`] | a pop (a scan when dropped out of order), a thread-local store, the reference put |
 //! | [`current_group`] | a thread-local load and, when in a group, a reference get |
 //! | a change of the current group (enter of another group, drop back to another) | one `clock_gettime(CLOCK_MONOTONIC)` (vDSO, no system call), an uncontended lock, a scan of the thread's segments (at most 32); a group's first segment since the last reconciliation also takes a reference on it |
-//! | a reconciliation (each [`RECONCILE_PERIOD`] of wall time at a change, at a change closing a segment of [`LONG_SEGMENT`] or more, a full table) | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` system call, the charge of each segment's group (three counter updates), the segments' references put; once per 10 ms of the thread's CPU time a `getrusage` |
+//! | a reconciliation (each [`RECONCILE_PERIOD`] of wall time at a change, at a change ending a stay of [`LONG_SEGMENT`] or more, a full table) | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` system call, the charge of each segment's group (three counter updates), the segments' references put; once per 10 ms of the thread's CPU time a `getrusage` |
 //! | a read of the root's `cpu` stats | the read, plus `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)` and `getrusage` |
 //! | a poll of a [`Scoped`] or [`Killable`] future | the change of group in and out (above); a [`Killable`] also one load of the kill flag; under a `cpu.max` ([`Group::set_cpu_max`]) two reads of the thread's CPU clock and the quota's atomics; a held poll (a `memory.high` penalty or a spent quota) a monotonic clock read and a timer entry (one lock), and no poll of the inner future |
 //! | [`current_killed`] | a thread-local load and one load of the group's flag |
