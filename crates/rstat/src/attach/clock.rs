@@ -42,11 +42,11 @@ use std::time::Duration;
 /// see the same tick-based split).
 pub(crate) const SPLIT_RESAMPLE_NS: u64 = 10_000_000;
 
-/// A sample read from /proc (whole clock ticks) is taken, or followed by
-/// another, only once the thread ran this many ticks of CPU time since
-/// the last sample: each of its two figures is short by less than one
-/// tick, so the proportion is off by about a tick's share of the interval
-/// at most (a tenth).
+/// The charger takes a sample from /proc (whole clock ticks) only once
+/// the thread ran this many ticks of CPU time since the last sample: the
+/// thread's own samples are exact, and a figure read from /proc is short
+/// by less than one tick, which against the thread's whole time since its
+/// start (the split is cumulative: `Feed::reconcile`) is a small share.
 pub(crate) const COARSE_SAMPLE_TICKS: u64 = 10;
 
 /// One in the fixed-point user fraction (`user_frac / SPLIT_ONE`).
@@ -221,21 +221,33 @@ pub fn thread_cpu_time() -> Duration {
 }
 
 /// Where a thread's user/system split was last sampled (by the thread or
-/// by the charger): the base of the next sample's proportion.
+/// by the charger), and where it was when its record started: the split
+/// the thread's charges follow is the one between the two.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct SplitSample {
     /// The thread's CPU time at the sample, ns.
     pub(crate) at_ns: u64,
     pub(crate) user_us: u64,
     pub(crate) sys_us: u64,
-    /// Read from /proc: each figure is short by less than one clock tick.
-    pub(crate) coarse: bool,
+    /// The thread's user and system time at its record's start.
+    base_user_us: u64,
+    base_sys_us: u64,
 }
 
 impl SplitSample {
-    /// A first sample, by the thread itself: its totals so far, and the
-    /// user fraction they show (all user time for a thread with no time
-    /// yet).
+    /// No sample (a record never started).
+    pub(crate) const EMPTY: SplitSample = SplitSample {
+        at_ns: 0,
+        user_us: 0,
+        sys_us: 0,
+        base_user_us: 0,
+        base_sys_us: 0,
+    };
+
+    /// A first sample, by the thread itself: its totals so far, the base
+    /// of the later samples' proportion, and the user fraction they show
+    /// (all user time for a thread with no time yet), a prior until the
+    /// next sample.
     pub(crate) fn first(now_ns: u64) -> (SplitSample, u32) {
         let Some((user_us, sys_us)) = thread_rusage_us() else {
             return (
@@ -250,63 +262,50 @@ impl SplitSample {
             at_ns: now_ns,
             user_us,
             sys_us,
-            coarse: false,
+            base_user_us: user_us,
+            base_sys_us: sys_us,
         };
         (s, fraction(user_us, sys_us).unwrap_or(SPLIT_ONE))
     }
 
     /// The thread's own sample (`getrusage`), at `now_ns` of its CPU clock:
-    /// a new user fraction if at least [`SPLIT_RESAMPLE_NS`] of CPU time
-    /// passed since the last sample ([`COARSE_SAMPLE_TICKS`] ticks if the
-    /// last came from /proc) and the thread gained any user or system time
-    /// since. Only the thread itself may call this.
+    /// the user fraction of its time since its record's start, if at least
+    /// [`SPLIT_RESAMPLE_NS`] of CPU time passed since the last sample (by
+    /// the thread or the charger) and it has any. Only the thread itself
+    /// may call this.
     #[inline]
     pub(crate) fn resample_own(&mut self, now_ns: u64) -> Option<u32> {
-        let min = if self.coarse {
-            coarse_interval_ns()?
-        } else {
-            SPLIT_RESAMPLE_NS
-        };
-        if now_ns.saturating_sub(self.at_ns) < min {
+        if now_ns.saturating_sub(self.at_ns) < SPLIT_RESAMPLE_NS {
             return None;
         }
-        self.resample_now(now_ns, thread_rusage_us(), false)
+        self.resample_now(now_ns, thread_rusage_us())
     }
 
     /// The charger's sample of thread `tid` (alive: the caller holds its
     /// feed's lock with the ids still set), at `now_ns` of the thread's CPU
-    /// clock: a new user fraction if at least [`COARSE_SAMPLE_TICKS`] ticks
-    /// of CPU time passed since the last sample and the thread gained any
-    /// user or system time since.
+    /// clock: as [`resample_own`](Self::resample_own), once at least
+    /// [`COARSE_SAMPLE_TICKS`] ticks of CPU time passed since the last
+    /// sample.
     pub(crate) fn resample_proc(&mut self, now_ns: u64, tid: libc::pid_t) -> Option<u32> {
         if now_ns.saturating_sub(self.at_ns) < coarse_interval_ns()? {
             return None;
         }
-        self.resample_now(now_ns, proc_thread_times_us(tid), true)
+        self.resample_now(now_ns, proc_thread_times_us(tid))
     }
 
     #[cold]
-    fn resample_now(
-        &mut self,
-        now_ns: u64,
-        times: Option<(u64, u64)>,
-        coarse: bool,
-    ) -> Option<u32> {
+    fn resample_now(&mut self, now_ns: u64, times: Option<(u64, u64)>) -> Option<u32> {
         let (u, s) = times?;
-        // A /proc figure may be up to a tick below a `getrusage` one taken
-        // earlier (both are the kernel's monotonic figures, cut
+        self.at_ns = now_ns;
+        self.user_us = u;
+        self.sys_us = s;
+        // A /proc figure may be up to a tick below the `getrusage` one at
+        // the start (both are the kernel's monotonic figures, cut
         // differently): such a component gained nothing.
-        let (du, ds) = (
-            u.saturating_sub(self.user_us),
-            s.saturating_sub(self.sys_us),
-        );
-        *self = SplitSample {
-            at_ns: now_ns,
-            user_us: u,
-            sys_us: s,
-            coarse,
-        };
-        fraction(du, ds)
+        fraction(
+            u.saturating_sub(self.base_user_us),
+            s.saturating_sub(self.base_sys_us),
+        )
     }
 }
 

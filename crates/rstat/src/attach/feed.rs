@@ -16,10 +16,11 @@
 //!
 //! A reconciliation ([`Feed::reconcile`]) closes the open segment, shares
 //! the CPU time since the last one among the segments (`apportion.rs`)
-//! and charges each segment's group, split into user and system time by
-//! the thread's last two samples of its split (the thread samples from
-//! `getrusage`, the charger from /proc once the thread ran ten clock
-//! ticks since the last sample; see `clock.rs`).
+//! and charges each segment's group, split into user and system time so
+//! that the thread's charges follow its last sample of its split (the
+//! thread samples from `getrusage`, the charger from /proc once the thread
+//! ran ten clock ticks since the last sample; see `clock.rs` and
+//! `Feed::interval_user_frac`).
 //!
 //! # Rounding
 //!
@@ -189,9 +190,14 @@ pub(crate) struct Feed {
     /// The thread's clock and kernel thread ids, for the charger; `None`
     /// once the thread started exiting (or where there are none).
     pub(crate) thread: Option<ThreadIds>,
-    /// The share of user time, in 1/[`clock::SPLIT_ONE`], that charges are
-    /// split by: the proportion between the last two samples.
+    /// The share of user time, in 1/[`clock::SPLIT_ONE`], of the thread's
+    /// time since its record's start, at the last sample: the split its
+    /// charges are brought to (`reconcile`).
     pub(crate) user_frac: u32,
+    /// µs charged to groups since the record's start, and of those, µs of
+    /// user time.
+    split_total_us: u64,
+    split_user_us: u64,
     /// The last sample of the thread's user/system split (by the thread
     /// or the charger).
     pub(crate) split: SplitSample,
@@ -216,12 +222,9 @@ impl Feed {
             unattributed_us: 0,
             thread: None,
             user_frac: clock::SPLIT_ONE,
-            split: SplitSample {
-                at_ns: 0,
-                user_us: 0,
-                sys_us: 0,
-                coarse: false,
-            },
+            split_total_us: 0,
+            split_user_us: 0,
+            split: SplitSample::EMPTY,
         }
     }
 
@@ -245,6 +248,8 @@ impl Feed {
         self.thread = thread;
         self.split = split.0;
         self.user_frac = split.1;
+        self.split_total_us = 0;
+        self.split_user_us = 0;
     }
 
     /// Make `to` current right after a reconciliation (so at its wall
@@ -346,6 +351,7 @@ impl Feed {
             apportion::fill_shortest_first(&walls[..m], cpu, &mut shares[..m]);
             let mut usec = [0u64; N];
             apportion::to_units(&shares[..m], cpu, units, &mut usec[..m]);
+            let frac = self.interval_user_frac(&groups[..m], &usec[..m]);
             for i in 0..m {
                 if usec[i] == 0 {
                     continue;
@@ -355,7 +361,9 @@ impl Feed {
                 } else {
                     // SAFETY: each non-null group is held by a segment's
                     // reference or (the open one) by the owner's guard.
-                    unsafe { charge(&*groups[i], usec[i], self.user_frac) };
+                    let user = unsafe { charge(&*groups[i], usec[i], frac) };
+                    self.split_user_us += user;
+                    self.split_total_us += usec[i];
                 }
             }
             self.since_ns = cpu_now;
@@ -372,19 +380,54 @@ impl Feed {
     }
 }
 
+impl Feed {
+    /// The user share to split this reconciliation's group charges by
+    /// (`usec`, of `groups`; null: no group): the share that brings the
+    /// user µs charged since the record's start to `user_frac` of all µs
+    /// charged, as near as this interval allows (none of it, or all). With
+    /// a fresh sample that is the interval's own split; an earlier charge
+    /// made with a stale one (a sample is taken at most each 10 ms of the
+    /// thread's time, by the charger each ten ticks) is made good here, so
+    /// the thread's charges follow the kernel's split of its time.
+    fn interval_user_frac(&self, groups: &[*const GroupInner], usec: &[u64]) -> u32 {
+        let now: u64 = groups
+            .iter()
+            .zip(usec)
+            .filter(|(g, _)| !g.is_null())
+            .map(|(_, &u)| u)
+            .sum();
+        if now == 0 {
+            return self.user_frac;
+        }
+        let total = u128::from(self.split_total_us + now);
+        let target = (total * u128::from(self.user_frac.min(clock::SPLIT_ONE))) >> 16;
+        let want = target
+            .saturating_sub(u128::from(self.split_user_us))
+            .min(u128::from(now));
+        u32::try_from((want << 16) / u128::from(now)).unwrap_or(clock::SPLIT_ONE)
+    }
+}
+
 pub(crate) fn lock(f: &Mutex<Feed>) -> MutexGuard<'_, Feed> {
     f.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Add `usec` of CPU time to `group`'s `cpu` stats, split by `user_frac`.
-/// Nothing if the group's engine has no `cpu` controller.
-fn charge(group: &GroupInner, usec: u64, user_frac: u32) {
-    let Some(id) = group.engine.cpu_ctl_id else {
-        return;
-    };
+/// Add `usec` of CPU time to `group`'s `cpu` stats, split by `user_frac`
+/// (nothing if the group's engine has no `cpu` controller); the user µs of
+/// the split.
+fn charge(group: &GroupInner, usec: u64, user_frac: u32) -> u64 {
     // More than i64::MAX µs (292,000 years) in one slice cannot happen.
     let usec = i64::try_from(usec).unwrap_or(i64::MAX);
     let (user, system) = split(usec, user_frac);
+    if let Some(id) = group.engine.cpu_ctl_id {
+        charge_css(group, id, [usec, user, system]);
+    }
+    user as u64
+}
+
+/// Add `stats` (usage, user, system µs) to the `cpu` css of `group` (id
+/// `id`), or of its nearest ancestor that has one.
+fn charge_css(group: &GroupInner, id: usize, stats: [i64; 3]) {
     // Every group gets the cpu controller's state at creation (it is
     // registered with the engine), so the first probe finds it; the walk
     // up is the general rule for controllers registered later.
@@ -402,6 +445,7 @@ fn charge(group: &GroupInner, usec: u64, user_frac: u32) {
     // SAFETY: the css lives as long as its group, which the caller keeps
     // referenced.
     let css = unsafe { &*css };
+    let [usec, user, system] = stats;
     let applied = css.add_many(
         css.path(),
         group.engine.nr_cpus,
@@ -412,7 +456,7 @@ fn charge(group: &GroupInner, usec: u64, user_frac: u32) {
     // it from its totals errs towards too little time charged by hand
     // (clamped at 0), never towards counting thread time twice.
     let attached = &group.engine.attached_cpu_us;
-    for (a, v) in attached.iter().zip([usec, user, system]) {
+    for (a, v) in attached.iter().zip(stats) {
         a.fetch_add(v as u64, Ordering::Relaxed);
     }
 }

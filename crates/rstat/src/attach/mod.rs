@@ -94,27 +94,31 @@
 //!
 //! **User and system time.** The kernel only samples a thread's
 //! user/system split at ticks and scales it to the runtime, and reading it
-//! costs a system call more. So each charge is split in the proportion the
-//! thread showed between the last two samples of it, and `user_usec +
-//! system_usec == usage_usec` always. Samples are taken
+//! costs a system call more. So charges follow the thread's split as of
+//! its last sample: each charge is split so that the user µs charged for
+//! the thread since it first entered a group come as near as the charge
+//! allows to the share of user time its samples show over that time, and
+//! `user_usec + system_usec == usage_usec` always. With a fresh sample
+//! that is the interval's own split; a charge made with an older one (or,
+//! before the first, with the thread's split of its life so far) is made
+//! good by the next charges. Samples are taken
 //!
-//! - by the thread, at its group changes (`getrusage(RUSAGE_THREAD)`, to
-//!   the µs), once 10 ms of its CPU time passed since the last sample;
+//! - by the thread, at its reconciliations (`getrusage(RUSAGE_THREAD)`,
+//!   to the µs), once 10 ms of its CPU time passed since the last sample;
 //! - by the periodic charger (and [`charge_all_threads`]), at its charges
 //!   (the thread's `/proc/self/task/TID/stat`, in whole clock ticks, 10 ms
 //!   at the usual 100 Hz), once the thread ran ten ticks since the last
-//!   sample (a thread's own samples also wait that long after one of
-//!   these).
+//!   sample.
 //!
-//! So the split lags a change in what the thread does by at most 10 ms
-//! of its CPU time when it changes groups (ten ticks, 100 ms, right after
-//! a sample by the charger), and by at most ten ticks inside a long stay:
-//! a stay of any length is split by its own user and system time, except
-//! for at most its first ten ticks, which can carry the proportion of the
-//! time before it. A sample from /proc is short by less than one tick in
-//! each figure, about a tenth of its interval at most. Where /proc cannot
-//! be read, long stays keep the split of the thread's last own sample
-//! until its next group change.
+//! So the split of a thread's charges lags what the thread does by at
+//! most 10 ms of its CPU time when it reconciles itself, and by at most
+//! ten ticks (100 ms) inside a long stay charged by the charger; the
+//! charges after a sample make up the difference, so a stay is split by
+//! its own user and system time except for what was charged in it before
+//! its first sample. A sample from /proc is short by less than one tick
+//! in each figure, of the thread's whole time since its first enter.
+//! Where /proc cannot be read, long stays keep the split of the thread's
+//! last own sample until it reconciles itself.
 //!
 //! # Two periods
 //!

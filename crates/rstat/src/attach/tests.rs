@@ -138,3 +138,36 @@ fn proc_times_match_the_threads_own_within_a_tick() {
         .join()
         .unwrap();
 }
+
+/// A charge made with a stale split (all user, say, before the thread's
+/// first sample) is made good by the next ones: the thread's user µs
+/// charged follow its sampled split of all its time, not only the last
+/// interval's.
+#[test]
+fn charges_catch_up_with_the_sampled_split() {
+    use super::clock::{SplitSample, SPLIT_ONE};
+    use super::feed::Feed;
+    let rs = Rstat::builder().periodic_flush(None).build().unwrap();
+    let a = rs.root().create_child("a").unwrap();
+    let _held = a.clone(); // keeps `a` alive while the feed points at it
+    let mut f = Feed::new();
+    f.restart(0, 0, None, (SplitSample::default(), SPLIT_ONE));
+    f.group = a.inner_ptr().as_ptr().cast_const();
+    // 100 µs charged as all user (the prior), then a sample shows half of
+    // the thread's time was system: the next 100 µs are all system.
+    drop(f.reconcile(100_000, 1_000));
+    f.user_frac = SPLIT_ONE / 2;
+    drop(f.reconcile(200_000, 2_000));
+    // An interval that cannot make up all of a larger gap gives what it
+    // has (all system), never a negative user charge.
+    f.user_frac = 0;
+    drop(f.reconcile(210_000, 3_000));
+    f.group = ptr::null();
+    let s = rs.cpu().unwrap().read_exact(&a).unwrap();
+    let (u, user, system) = (
+        s.get_local("usage_usec").unwrap(),
+        s.get_local("user_usec").unwrap(),
+        s.get_local("system_usec").unwrap(),
+    );
+    assert_eq!((u, user, system), (210, 100, 110));
+}
