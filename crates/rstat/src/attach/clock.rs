@@ -293,6 +293,27 @@ impl SplitSample {
         self.resample_now(now_ns, proc_thread_times_us(tid))
     }
 
+    /// A sample of `now` (user, system µs) for a record that started at
+    /// `base`, for tests of the split.
+    #[cfg(all(test, not(rstat_loom)))]
+    pub(crate) fn for_test(base: (u64, u64), now: (u64, u64)) -> SplitSample {
+        SplitSample {
+            at_ns: 0,
+            user_us: now.0,
+            sys_us: now.1,
+            base_user_us: base.0,
+            base_sys_us: base.1,
+        }
+    }
+
+    /// The thread's user and system µs between its record's start and
+    /// this sample; `None` if it shows none (no sample since the start).
+    pub(crate) fn since_start(&self) -> Option<(u64, u64)> {
+        let user = self.user_us.saturating_sub(self.base_user_us);
+        let system = self.sys_us.saturating_sub(self.base_sys_us);
+        (user + system != 0).then_some((user, system))
+    }
+
     #[cold]
     fn resample_now(&mut self, now_ns: u64, times: Option<(u64, u64)>) -> Option<u32> {
         let (u, s) = times?;

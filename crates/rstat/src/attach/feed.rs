@@ -351,20 +351,24 @@ impl Feed {
             apportion::fill_shortest_first(&walls[..m], cpu, &mut shares[..m]);
             let mut usec = [0u64; N];
             apportion::to_units(&shares[..m], cpu, units, &mut usec[..m]);
-            let frac = self.interval_user_frac(&groups[..m], &usec[..m]);
+            let frac = self.interval_user_frac(units);
             for i in 0..m {
                 if usec[i] == 0 {
                     continue;
                 }
-                if groups[i].is_null() {
+                let user = if groups[i].is_null() {
                     self.unattributed_us += usec[i];
+                    // Not charged anywhere, but part of the thread's time
+                    // its samples split: counted as if it were.
+                    let usec = i64::try_from(usec[i]).unwrap_or(i64::MAX);
+                    split(usec, frac).0 as u64
                 } else {
                     // SAFETY: each non-null group is held by a segment's
                     // reference or (the open one) by the owner's guard.
-                    let user = unsafe { charge(&*groups[i], usec[i], frac) };
-                    self.split_user_us += user;
-                    self.split_total_us += usec[i];
-                }
+                    unsafe { charge(&*groups[i], usec[i], frac) }
+                };
+                self.split_user_us += user;
+                self.split_total_us += usec[i];
             }
             self.since_ns = cpu_now;
         }
@@ -381,26 +385,29 @@ impl Feed {
 }
 
 impl Feed {
-    /// The user share to split this reconciliation's group charges by
-    /// (`usec`, of `groups`; null: no group): the share that brings the
-    /// user µs charged since the record's start to `user_frac` of all µs
-    /// charged, as near as this interval allows (none of it, or all). With
-    /// a fresh sample that is the interval's own split; an earlier charge
-    /// made with a stale one (a sample is taken at most each 10 ms of the
-    /// thread's time, by the charger each ten ticks) is made good here, so
-    /// the thread's charges follow the kernel's split of its time.
-    fn interval_user_frac(&self, groups: &[*const GroupInner], usec: &[u64]) -> u32 {
-        let now: u64 = groups
-            .iter()
-            .zip(usec)
-            .filter(|(g, _)| !g.is_null())
-            .map(|(_, &u)| u)
-            .sum();
+    /// The user share to split this reconciliation's `now` µs by: the
+    /// share that brings the user µs counted since the record's start (its
+    /// charges, and its time in no group split the same way) to the share
+    /// of user time the thread's last sample shows since then, as near as
+    /// this interval allows (none of it, or all). With a fresh sample that
+    /// is the interval's own split; an earlier charge made with a stale
+    /// one (a sample is taken at most each 10 ms of the thread's time, by
+    /// the charger each ten ticks) is made good here, so the thread's
+    /// charges follow the kernel's split of its time. The target is
+    /// computed from the sample's microseconds, not a rounded fraction, so
+    /// a thread that lived for days is split as finely as a new one.
+    fn interval_user_frac(&self, now: u64) -> u32 {
         if now == 0 {
             return self.user_frac;
         }
-        let total = u128::from(self.split_total_us + now);
-        let target = (total * u128::from(self.user_frac.min(clock::SPLIT_ONE))) >> 16;
+        let total = u128::from(self.split_total_us) + u128::from(now);
+        let target = match self.split.since_start() {
+            Some((user, system)) => {
+                total * u128::from(user) / (u128::from(user) + u128::from(system))
+            }
+            // No sample since the start yet: the prior.
+            None => (total * u128::from(self.user_frac.min(clock::SPLIT_ONE))) >> 16,
+        };
         let want = target
             .saturating_sub(u128::from(self.split_user_us))
             .min(u128::from(now));

@@ -95,9 +95,12 @@
 //! **User and system time.** The kernel only samples a thread's
 //! user/system split at ticks and scales it to the runtime, and reading it
 //! costs a system call more. So charges follow the thread's split as of
-//! its last sample: each charge is split so that the user µs charged for
-//! the thread since it first entered a group come as near as the charge
-//! allows to the share of user time its samples show over that time, and
+//! its last sample: each charge is split so that the user µs counted for
+//! the thread since it first entered a group (its charges, and its time in
+//! no group split the same way) come as near as the charge allows to the
+//! share of user time its samples show over that time (computed from the
+//! samples' microseconds, so a thread that lived for days is split as
+//! finely as a new one), and
 //! `user_usec + system_usec == usage_usec` always. With a fresh sample
 //! that is the interval's own split; a charge made with an older one (or,
 //! before the first, with the thread's split of its life so far) is made

@@ -171,3 +171,34 @@ fn charges_catch_up_with_the_sampled_split() {
     );
     assert_eq!((u, user, system), (210, 100, 110));
 }
+
+/// The split follows the sample's microseconds, not a rounded fraction:
+/// after an hour of system time, 4 ms of user time are charged as user
+/// time (a fraction in 1/65536 would round them to system), and time in no
+/// group counts towards the thread's split as the groups' time does.
+#[test]
+fn a_long_lived_threads_split_is_as_fine_as_a_new_ones() {
+    use super::clock::{SplitSample, SPLIT_ONE};
+    use super::feed::Feed;
+    const HOUR_US: u64 = 3_600_000_000;
+    let rs = Rstat::builder().periodic_flush(None).build().unwrap();
+    let a = rs.root().create_child("a").unwrap();
+    let _held = a.clone(); // keeps `a` alive while the feed points at it
+    let mut f = Feed::new();
+    f.restart(0, 0, None, (SplitSample::default(), SPLIT_ONE));
+    // An hour in no group, all system time by the sample.
+    f.split = SplitSample::for_test((0, 0), (0, HOUR_US));
+    drop(f.reconcile(HOUR_US * 1000, 1_000));
+    // 4 ms in `a`, all user time by the next sample.
+    f.group = a.inner_ptr().as_ptr().cast_const();
+    f.split = SplitSample::for_test((0, 0), (4_000, HOUR_US));
+    drop(f.reconcile((HOUR_US + 4_000) * 1000, 2_000));
+    f.group = ptr::null();
+    let s = rs.cpu().unwrap().read_exact(&a).unwrap();
+    let (u, user, system) = (
+        s.get_local("usage_usec").unwrap(),
+        s.get_local("user_usec").unwrap(),
+        s.get_local("system_usec").unwrap(),
+    );
+    assert_eq!((u, user, system), (4_000, 4_000, 0));
+}
