@@ -163,12 +163,7 @@ fn charges_catch_up_with_the_sampled_split() {
     f.user_frac = 0;
     drop(f.reconcile(210_000, 3_000));
     f.group = ptr::null();
-    let s = rs.cpu().unwrap().read_exact(&a).unwrap();
-    let (u, user, system) = (
-        s.get_local("usage_usec").unwrap(),
-        s.get_local("user_usec").unwrap(),
-        s.get_local("system_usec").unwrap(),
-    );
+    let (u, user, system) = local_cpu(&rs, &a);
     assert_eq!((u, user, system), (210, 100, 110));
 }
 
@@ -194,11 +189,13 @@ fn a_long_lived_threads_split_is_as_fine_as_a_new_ones() {
     f.split = SplitSample::for_test((0, 0), (4_000, HOUR_US));
     drop(f.reconcile((HOUR_US + 4_000) * 1000, 2_000));
     f.group = ptr::null();
-    let s = rs.cpu().unwrap().read_exact(&a).unwrap();
-    let (u, user, system) = (
-        s.get_local("usage_usec").unwrap(),
-        s.get_local("user_usec").unwrap(),
-        s.get_local("system_usec").unwrap(),
-    );
+    let (u, user, system) = local_cpu(&rs, &a);
     assert_eq!((u, user, system), (4_000, 4_000, 0));
+}
+
+/// `g`'s own `(usage_usec, user_usec, system_usec)`, read exactly.
+fn local_cpu(rs: &Rstat, g: &Group) -> (i64, i64, i64) {
+    let s = rs.cpu().unwrap().read_exact(g).unwrap();
+    let get = |name| s.get_local(name).unwrap();
+    (get("usage_usec"), get("user_usec"), get("system_usec"))
 }
