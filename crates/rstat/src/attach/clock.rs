@@ -246,8 +246,8 @@ impl SplitSample {
 
     /// A first sample, by the thread itself: its totals so far, the base
     /// of the later samples' proportion, and the user fraction they show
-    /// (all user time for a thread with no time yet), a prior until the
-    /// next sample.
+    /// (all user time for a thread with no time yet): the prior, until a
+    /// sample shows time since the start.
     pub(crate) fn first(now_ns: u64) -> (SplitSample, u32) {
         let Some((user_us, sys_us)) = thread_rusage_us() else {
             return (
@@ -268,17 +268,15 @@ impl SplitSample {
         (s, fraction(user_us, sys_us).unwrap_or(SPLIT_ONE))
     }
 
-    /// The thread's own sample (`getrusage`), at `now_ns` of its CPU clock:
-    /// the user fraction of its time since its record's start, if at least
-    /// [`SPLIT_RESAMPLE_NS`] of CPU time passed since the last sample (by
-    /// the thread or the charger) and it has any. Only the thread itself
+    /// The thread's own sample (`getrusage`), at `now_ns` of its CPU clock,
+    /// taken if at least [`SPLIT_RESAMPLE_NS`] of CPU time passed since the
+    /// last sample (by the thread or the charger). Only the thread itself
     /// may call this.
     #[inline]
-    pub(crate) fn resample_own(&mut self, now_ns: u64) -> Option<u32> {
-        if now_ns.saturating_sub(self.at_ns) < SPLIT_RESAMPLE_NS {
-            return None;
+    pub(crate) fn resample_own(&mut self, now_ns: u64) {
+        if now_ns.saturating_sub(self.at_ns) >= SPLIT_RESAMPLE_NS {
+            self.resample_now(now_ns, thread_rusage_us());
         }
-        self.resample_now(now_ns, thread_rusage_us())
     }
 
     /// The charger's sample of thread `tid` (alive: the caller holds its
@@ -286,11 +284,13 @@ impl SplitSample {
     /// clock: as [`resample_own`](Self::resample_own), once at least
     /// [`COARSE_SAMPLE_TICKS`] ticks of CPU time passed since the last
     /// sample.
-    pub(crate) fn resample_proc(&mut self, now_ns: u64, tid: libc::pid_t) -> Option<u32> {
-        if now_ns.saturating_sub(self.at_ns) < coarse_interval_ns()? {
-            return None;
+    pub(crate) fn resample_proc(&mut self, now_ns: u64, tid: libc::pid_t) {
+        let Some(min) = coarse_interval_ns() else {
+            return;
+        };
+        if now_ns.saturating_sub(self.at_ns) >= min {
+            self.resample_now(now_ns, proc_thread_times_us(tid));
         }
-        self.resample_now(now_ns, proc_thread_times_us(tid))
     }
 
     /// A sample of `now` (user, system µs) for a record that started at
@@ -314,19 +314,18 @@ impl SplitSample {
         (user + system != 0).then_some((user, system))
     }
 
+    /// Record the figures `times` (none: the read failed, keep the last
+    /// sample). A /proc figure may be up to a tick below the `getrusage`
+    /// one at the start (both are the kernel's monotonic figures, cut
+    /// differently): [`since_start`](Self::since_start) counts such a
+    /// component as having gained nothing.
     #[cold]
-    fn resample_now(&mut self, now_ns: u64, times: Option<(u64, u64)>) -> Option<u32> {
-        let (u, s) = times?;
-        self.at_ns = now_ns;
-        self.user_us = u;
-        self.sys_us = s;
-        // A /proc figure may be up to a tick below the `getrusage` one at
-        // the start (both are the kernel's monotonic figures, cut
-        // differently): such a component gained nothing.
-        fraction(
-            u.saturating_sub(self.base_user_us),
-            s.saturating_sub(self.base_sys_us),
-        )
+    fn resample_now(&mut self, now_ns: u64, times: Option<(u64, u64)>) {
+        if let Some((u, s)) = times {
+            self.at_ns = now_ns;
+            self.user_us = u;
+            self.sys_us = s;
+        }
     }
 }
 

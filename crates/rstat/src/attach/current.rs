@@ -289,9 +289,7 @@ fn reconcile_own(f: &mut feed::Feed, _owner: &mut Owner, wall: u64) -> feed::Rel
     let now = clock::thread_cpu_ns().unwrap_or(f.since_ns);
     // Under the lock: the charger may have sampled since (the check then
     // sees less time passed than the interval and reads nothing).
-    if let Some(fr) = f.split.resample_own(now) {
-        f.user_frac = fr;
-    }
+    f.split.resample_own(now);
     f.reconcile(now, wall)
 }
 

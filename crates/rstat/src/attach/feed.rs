@@ -190,10 +190,10 @@ pub(crate) struct Feed {
     /// The thread's clock and kernel thread ids, for the charger; `None`
     /// once the thread started exiting (or where there are none).
     pub(crate) thread: Option<ThreadIds>,
-    /// The share of user time, in 1/[`clock::SPLIT_ONE`], of the thread's
-    /// time since its record's start, at the last sample: the split its
-    /// charges are brought to (`reconcile`).
-    pub(crate) user_frac: u32,
+    /// The prior share of user time, in 1/[`clock::SPLIT_ONE`]: the
+    /// thread's split of its life before its record started, which charges
+    /// follow until a sample shows time since (`interval_user_frac`).
+    user_frac: u32,
     /// µs charged to groups since the record's start, and of those, µs of
     /// user time.
     split_total_us: u64,
@@ -356,18 +356,20 @@ impl Feed {
                 if usec[i] == 0 {
                     continue;
                 }
-                let user = if groups[i].is_null() {
+                // More than i64::MAX µs (292,000 years) in one slice
+                // cannot happen.
+                let us = i64::try_from(usec[i]).unwrap_or(i64::MAX);
+                let (user, system) = split(us, frac);
+                if groups[i].is_null() {
+                    // Charged nowhere, but part of the thread's time its
+                    // samples split: counted below as if it were.
                     self.unattributed_us += usec[i];
-                    // Not charged anywhere, but part of the thread's time
-                    // its samples split: counted as if it were.
-                    let usec = i64::try_from(usec[i]).unwrap_or(i64::MAX);
-                    split(usec, frac).0 as u64
                 } else {
                     // SAFETY: each non-null group is held by a segment's
                     // reference or (the open one) by the owner's guard.
-                    unsafe { charge(&*groups[i], usec[i], frac) }
-                };
-                self.split_user_us += user;
+                    unsafe { charge(&*groups[i], [us, user, system]) };
+                }
+                self.split_user_us += user as u64;
                 self.split_total_us += usec[i];
             }
             self.since_ns = cpu_now;
@@ -382,9 +384,7 @@ impl Feed {
         self.nr_segs = 0;
         released
     }
-}
 
-impl Feed {
     /// The user share to split this reconciliation's `now` µs by: the
     /// share that brings the user µs counted since the record's start (its
     /// charges, and its time in no group split the same way) to the share
@@ -419,22 +419,13 @@ pub(crate) fn lock(f: &Mutex<Feed>) -> MutexGuard<'_, Feed> {
     f.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Add `usec` of CPU time to `group`'s `cpu` stats, split by `user_frac`
-/// (nothing if the group's engine has no `cpu` controller); the user µs of
-/// the split.
-fn charge(group: &GroupInner, usec: u64, user_frac: u32) -> u64 {
-    // More than i64::MAX µs (292,000 years) in one slice cannot happen.
-    let usec = i64::try_from(usec).unwrap_or(i64::MAX);
-    let (user, system) = split(usec, user_frac);
-    if let Some(id) = group.engine.cpu_ctl_id {
-        charge_css(group, id, [usec, user, system]);
-    }
-    user as u64
-}
-
-/// Add `stats` (usage, user, system µs) to the `cpu` css of `group` (id
-/// `id`), or of its nearest ancestor that has one.
-fn charge_css(group: &GroupInner, id: usize, stats: [i64; 3]) {
+/// Add `stats` (usage, user and system µs) to `group`'s `cpu` stats (or
+/// its nearest ancestor's that has them); nothing if the group's engine
+/// has no `cpu` controller.
+fn charge(group: &GroupInner, stats: [i64; 3]) {
+    let Some(id) = group.engine.cpu_ctl_id else {
+        return;
+    };
     // Every group gets the cpu controller's state at creation (it is
     // registered with the engine), so the first probe finds it; the walk
     // up is the general rule for controllers registered later.
@@ -485,9 +476,7 @@ pub(crate) fn charge_from_outside(feed: &Mutex<Feed>) {
     let Some(ids) = f.thread else { return };
     let wall = clock::mono_ns();
     let released = clock::read_clock(ids.clock).map(|now| {
-        if let Some(fr) = f.split.resample_proc(now, ids.tid) {
-            f.user_frac = fr;
-        }
+        f.split.resample_proc(now, ids.tid);
         f.reconcile(now, wall)
     });
     drop(f);

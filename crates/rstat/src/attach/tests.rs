@@ -156,11 +156,11 @@ fn charges_catch_up_with_the_sampled_split() {
     // 100 µs charged as all user (the prior), then a sample shows half of
     // the thread's time was system: the next 100 µs are all system.
     drop(f.reconcile(100_000, 1_000));
-    f.user_frac = SPLIT_ONE / 2;
+    f.split = SplitSample::for_test((0, 0), (100, 100));
     drop(f.reconcile(200_000, 2_000));
     // An interval that cannot make up all of a larger gap gives what it
     // has (all system), never a negative user charge.
-    f.user_frac = 0;
+    f.split = SplitSample::for_test((0, 0), (0, 210));
     drop(f.reconcile(210_000, 3_000));
     f.group = ptr::null();
     let (u, user, system) = local_cpu(&rs, &a);
