@@ -11,11 +11,12 @@
 //! - **system**: the inner allocator alone;
 //! - **accounted**: `Accounted<inner>`, bound to a memory controller
 //!   with [`heap_config`] (a 256 KiB stock batch);
-//! - **eager**: an owner trailer like ours, but every ancestor's shared
-//!   atomic charged on each allocation and free (tracking-allocator's
-//!   shape);
+//! - **eager**: an owner word placed like ours (a header before objects
+//!   aligned to 8 or less, a trailer after the others), but every
+//!   ancestor's shared atomic charged on each allocation and free
+//!   (tracking-allocator's shape);
 //! - **group counter**: the cheapest flat per-tenant tracker: the same
-//!   owner trailer and one shared atomic per group, nothing else (no
+//!   owner word and one shared atomic per group, nothing else (no
 //!   hierarchy, no limits, no events): what a service hand-rolls to know
 //!   each tenant's heap;
 //! - **thread batch**: ClickHouse's `MemoryTracker` shape: a per-thread
@@ -111,11 +112,11 @@ pub struct Report {
     pub system_mops: f64,
     /// `Accounted<System>`.
     pub accounted_mops: f64,
-    /// The eager tracker (owner trailer, every ancestor's shared atomic).
+    /// The eager tracker (owner word, every ancestor's shared atomic).
     pub eager_mops: f64,
     /// The thread batch tracker (4 MiB per thread, no owner).
     pub thread_batch_mops: f64,
-    /// The group counter tracker (owner trailer, one shared atomic per
+    /// The group counter tracker (owner word, one shared atomic per
     /// group, no hierarchy).
     pub group_counter_mops: f64,
     /// The accounted allocator's extra time per operation over the system

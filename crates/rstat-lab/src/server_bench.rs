@@ -26,7 +26,7 @@
 //! - **peers**: what services run today: a `tokio-metrics` `TaskMonitor`
 //!   per tenant instrumenting the request, `prometheus` `IntCounterVec`s
 //!   (children cached per tenant), and a per-tenant counting allocator
-//!   (an owner trailer and one shared atomic per tenant, set per poll by
+//!   (an owner word and one shared atomic per tenant, set per poll by
 //!   a wrapper as allocation trackers do).
 //!
 //! The allocators are called through their `GlobalAlloc` methods, not

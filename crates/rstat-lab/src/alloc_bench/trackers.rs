@@ -1,6 +1,6 @@
 //! The trackers `rstat bench alloc` measures `Accounted` against, and the
 //! set of five allocators over one inner allocator: [`Eager`] (an owner
-//! trailer, every ancestor's shared atomic charged on each call; over
+//! word placed as ours, every ancestor's shared atomic charged on each call; over
 //! parentless nodes, the group counter tracker: one shared atomic per
 //! group) and [`ThreadBatch`] (a per-thread untracked amount flushed past
 //! [`THREAD_BATCH`], no owner), both charging [`Node`]s, the trackers'
@@ -49,7 +49,7 @@ thread_local! {
     static UNTRACKED: Cell<i64> = const { Cell::new(0) };
 }
 
-/// The eager tracker: an owner trailer, every level charged per call.
+/// The eager tracker: an owner word, every level charged per call.
 pub(crate) struct Eager<I>(I);
 
 impl<I> Eager<I> {
@@ -59,43 +59,56 @@ impl<I> Eager<I> {
     }
 }
 
-fn trailer_layout(l: Layout) -> (Layout, usize) {
+/// The inner layout of an object of `l`, and the offsets of the object
+/// and of its owner word in the inner block: placed as `Accounted` places
+/// them (a header before objects aligned to 8 or less, a trailer after the
+/// others), so the trackers and ours touch the same lines.
+fn owned_layout(l: Layout) -> (Layout, usize, usize) {
     let body = l.size().next_multiple_of(8);
-    (
-        Layout::from_size_align(body + 8, l.align().max(8)).expect("layout"),
-        body,
-    )
+    let il = Layout::from_size_align(body + 8, l.align().max(8)).expect("layout");
+    if l.align() <= 8 {
+        (il, 8, 0)
+    } else {
+        (il, 0, body)
+    }
 }
 
 // SAFETY: blocks come from the inner allocator with a layout at least as
-// large and aligned; `dealloc` recomputes the same layout.
+// large and aligned, the object at an offset that keeps it aligned;
+// `dealloc` recomputes the same layout and offsets.
 unsafe impl<I: GlobalAlloc> GlobalAlloc for Eager<I> {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let (il, body) = trailer_layout(l);
+        let (il, object, owner_at) = owned_layout(l);
         let node = NODE.with(Cell::get);
         if let Some(n) = node {
             n.add((l.size() + overhead(l.size())) as i64);
         }
         // SAFETY: non-zero size.
         let p = unsafe { self.0.alloc(il) };
-        if !p.is_null() {
-            let owner = node.map_or(core::ptr::null(), |n| n as *const Node);
-            // SAFETY: the trailer is the block's last 8 bytes, aligned.
-            unsafe { p.add(body).cast::<*const Node>().write(owner) };
+        if p.is_null() {
+            return p;
         }
-        p
+        let owner = node.map_or(core::ptr::null(), |n| n as *const Node);
+        // SAFETY: the owner word is 8 bytes of the block, aligned; the
+        // object lies inside it.
+        unsafe {
+            p.add(owner_at).cast::<*const Node>().write(owner);
+            p.add(object)
+        }
     }
 
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        let (il, body) = trailer_layout(l);
+        let (il, object, owner_at) = owned_layout(l);
+        // SAFETY: `p` is `object` bytes into a block of `il`.
+        let block = unsafe { p.sub(object) };
         // SAFETY: written by `alloc`.
-        let owner = unsafe { p.add(body).cast::<*const Node>().read() };
+        let owner = unsafe { block.add(owner_at).cast::<*const Node>().read() };
         // SAFETY: nodes are leaked (never freed).
         if let Some(n) = unsafe { owner.as_ref() } {
             n.add(-((l.size() + overhead(l.size())) as i64));
         }
         // SAFETY: from `alloc` with `il`.
-        unsafe { self.0.dealloc(p, il) }
+        unsafe { self.0.dealloc(block, il) }
     }
 }
 

@@ -70,7 +70,7 @@ pub enum Variant {
     Request,
     /// What services run today: a `tokio-metrics` `TaskMonitor` per
     /// tenant, `prometheus` counters (children cached per tenant) and a
-    /// counting allocator (owner trailer, one atomic per tenant).
+    /// counting allocator (owner word, one atomic per tenant).
     Peers,
 }
 

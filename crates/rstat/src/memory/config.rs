@@ -61,7 +61,7 @@ pub fn stat_unit(batch: u64) -> u64 {
 /// past `memory.max`, and `failcnt`, charges refused; then the accounting
 /// allocator's ([`crate::alloc`]): `heap`, bytes of live heap objects
 /// (as the program asked for them), `heap_overhead`, the bytes the
-/// allocator added to them (its per-object trailer and padding; `heap +
+/// allocator added to them (its per-object owner word and padding; `heap +
 /// heap_overhead` is what the objects charge), `heap_allocs` and
 /// `heap_frees`, objects allocated and freed (a `realloc` is neither),
 /// and `heap_reparented`, bytes of objects of removed groups uncharged

@@ -260,7 +260,7 @@ impl Memory {
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
-            "rstat: refused a heap allocation of {n} bytes (object and trailer) in group {:?} \
+            "rstat: refused a heap allocation of {n} bytes (object and owner word) in group {:?} \
              (HeapLimitMode::Enforce): {e}. A fallible allocation (try_reserve) gets an error; \
              an infallible one aborts the process next. HeapLimitMode::Kill cancels the \
              group's work instead. (Reported once per group.)",

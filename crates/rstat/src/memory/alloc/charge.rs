@@ -206,7 +206,7 @@ impl<A> Accounted<A> {
         )
     }
 
-    /// Uncharge the object whose trailer holds `owner`, giving back its
+    /// Uncharge the object whose owner word holds `owner`, giving back its
     /// reference on the handle.
     #[inline(always)]
     pub(super) fn uncharge(&self, owner: NonNull<ObjCg>, size: usize, overhead: usize) {
@@ -221,7 +221,7 @@ impl<A> Accounted<A> {
             Some(b) => {
                 let cpu = b.mem.this_cpu();
                 // SAFETY: the object's reference, given back once (its
-                // trailer is not read again: the object is being freed).
+                // owner word is not read again: the object is being freed).
                 unsafe {
                     b.mem
                         .heap_uncharge(owner, size as u64, overhead as u64, cpu)

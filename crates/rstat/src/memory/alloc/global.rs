@@ -1,5 +1,5 @@
-//! The `GlobalAlloc` impl of [`Accounted`]: each block gets its trailer
-//! (`layout`), is charged after the inner allocator returned it and
+//! The `GlobalAlloc` impl of [`Accounted`]: each block gets its owner
+//! word (`layout`), is charged after the inner allocator returned it and
 //! uncharged before it goes back (`charge`), and `realloc` charges or
 //! uncharges only the difference.
 
@@ -7,16 +7,17 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::ptr::NonNull;
 
 use super::accounted::Accounted;
-use super::layout::{inner_layout, trailer};
+use super::layout::{block_of, inner_layout, object_of, owner_word};
 // std's, as the allocator's atomics are (see `accounted`).
 use std::sync::atomic::Ordering;
 
 // SAFETY: every block handed out comes from `inner` with a layout at least
-// as large and as aligned as the caller's (`inner_layout`), starting at the
-// inner block's start; `dealloc` and `realloc` recompute the same inner
-// layout from the caller's layout, as `GlobalAlloc` requires callers to
-// pass the layout the block was allocated with. The trailer lies past the
-// caller's bytes, inside the inner block. Nothing here unwinds (no panic
+// as large and as aligned as the caller's (`inner_layout`), the object at
+// `object_of` the inner block; `dealloc` and `realloc` recompute the same
+// inner layout and block (`block_of`) from the caller's layout, as
+// `GlobalAlloc` requires callers to pass the layout the block was
+// allocated with. The owner word lies outside the caller's bytes, inside
+// the inner block. Nothing here unwinds (no panic
 // on any path: the charge path's errors are values).
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
     #[inline]
@@ -39,7 +40,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
         };
 
         // SAFETY: `ptr` came from `alloc_with` for `layout`.
-        let owner = unsafe { *trailer(ptr, layout.size()) };
+        let (owner, block) = unsafe { (*owner_word(ptr, layout), block_of(ptr, layout)) };
         match NonNull::new(owner) {
             Some(o) => {
                 if !self.uncharge_fast(o, layout.size(), overhead) {
@@ -49,7 +50,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
             None => self.count_pass_free(il.size()),
         }
         // SAFETY: allocated by `inner` with `il` (module invariant).
-        unsafe { self.inner.dealloc(ptr, il) }
+        unsafe { self.inner.dealloc(block, il) }
     }
 
     #[inline]
@@ -65,22 +66,25 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
         };
 
         // SAFETY: `ptr` came from us for `layout`.
-        let owner = unsafe { *trailer(ptr, layout.size()) };
+        let (owner, block) = unsafe { (*owner_word(ptr, layout), block_of(ptr, layout)) };
         let old = (layout.size(), old_ovh);
         let new = (new_size, new_ovh);
         let Some(o) = NonNull::new(owner) else {
             // SAFETY: `ptr` was allocated by `inner` with `il`; the new
             // size is non-zero and fits (checked by `inner_layout`).
-            let p = unsafe { self.inner.realloc(ptr, il, new_il.size()) };
-            if !p.is_null() {
-                // SAFETY: `p` is a block of `new_il`; the trailer is inside.
-                unsafe { *trailer(p, new_size) = core::ptr::null_mut() };
-                // Relaxed: counts (see `pass_through`).
-                self.pass_bytes_out
-                    .fetch_add(il.size() as u64, Ordering::Relaxed);
-                self.pass_bytes_in
-                    .fetch_add(new_il.size() as u64, Ordering::Relaxed);
+            let p = unsafe { self.inner.realloc(block, il, new_il.size()) };
+            if p.is_null() {
+                return p;
             }
+            // SAFETY: `p` is a block of `new_il`, for `new_layout`.
+            let p = unsafe { object_of(p, new_layout) };
+            // SAFETY: as above; the owner word is inside.
+            unsafe { *owner_word(p, new_layout) = core::ptr::null_mut() };
+            // Relaxed: counts (see `pass_through`).
+            self.pass_bytes_out
+                .fetch_add(il.size() as u64, Ordering::Relaxed);
+            self.pass_bytes_in
+                .fetch_add(new_il.size() as u64, Ordering::Relaxed);
             return p;
         };
         let grow = new.0 + new.1 > old.0 + old.1;
@@ -88,7 +92,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
             return core::ptr::null_mut(); // refused; the old block is intact
         }
         // SAFETY: as above.
-        let p = unsafe { self.inner.realloc(ptr, il, new_il.size()) };
+        let p = unsafe { self.inner.realloc(block, il, new_il.size()) };
         if p.is_null() {
             if grow {
                 // Give back what was charged for the growth.
@@ -96,9 +100,12 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
             }
             return p;
         }
-        // SAFETY: `p` is a block of `new_il`; the trailer is inside. The
+        // SAFETY: `p` is a block of `new_il`, for `new_layout`; the owner
+        // word is inside (a header was moved with the bytes already). The
         // owner's reference moves with it.
-        unsafe { *trailer(p, new_size) = owner };
+        let p = unsafe { object_of(p, new_layout) };
+        // SAFETY: as above.
+        unsafe { *owner_word(p, new_layout) = owner };
         if !grow {
             self.resize(o, old, new);
         }
@@ -135,11 +142,11 @@ impl<A: GlobalAlloc> Accounted<A> {
         if owner.is_none() {
             self.count_pass_alloc(il.size());
         }
-        // SAFETY: `p` is a block of `il`, whose last 8 bytes are the
-        // trailer (aligned to 8).
-        unsafe {
-            *trailer(p, layout.size()) = owner.map_or(core::ptr::null_mut(), NonNull::as_ptr)
-        };
-        p
+        // SAFETY: `p` is a block of `il`, which holds the object and its
+        // owner word (aligned to 8).
+        let obj = unsafe { object_of(p, layout) };
+        // SAFETY: as above.
+        unsafe { *owner_word(obj, layout) = owner.map_or(core::ptr::null_mut(), NonNull::as_ptr) };
+        obj
     }
 }

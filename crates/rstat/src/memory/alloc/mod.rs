@@ -32,13 +32,18 @@
 //!
 //! # The path of an allocation
 //!
-//! 1. **Layout**: the object gets an 8-byte *trailer* after its bytes,
-//!    rounded up to 8 ([`overhead`]); the inner allocator is asked for
-//!    `round_up(size, 8) + 8` bytes at `max(align, 8)`. The object starts
-//!    where the inner block starts, so **every alignment works at the same
-//!    cost**: the overhead is `8 + (8 - size % 8) % 8` bytes, 8 to 15, for
-//!    any alignment (a header before the object would cost `align` bytes
-//!    for alignments above 16).
+//! 1. **Layout**: the object gets an 8-byte *owner word*
+//!    ([`OWNER_WORD`]); the inner allocator is asked for
+//!    `round_up(size, 8) + 8` bytes at `max(align, 8)`, so **every
+//!    alignment costs the same**: the overhead is `8 + (8 - size % 8) % 8`
+//!    bytes, 8 to 15 ([`overhead`]). For alignments up to 8 (nearly every
+//!    object) the word is a *header*: the block's first 8 bytes, the
+//!    object right after. A free then reads a line the program and the
+//!    inner allocator's own free (its free-list link) touch anyway, so an
+//!    object gone cold in another thread's cache costs one miss, not two.
+//!    Above 8 it is a *trailer* after the object's bytes rounded up to 8
+//!    (the object starts where the block does), as a header would have to
+//!    be a whole alignment long.
 //! 2. **Whom to charge**: the thread's current group
 //!    ([`Group::enter`](crate::Group::enter), read through a destructor-free
 //!    thread-local, no allocation), or the bound engine's root if the
@@ -56,7 +61,7 @@
 //!    ([`Memory::reclaim_high`]), and the allocating work owes a delay
 //!    ([`crate::attach::throttle_point`]; a scoped future's next poll is
 //!    held back).
-//! 4. **Owner**: the trailer records the group's *owner handle*
+//! 4. **Owner**: the owner word records the group's *owner handle*
 //!    (`memory::objcg`, the kernel's `obj_cgroup`: a small
 //!    reference-counted object each group's memory state owns), holding one
 //!    reference on it. The reference is taken from this CPU's stock slot,
@@ -83,7 +88,7 @@
 //! `memory.max` if need be and counted as such; the next allocation made
 //! outside catches up.
 //!
-//! A free reads the trailer and gives the object's bytes and its reference
+//! A free reads the owner word and gives the object's bytes and its reference
 //! on the handle back to the group that was charged, whatever thread frees
 //! it (not the freeing thread's group), counting `heap_frees`. **Fast
 //! path**: this CPU's stock (under its lock) has a slot for the handle's
@@ -119,7 +124,8 @@
 //! both paths against a racing removal and address reuse.
 //! `realloc` keeps the inner allocator's in-place growth: it charges (or
 //! uncharges) only the difference to the group the object's handle names
-//! and moves the trailer. A growth is charged *before* the inner allocator
+//! and rewrites the owner word (a trailer moves; a header moved with the
+//! bytes). A growth is charged *before* the inner allocator
 //! is asked, as the kernel charges before it uses (undoing a reallocation
 //! the charge then refused could itself fail): if the inner allocator
 //! refuses, the growth is uncharged again, and the object's counts are
@@ -163,7 +169,7 @@
 //! # Binding: how a `static` allocator finds its controller
 //!
 //! An [`Accounted`] starts unbound: a pass-through that still adds the
-//! trailer (so any object can be freed later, bound or not) with no owner,
+//! owner word (so any object can be freed later, bound or not) with no owner,
 //! and counts what passes through ([`Accounted::pass_through`]). This is
 //! what happens before `main` and until [`install`](Accounted::install).
 //! `install(&rstat, &memory)` binds it to a controller (it keeps a clone of the
@@ -196,7 +202,7 @@
 //! [`NR_STOCK`](crate::memory::NR_STOCK)), plain adds in the slot (units,
 //! the handle reference: a shared atomic add once per 64 objects; the
 //! stat deltas: the per-CPU stat adds once per 64 operations), the
-//! trailer store. A free on the fast path: the trailer and the handle's
+//! owner word's store. A free on the fast path: the owner word and the handle's
 //! `stocks` field, the lock, the same probe and adds. So the fast path
 //! adds a cost of its own to each allocation and free, over the inner
 //! allocator's, that does not depend on the tree's depth; and since it
@@ -225,8 +231,8 @@
 //! while its object lives, the engine dropped, uninstall) and
 //! `tests/alloc_mimalloc.rs` (`--features mimalloc`). CI runs the first two
 //! under Miri with Tree Borrows (Stacked Borrows rejects reading the
-//! trailer through the pointer a `Box` gives back, whose tag covers only
-//! the object) and under AddressSanitizer; the owner handle's reparenting
+//! owner word through the pointer a `Box` gives back, whose tag covers
+//! only the object) and under AddressSanitizer; the owner handle's reparenting
 //! against a racing free has a loom model in `memory::tests_loom`, the
 //! deferred-release stack one in `group`.
 //!
@@ -237,7 +243,7 @@
 //! fields; bindings are never freed, so a racing `uninstall` cannot leave
 //! a reader with a dangling one. The retired list is push-only (`Release`
 //! push, `Acquire` reads). Pass-through counters are `Relaxed` counts.
-//! The owner handle in each object's trailer is written before the block
+//! The owner handle in each object's owner word is written before the block
 //! is returned and read by the free, which the program orders after the
 //! allocation. Where a handle's objects go is read under a stock lock and
 //! changed only by a group's removal, which then waits for every stock
@@ -267,4 +273,6 @@ mod layout;
 pub(super) mod reentry;
 
 pub use accounted::{Accounted, InstallError, PassThrough};
-pub use layout::{drift_bound, heap_config, overhead, HEAP_BATCH, TRAILER};
+#[allow(deprecated)]
+pub use layout::TRAILER;
+pub use layout::{drift_bound, heap_config, overhead, HEAP_BATCH, OWNER_WORD};
