@@ -545,7 +545,8 @@ pub fn table(r: &Report) -> String {
         String::new()
     };
     format!(
-        "rstat bench enter: {} operations x {} interleaved samples (median), one pinned thread\n{}\n\n\
+        "rstat bench enter: {} operations x {} interleaved samples (median), one pinned thread, \
+         group changes read the {} clock\n{}\n\n\
          {:<34} {:>10}\n\
          {:<34} {:>10.1}\n{:<34} {:>10.1}\n{:<34} {:>10.1}\n{:<34} {:>10.1}\n\
          {:<34} {:>10.1}\n{:<34} {:>10.1}\n{:<34} {:>10.1}\n{:<34} {:>10.1}\n{:<34} {:>10.1}\n\n\
@@ -558,6 +559,7 @@ pub fn table(r: &Report) -> String {
          truth = the thread's CPU clock around each request; max error {:.3}%\n{}{}",
         r.iters,
         r.samples,
+        rstat::attach::switch_clock(),
         r.machine.line(),
         "operation",
         "ns",

@@ -4,8 +4,9 @@
 //!   the scheduler's exact runtime of the thread, in nanoseconds,
 //!   including the slice running now. Linux serves it with a system call
 //!   (the vDSO covers wall clocks only), so the feed reads it only at
-//!   reconciliations; changes of group read the monotonic clock
-//!   ([`mono_ns`], vDSO).
+//!   reconciliations; changes of group read the segment clock (`tick`:
+//!   the TSC where the kernel keeps time with it, else the vDSO's
+//!   monotonic clock).
 //! - Another thread's: the same clock through the id
 //!   `pthread_getcpuclockid` gives for it, valid while the thread lives
 //!   (the periodic charger reads it; `feed` stops reading before the

@@ -27,6 +27,7 @@ use std::sync::Mutex;
 use super::charger;
 use super::clock::{self, SplitSample};
 use super::feed::{self, Feed};
+use super::tick;
 use crate::group::{Group, GroupInner};
 
 /// The thread's current group and record. No destructor (checked below).
@@ -182,7 +183,7 @@ pub(crate) fn this_thread_rec() -> Option<&'static ThreadRec> {
             // clock (it may die without telling).
             let hooked = EXIT.try_with(|_| ()).is_ok();
             let now = clock::thread_cpu_ns().unwrap_or(0);
-            let wall = clock::mono_ns();
+            let wall = tick::now_ns();
             let split = SplitSample::first(now);
             // SAFETY: the record was just taken from the pool, so this
             // thread is its only user.
@@ -237,7 +238,7 @@ pub(crate) fn release_rec(c: &Current, rec: &'static ThreadRec) {
 }
 
 /// The thread's current group changes to `to` (null: none): close the
-/// segment spent in the feed's group (a monotonic clock read) and switch
+/// segment spent in the feed's group (a segment clock read, `tick`) and switch
 /// the feed; reconcile with the thread's CPU clock only when one is due
 /// (see `feed.rs`).
 #[inline]
@@ -247,7 +248,7 @@ pub(crate) fn switch(rec: &ThreadRec, owner: &mut Owner, to: *const GroupInner) 
         feed::lock(&rec.feed).group = to;
         return;
     }
-    let now = clock::mono_ns();
+    let now = tick::now_ns();
     let mut f = feed::lock(&rec.feed);
     // An exiting thread is out of the charger's reach: it reconciles at
     // each change.
@@ -282,7 +283,8 @@ pub(crate) fn switch_exact(rec: &ThreadRec, owner: &mut Owner, to: *const GroupI
 }
 
 /// Read this thread's CPU clock (and, at most every 10 ms of CPU time,
-/// its user/system split) and reconcile the feed at `wall` (monotonic).
+/// its user/system split) and reconcile the feed at `wall` (the segment
+/// clock, `tick`).
 /// `_owner` witnesses that the caller is the record's thread: the clock
 /// and `getrusage` read the calling thread.
 fn reconcile_own(f: &mut feed::Feed, _owner: &mut Owner, wall: u64) -> feed::Released {
@@ -299,7 +301,7 @@ fn charged_to_now<'r>(
     rec: &'r ThreadRec,
     owner: &mut Owner,
 ) -> (std::sync::MutexGuard<'r, feed::Feed>, feed::Released) {
-    let wall = clock::mono_ns();
+    let wall = tick::now_ns();
     let mut f = feed::lock(&rec.feed);
     let released = reconcile_own(&mut f, owner, wall);
     (f, released)

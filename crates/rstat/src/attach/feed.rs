@@ -7,7 +7,7 @@
 //! charged. Two parties advance it, each under the feed's lock:
 //!
 //! 1. the thread itself, whenever its current group changes: close the
-//!    open segment at the monotonic clock ([`Feed::close_segment`]), and
+//!    open segment at the segment clock (`tick`; [`Feed::close_segment`]), and
 //!    reconcile when one is due (the attach module's "CPU time" says
 //!    when);
 //! 2. the periodic charger (another thread): read the thread's clock
@@ -51,6 +51,7 @@ use std::time::Duration;
 
 use super::apportion;
 use super::clock::{self, split, SplitSample, ThreadIds};
+use super::tick;
 use crate::engine::CPU_STAT_NAMES;
 use crate::group::{Group, GroupInner};
 use crate::sync::Ordering;
@@ -58,7 +59,8 @@ use crate::sync::Ordering;
 /// How a thread's CPU time is attributed to its groups (process-wide).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CpuMode {
-    /// Read the monotonic clock (no system call) at every change of the
+    /// Read a clock (the TSC or the vDSO's monotonic clock: no system
+    /// call; see [`switch_clock`](crate::attach::switch_clock)) at every change of the
     /// current group and share the thread's CPU time among its groups by
     /// wall time at each reconciliation, read from its CPU clock: a
     /// thread's charges sum to its CPU time to the µs at every
@@ -170,13 +172,13 @@ pub(crate) struct Feed {
     /// The thread's CPU clock (ns) up to which its time was charged: the
     /// last reconciliation.
     pub(crate) since_ns: u64,
-    /// The monotonic clock (ns) at the last reconciliation.
+    /// The segment clock (ns, `tick`) at the last reconciliation.
     pub(crate) since_wall: u64,
-    /// The monotonic clock (ns) at which the open segment (in `group`)
+    /// The segment clock (ns) at which the open segment (in `group`)
     /// began: the later of the change to `group` and the last
     /// reconciliation.
     pub(crate) seg_start: u64,
-    /// The monotonic clock (ns) at the change to `group`: how long the
+    /// The segment clock (ns) at the change to `group`: how long the
     /// thread has stayed there, whatever reconciled since
     /// ([`LONG_SEGMENT`]).
     stay_start: u64,
@@ -229,7 +231,7 @@ impl Feed {
     }
 
     /// Start over at a thread's first enter: its CPU clock `cpu_ns`, the
-    /// monotonic clock `wall_ns`, no segments (a pooled record has none).
+    /// segment clock `wall_ns`, no segments (a pooled record has none).
     pub(crate) fn restart(
         &mut self,
         cpu_ns: u64,
@@ -267,7 +269,7 @@ impl Feed {
         !self.group.is_null() || self.nr_segs != 0
     }
 
-    /// The owner's change of group at `now` (monotonic ns): close the open
+    /// The owner's change of group at `now` (segment clock ns): close the open
     /// segment into the table. Returns `false` if the segment is kept,
     /// `true` if it was not and a reconciliation is due now (a long
     /// segment, the period passed, the table is full, or the group left
@@ -474,7 +476,7 @@ pub(crate) fn charge_from_outside(feed: &Mutex<Feed>) {
         return;
     }
     let Some(ids) = f.thread else { return };
-    let wall = clock::mono_ns();
+    let wall = tick::now_ns();
     let released = clock::read_clock(ids.clock).map(|now| {
         f.split.resample_proc(now, ids.tid);
         f.reconcile(now, wall)

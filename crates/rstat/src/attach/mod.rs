@@ -28,8 +28,10 @@
 //! change of the current group:
 //!
 //! 1. whenever the thread's current group changes (an enter of another
-//!    group, a guard's drop), it reads the monotonic clock (no system
-//!    call on Linux) and adds the wall time since the last change to the
+//!    group, a guard's drop), it reads a wall clock, no system call: the
+//!    TSC where the kernel keeps time with it, scaled to nanoseconds,
+//!    else the vDSO's monotonic clock ([`switch_clock`] says which), and
+//!    adds the wall time since the last change to the
 //!    group it leaves: a *segment*, kept in the thread's record (up to
 //!    32 groups, each held by a reference); entering the group that is
 //!    already current reads nothing;
@@ -201,7 +203,7 @@
 //! | [`Group::enter`] | a group reference (one uncontended add on this CPU's slot), a push on the thread's stack (allocation-free after the first few levels), two thread-local stores; the first enter on a thread also takes a record from a pool (a lock, at most one allocation) |
 //! | dropping an [`EnterGuard`] | a pop (a scan when dropped out of order), a thread-local store, the reference put |
 //! | [`current_group`] | a thread-local load and, when in a group, a reference get |
-//! | a change of the current group (enter of another group, drop back to another) | one `clock_gettime(CLOCK_MONOTONIC)` (vDSO, no system call), an uncontended lock, a scan of the thread's segments (at most 32); a group's first segment since the last reconciliation also takes a reference on it |
+//! | a change of the current group (enter of another group, drop back to another) | one wall clock read (an `rdtsc` where the kernel's clocksource is the TSC, else `clock_gettime(CLOCK_MONOTONIC)` in the vDSO: [`switch_clock`]), an uncontended lock, a scan of the thread's segments (at most 32); a group's first segment since the last reconciliation also takes a reference on it |
 //! | a reconciliation (each [`RECONCILE_PERIOD`] of wall time at a change, at a change ending a stay of [`LONG_SEGMENT`] or more, a full table) | one `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` system call, the charge of each segment's group (three counter updates), the segments' references put; once per 10 ms of the thread's CPU time a `getrusage` |
 //! | a read of the root's `cpu` stats | the read, plus `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)` and `getrusage` |
 //! | a poll of a [`Scoped`] or [`Killable`] future | the change of group in and out (above); a [`Killable`] also one load of the kill flag; under a `cpu.max` ([`Group::set_cpu_max`]) two reads of the thread's CPU clock and the quota's atomics; a held poll (a `memory.high` penalty or a spent quota) a monotonic clock read and a timer entry (one lock), and no poll of the inner future |
@@ -228,6 +230,7 @@ pub(crate) mod current;
 mod feed;
 mod scope;
 pub(crate) mod throttle;
+mod tick;
 
 use core::marker::PhantomData;
 
@@ -242,6 +245,7 @@ pub use clock::thread_cpu_time;
 pub use feed::{cpu_mode, set_cpu_mode, CpuMode, LONG_SEGMENT, RECONCILE_PERIOD};
 pub use scope::{FutureExt, Killable, Scoped};
 pub use throttle::{pending_penalty, throttle_point, MAX_PENALTY};
+pub use tick::source as switch_clock;
 
 /// Charge the calling thread's current group for its CPU time up to now,
 /// without leaving it (a guard's drop and the periodic charger do this

@@ -3,7 +3,7 @@
 //! An executor polls a task on whichever worker thread is free, so a
 //! thread's current group says nothing about a task. [`Scoped`] enters its
 //! group around each poll of the future it wraps: the poll's CPU time is
-//! charged to the group (a monotonic clock read on entry and on exit, as
+//! charged to the group (a wall clock read on entry and on exit, as
 //! for any change of the current group; nothing if the group is already
 //! current),
 //! and allocations made during the poll see it as the current group. This
@@ -88,7 +88,7 @@ impl<F: Future> Future for Scoped<F> {
     type Output = F::Output;
 
     /// Enter the group, poll, leave. Cost over a bare poll: the change of
-    /// the current group in and out (two monotonic clock reads and the
+    /// the current group in and out (two wall clock reads and the
     /// segment bookkeeping; a reconciliation now and then), no reference
     /// count traffic (the wrapper holds the group).
     ///
