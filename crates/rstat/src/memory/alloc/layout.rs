@@ -120,7 +120,9 @@ mod tests {
     /// Where each piece lands, for every alignment up to a page and sizes
     /// around the 8-byte rounding: the object aligned and inside the
     /// block, the owner word aligned, inside the block and clear of the
-    /// object, and for alignments up to 8 in the object's first line.
+    /// object, and for alignments up to 8 right before it; and the block
+    /// found again from the object. On real blocks, so Miri checks every
+    /// offset stays inside its allocation.
     #[test]
     fn the_owner_word_and_the_object_fit_the_inner_block() {
         for align in (0..13).map(|k| 1usize << k) {
@@ -129,16 +131,20 @@ mod tests {
                 let (il, ovh) = inner_layout(layout).unwrap();
                 assert_eq!(il.size(), size + ovh);
                 assert_eq!(ovh, overhead(size));
-                // A block address of the inner alignment (never dereferenced).
-                let block = il.align() as *mut u8;
+                // SAFETY: `il` has a non-zero size.
+                let block = unsafe { std::alloc::alloc(il) };
+                assert!(!block.is_null(), "{il:?}: out of memory");
                 let base = block as usize;
-                // SAFETY: address arithmetic only, within a block of `il`.
+                // SAFETY: `block` is a block of `il`; the functions only
+                // offset within it.
                 let (obj, owner) = unsafe {
-                    (
-                        object_of(block, layout),
-                        owner_word(object_of(block, layout), layout),
-                    )
+                    let obj = object_of(block, layout);
+                    (obj, owner_word(obj, layout))
                 };
+                // SAFETY: as above.
+                let back = unsafe { block_of(obj, layout) };
+                // SAFETY: allocated above with `il`.
+                unsafe { std::alloc::dealloc(block, il) };
                 let (obj, owner) = (obj as usize, owner as usize);
                 assert_eq!(obj % align, 0, "{layout:?}: object aligned");
                 assert_eq!(owner % 8, 0, "{layout:?}: owner word aligned");
@@ -148,8 +154,7 @@ mod tests {
                     owner + 8 <= obj || owner >= obj + size,
                     "{layout:?}: owner clear of the object"
                 );
-                // SAFETY: as above.
-                assert_eq!(unsafe { block_of(obj as *mut u8, layout) } as usize, base);
+                assert_eq!(back as usize, base, "{layout:?}: the block back");
                 if align <= 8 {
                     assert_eq!(
                         owner + 8,
