@@ -40,7 +40,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
         };
 
         // SAFETY: `ptr` came from `alloc_with` for `layout`.
-        let (owner, block) = unsafe { (*owner_word(ptr, layout), block_of(ptr, layout)) };
+        let block = unsafe { block_of(ptr, layout) };
+        // SAFETY: `block` is the object's inner block, for `layout`.
+        let owner = unsafe { *owner_word(block, layout) };
         match NonNull::new(owner) {
             Some(o) => {
                 if !self.uncharge_fast(o, layout.size(), overhead) {
@@ -66,7 +68,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
         };
 
         // SAFETY: `ptr` came from us for `layout`.
-        let (owner, block) = unsafe { (*owner_word(ptr, layout), block_of(ptr, layout)) };
+        let block = unsafe { block_of(ptr, layout) };
+        // SAFETY: `block` is the object's inner block, for `layout`.
+        let owner = unsafe { *owner_word(block, layout) };
         let old = (layout.size(), old_ovh);
         let new = (new_size, new_ovh);
         let Some(o) = NonNull::new(owner) else {
@@ -77,15 +81,14 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
                 return p;
             }
             // SAFETY: `p` is a block of `new_il`, for `new_layout`.
-            let p = unsafe { object_of(p, new_layout) };
-            // SAFETY: as above; the owner word is inside.
             unsafe { *owner_word(p, new_layout) = core::ptr::null_mut() };
             // Relaxed: counts (see `pass_through`).
             self.pass_bytes_out
                 .fetch_add(il.size() as u64, Ordering::Relaxed);
             self.pass_bytes_in
                 .fetch_add(new_il.size() as u64, Ordering::Relaxed);
-            return p;
+            // SAFETY: as above.
+            return unsafe { object_of(p, new_layout) };
         };
         let grow = new.0 + new.1 > old.0 + old.1;
         if grow && !self.resize(o, old, new) {
@@ -103,13 +106,12 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Accounted<A> {
         // SAFETY: `p` is a block of `new_il`, for `new_layout`; the owner
         // word is inside (a header was moved with the bytes already). The
         // owner's reference moves with it.
-        let p = unsafe { object_of(p, new_layout) };
-        // SAFETY: as above.
         unsafe { *owner_word(p, new_layout) = owner };
         if !grow {
             self.resize(o, old, new);
         }
-        p
+        // SAFETY: as above.
+        unsafe { object_of(p, new_layout) }
     }
 }
 
@@ -144,9 +146,8 @@ impl<A: GlobalAlloc> Accounted<A> {
         }
         // SAFETY: `p` is a block of `il`, which holds the object and its
         // owner word (aligned to 8).
-        let obj = unsafe { object_of(p, layout) };
+        unsafe { *owner_word(p, layout) = owner.map_or(core::ptr::null_mut(), NonNull::as_ptr) };
         // SAFETY: as above.
-        unsafe { *owner_word(obj, layout) = owner.map_or(core::ptr::null_mut(), NonNull::as_ptr) };
-        obj
+        unsafe { object_of(p, layout) }
     }
 }

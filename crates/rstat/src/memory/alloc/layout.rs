@@ -69,18 +69,27 @@ pub(super) const fn has_header(layout: Layout) -> bool {
     layout.align() <= OWNER_WORD
 }
 
+/// Where the object and its owner word start in the inner block of an
+/// object of `layout`, in bytes: `(8, 0)` with a header, `(0, round_up(size,
+/// 8))` with a trailer. Everything below derives from these two offsets.
+#[inline(always)]
+const fn offsets(layout: Layout) -> (usize, usize) {
+    if has_header(layout) {
+        (OWNER_WORD, 0)
+    } else {
+        (0, layout.size().next_multiple_of(OWNER_WORD))
+    }
+}
+
 /// The object of the inner block `block` allocated for `layout`.
 ///
 /// # Safety
 /// `block` is a block of `inner_layout(layout)`.
 #[inline(always)]
 pub(super) unsafe fn object_of(block: *mut u8, layout: Layout) -> *mut u8 {
-    if has_header(layout) {
-        // SAFETY: the block has `round_up(size, 8) + 8` bytes.
-        unsafe { block.add(OWNER_WORD) }
-    } else {
-        block
-    }
+    // SAFETY: the block has `round_up(size, 8) + 8` bytes, so the object's
+    // offset (0 or 8) is inside it.
+    unsafe { block.add(offsets(layout).0) }
 }
 
 /// The inner block of the object at `ptr` of `layout`.
@@ -89,28 +98,19 @@ pub(super) unsafe fn object_of(block: *mut u8, layout: Layout) -> *mut u8 {
 /// `ptr` came from [`Accounted`](super::Accounted) for `layout`.
 #[inline(always)]
 pub(super) unsafe fn block_of(ptr: *mut u8, layout: Layout) -> *mut u8 {
-    if has_header(layout) {
-        // SAFETY: `ptr` is 8 bytes into its block (`object_of`).
-        unsafe { ptr.sub(OWNER_WORD) }
-    } else {
-        ptr
-    }
+    // SAFETY: `ptr` is the object's offset into its block (`object_of`).
+    unsafe { ptr.sub(offsets(layout).0) }
 }
 
-/// The owner word of the object at `ptr` of `layout`.
+/// The owner word of the object of `layout` in the inner block `block`.
 ///
 /// # Safety
-/// `ptr` came from [`Accounted`](super::Accounted) for `layout`.
+/// `block` is a block of `inner_layout(layout)`.
 #[inline(always)]
-pub(super) unsafe fn owner_word(ptr: *mut u8, layout: Layout) -> *mut *mut ObjCg {
-    if has_header(layout) {
-        // SAFETY: the header is the block's first 8 bytes, aligned to 8.
-        unsafe { ptr.sub(OWNER_WORD).cast() }
-    } else {
-        // SAFETY: the block has `round_up(size, 8) + 8` bytes, aligned to
-        // at least 8; the trailer is its last 8, aligned.
-        unsafe { ptr.add(layout.size().next_multiple_of(OWNER_WORD)).cast() }
-    }
+pub(super) unsafe fn owner_word(block: *mut u8, layout: Layout) -> *mut *mut ObjCg {
+    // SAFETY: the block has `round_up(size, 8) + 8` bytes, aligned to at
+    // least 8: a header is its first 8, a trailer its last 8, aligned.
+    unsafe { block.add(offsets(layout).1).cast() }
 }
 
 #[cfg(test)]
@@ -137,10 +137,7 @@ mod tests {
                 let base = block as usize;
                 // SAFETY: `block` is a block of `il`; the functions only
                 // offset within it.
-                let (obj, owner) = unsafe {
-                    let obj = object_of(block, layout);
-                    (obj, owner_word(obj, layout))
-                };
+                let (obj, owner) = unsafe { (object_of(block, layout), owner_word(block, layout)) };
                 // SAFETY: as above.
                 let back = unsafe { block_of(obj, layout) };
                 // SAFETY: allocated above with `il`.
