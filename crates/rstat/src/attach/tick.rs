@@ -42,6 +42,13 @@
 )]
 pub(crate) const CALIBRATE_AFTER_NS: u64 = 50_000_000;
 
+/// Where the kernel names the clocksource it keeps time with.
+#[cfg_attr(
+    not(any(test, all(target_arch = "x86_64", not(miri), not(rstat_loom)))),
+    allow(dead_code)
+)]
+const KERNEL_CLOCKSOURCE: &str = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
+
 /// A reading of the segment clock, in (approximately) nanoseconds of
 /// `CLOCK_MONOTONIC`'s epoch.
 #[inline]
@@ -105,7 +112,12 @@ mod tsc {
 
     #[inline]
     pub(super) fn now_ns() -> u64 {
-        if STATE.load(Ordering::Acquire) == READY {
+        let state = STATE.load(Ordering::Acquire);
+        if state == MONOTONIC {
+            // For good: no calibration step to take.
+            return crate::os::mono_ns();
+        }
+        if state == READY {
             // Acquire above: the anchor and factor were written before
             // READY was published.
             let (m0, t0, f) = (
@@ -120,8 +132,9 @@ mod tsc {
         slow()
     }
 
-    /// Before the factor is published: the monotonic clock, and the
-    /// state's steps (each taken by one reading, under `BUSY`).
+    /// Until the factor is published or the TSC refused: the monotonic
+    /// clock, and the state's steps (each taken by one reading, under
+    /// `BUSY`).
     #[cold]
     fn slow() -> u64 {
         let mono = crate::os::mono_ns();
@@ -132,8 +145,10 @@ mod tsc {
                     .is_ok() =>
             {
                 let next = if usable() {
-                    ANCHOR_MONO.store(mono, Ordering::Relaxed);
-                    ANCHOR_TSC.store(rdtsc(), Ordering::Relaxed);
+                    // After the checks' I/O: see `pair`.
+                    let (t0, m0) = pair();
+                    ANCHOR_MONO.store(m0, Ordering::Relaxed);
+                    ANCHOR_TSC.store(t0, Ordering::Relaxed);
                     ANCHORED
                 } else {
                     MONOTONIC
@@ -147,9 +162,7 @@ mod tsc {
                         .compare_exchange(ANCHORED, BUSY, Ordering::Acquire, Ordering::Relaxed)
                         .is_ok()
                 {
-                    // Read the pair as close together as possible.
-                    let t1 = rdtsc();
-                    let m1 = crate::os::mono_ns();
+                    let (t1, m1) = pair();
                     let t0 = ANCHOR_TSC.load(Ordering::Relaxed);
                     let next = match factor(m1.saturating_sub(m0), t1.saturating_sub(t0)) {
                         Some(f) => {
@@ -164,6 +177,26 @@ mod tsc {
             _ => {}
         }
         mono
+    }
+
+    /// A TSC reading and the monotonic time at it. The factor is the ratio
+    /// of two such pairs' differences, so a gap between a pair's two reads
+    /// (the thread preempted between them, or I/O) skews it by the gap's
+    /// share of the calibration window. So the TSC is read between two
+    /// monotonic reads, and of a few tries the tightest bracket is kept,
+    /// its midpoint taken as the time.
+    fn pair() -> (u64, u64) {
+        let mut best = (0, 0, u64::MAX);
+        for _ in 0..8 {
+            let before = crate::os::mono_ns();
+            let t = rdtsc();
+            let after = crate::os::mono_ns();
+            let width = after.saturating_sub(before);
+            if width < best.2 {
+                best = (t, before + width / 2, width);
+            }
+        }
+        (best.0, best.1)
     }
 
     /// Nanoseconds per tick in 32.32 fixed point from `ns` and `ticks`
@@ -184,9 +217,7 @@ mod tsc {
     /// CPUs, and this process may read it (not forbidden by
     /// `PR_SET_TSC`).
     fn usable() -> bool {
-        let source = std::fs::read_to_string(
-            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-        );
+        let source = std::fs::read_to_string(super::KERNEL_CLOCKSOURCE);
         if !matches!(source.as_deref().map(str::trim), Ok("tsc")) {
             return false;
         }
@@ -214,10 +245,8 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         let _ = now_ns();
-        let kernel_tsc = std::fs::read_to_string(
-            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-        )
-        .is_ok_and(|s| s.trim() == "tsc");
+        let kernel_tsc =
+            std::fs::read_to_string(KERNEL_CLOCKSOURCE).is_ok_and(|s| s.trim() == "tsc");
         if cfg!(all(target_arch = "x86_64", not(miri), not(rstat_loom))) && kernel_tsc {
             assert_eq!(source(), "tsc", "the kernel keeps time with the TSC");
         }
