@@ -943,3 +943,53 @@ fn byte_config_serves_byte_charges_from_the_stock() {
         "above the batch: not stocked"
     );
 }
+
+/// The raw stat controller misses fewer than `HEAP_STAT_BATCH` heap
+/// operations per (group, CPU): a slot adds its pending deltas at the
+/// batch's last operation, allocations and frees together, while
+/// `Memory::read_exact` adds them first and sees every one.
+#[test]
+fn the_raw_stat_controller_misses_less_than_a_stat_batch() {
+    use crate::memory::stock::HEAP_STAT_BATCH;
+    let rs = engine(2);
+    let mem = Memory::register_with(&rs, crate::alloc::heap_config()).unwrap();
+    let t = rs.root().create_child("t").unwrap();
+    let cpu = 0;
+    let raw = |item: &str| {
+        let s = mem.stat_controller().read_exact(&t).unwrap();
+        s.get_local(item).unwrap()
+    };
+    let batch = i64::from(HEAP_STAT_BATCH);
+    let mut live = Vec::new();
+    // Allocations and frees interleaved (two of one, one of the other),
+    // for several batches, checking the bound after each operation.
+    let (mut allocs, mut frees) = (0i64, 0i64);
+    let rounds = if cfg!(miri) { 2 } else { 5 };
+    for k in 0..rounds * batch {
+        if k % 3 == 2 {
+            let x = live.pop().unwrap();
+            // SAFETY: each charge's reference, given back once.
+            unsafe { mem.heap_uncharge(x, 40, 8, cpu) };
+            frees += 1;
+        } else {
+            live.push(mem.heap_charge(&t, 40, 8, cpu).unwrap());
+            allocs += 1;
+        }
+        let (ra, rf) = (raw("heap_allocs"), raw("heap_frees"));
+        assert!(ra <= allocs && rf <= frees, "{ra} {rf} of {allocs} {frees}");
+        let missed = (allocs - ra) + (frees - rf);
+        assert!(missed < batch, "missed {missed} at op {k}");
+        // What the raw items do show is consistent: 40 bytes per object.
+        assert_eq!(raw("heap"), 40 * (ra - rf), "at op {k}");
+    }
+    // The exact read adds the slots' pending deltas first.
+    let s = mem.read_exact(&t).unwrap();
+    assert_eq!(s.get_local("heap_allocs").unwrap(), allocs);
+    assert_eq!(s.get_local("heap_frees").unwrap(), frees);
+    assert_eq!(s.get_local("heap").unwrap(), 40 * (allocs - frees));
+    assert_eq!(s.get_local("heap_overhead").unwrap(), 8 * (allocs - frees));
+    for x in live {
+        // SAFETY: as above.
+        unsafe { mem.heap_uncharge(x, 40, 8, cpu) };
+    }
+}
