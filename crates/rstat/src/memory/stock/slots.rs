@@ -29,12 +29,15 @@ use crate::memory::objcg::ObjCg;
 /// group's owner handle address; a new slot takes the first free index
 /// from its preferred one on (wrapping), and a lookup probes from the
 /// preferred index on. A hit thus usually costs one probe whatever the
-/// slot count; a miss probes every occupied slot (a slot emptied later
-/// leaves a hole, so a lookup cannot stop at an empty index), but a miss
-/// goes to the page counters anyway.
+/// slot count. A slot emptied later leaves a hole, so a lookup cannot stop
+/// at an empty index; instead each slot keeps a 7-bit tag of its handle's
+/// hash, and a lookup that misses the preferred index tests only the
+/// occupied slots with its tag: a miss (a group with no slot on this CPU,
+/// as for a new group, a free on another CPU, or a removal's drain of a
+/// CPU the group never used) costs one pass over the tag bytes.
 ///
 /// **Memory.** Each CPU's stock grows with `NR_STOCK` (a slot is about
-/// ten words: the group, handle address and serial, units, handle
+/// eight words and a tag byte: the group, handle address, tag and serial, units, handle
 /// references, stat deltas): per memory controller and CPU, not per
 /// group.
 pub const NR_STOCK: usize = if cfg!(rstat_loom) { 2 } else { 32 };
@@ -51,26 +54,41 @@ const _: () = assert!(
     "Slots::used has a bit per slot"
 );
 
-/// The preferred slot index of the group whose owner handle is at `x`: the
-/// top bits of the address times a 64-bit odd constant (2^64 over the
-/// golden ratio), which spreads the aligned, clustered addresses of heap
-/// blocks over the indices. Only the address is used; `x` is never
-/// dereferenced.
+/// The multiplicative hash of an owner handle's address `x` (times a
+/// 64-bit odd constant, 2^64 over the golden ratio), which spreads the
+/// aligned, clustered addresses of heap blocks over its top bits. Only the
+/// address is used; `x` is never dereferenced.
+#[inline(always)]
+fn hash(x: *const ObjCg) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    (x.addr() as u64).wrapping_mul(K)
+}
+
+/// The preferred slot index of the group whose owner handle is at `x`:
+/// the top bits of its [`hash`].
 #[inline(always)]
 pub(super) fn preferred(x: *const ObjCg) -> usize {
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    ((x.addr() as u64).wrapping_mul(K) >> (u64::BITS - INDEX_BITS)) as usize
+    (hash(x) >> (u64::BITS - INDEX_BITS)) as usize
+}
+
+/// The tag of a slot whose owner handle is at `x`: the 7 bits of its
+/// [`hash`] below the index bits, with the top bit set (0 is an empty
+/// slot's). A lookup that misses its preferred index probes only the
+/// occupied slots whose tag matches ([`Slots::tagged`]): about one in 128
+/// of the others, so a miss costs a scan of 32 bytes, not a test of every
+/// occupied slot.
+#[inline(always)]
+fn tag_of(x: *const ObjCg) -> u8 {
+    ((hash(x) >> (u64::BITS - INDEX_BITS - 7)) as u8 & 0x7f) | 0x80
 }
 
 /// The first slot index among `candidates` (a bit per index), probing from
-/// `x`'s preferred index on (wrapping), that satisfies `hit`. The
-/// preferred index is tried inline, whatever `candidates` says (the common
-/// case: a hit costs the hash and one test, and `hit` itself rejects a
-/// slot of the wrong kind); the rest of the probe is out of line and
-/// visits only the candidates: a lookup passes the occupied slots, so a
-/// miss (a group with no slot on this CPU, as at every removal of a group
-/// that never allocated there) tests the slots in use, not all
-/// `NR_STOCK`.
+/// `x`'s preferred index on (wrapping), that satisfies `hit`: the
+/// preferred index inline, whatever `candidates` says (`hit` itself
+/// rejects a slot of the wrong kind), the rest out of line
+/// ([`probe_rest`]). A new slot takes the first free index this way;
+/// lookups go through [`Slots::lookup`], which narrows the rest to the
+/// slots with the handle's tag.
 #[inline(always)]
 fn probe(x: *const ObjCg, candidates: u32, hit: impl Fn(usize) -> bool) -> Option<usize> {
     let h = preferred(x);
@@ -145,6 +163,8 @@ pub(super) struct Slots {
     /// state (the state holds its base reference until its removal has
     /// drained every slot), so an address here is never another handle's.
     pub(super) keys: [*const ObjCg; NR_STOCK],
+    /// `keys[i]`'s [`tag_of`] (0 for an empty slot).
+    pub(super) tags: [u8; NR_STOCK],
     /// `cached[i]`'s owner handle serial (0 for an empty slot): what a
     /// charge that remembers a handle without holding a reference on it
     /// matches, since a handle's address can be reused once it is freed
@@ -183,6 +203,7 @@ impl Slots {
         Slots {
             cached: Default::default(),
             keys: [core::ptr::null(); NR_STOCK],
+            tags: [0; NR_STOCK],
             serials: [0; NR_STOCK],
             nr: [0; NR_STOCK],
             refs: [0; NR_STOCK],
@@ -197,11 +218,11 @@ impl Slots {
     }
 
     /// The slot of `memcg`, probing from its handle's preferred index
-    /// (one probe on a hit, unless it collided; every occupied one on a
-    /// miss).
+    /// (one probe on a hit, unless it collided; on a miss, only the
+    /// occupied slots whose tag matches).
     #[inline(always)]
     pub(super) fn find(&self, memcg: &MemCg) -> Option<usize> {
-        probe(memcg.objcg().as_ptr(), self.occupied, |i| {
+        self.lookup(memcg.objcg().as_ptr(), |i| {
             self.cached[i]
                 .as_deref()
                 .is_some_and(|c| core::ptr::eq(c, memcg))
@@ -211,18 +232,48 @@ impl Slots {
     /// The slot of the state whose owner handle is `x`.
     #[inline(always)]
     pub(super) fn find_key(&self, x: *const ObjCg) -> Option<usize> {
-        probe(x, self.occupied, |i| core::ptr::eq(self.keys[i], x))
+        self.lookup(x, |i| core::ptr::eq(self.keys[i], x))
     }
 
     /// The slot of the state whose owner handle has serial `serial` (not
     /// 0). `hint`, the handle's address as the caller last knew it, only
-    /// says where to start probing: it is neither compared nor
-    /// dereferenced, so a stale one (the handle freed, its address reused
-    /// by another handle with a slot here) costs at most a longer probe and
-    /// never finds another handle's slot: the serial decides.
+    /// says where to start probing and which tag to look for: it is
+    /// neither compared nor dereferenced, so a stale one (the handle freed,
+    /// its address reused by another handle with a slot here) finds at
+    /// most a slot that fails the serial test, never another handle's: the
+    /// serial decides. (A live handle's slot carries the tag of the
+    /// address it has had since it was made, which is the hint.)
     #[inline(always)]
     pub(super) fn find_serial(&self, serial: u64, hint: *const ObjCg) -> Option<usize> {
-        probe(hint, self.occupied, |i| self.serials[i] == serial)
+        self.lookup(hint, |i| self.serials[i] == serial)
+    }
+
+    /// The slot whose handle is at `x` by `hit`: its preferred index
+    /// first, inline; then, out of line, the other occupied slots with
+    /// `x`'s tag. Every slot of handle `x` carries that tag (`new_slot`),
+    /// so the filter only skips slots `hit` would reject.
+    #[inline(always)]
+    fn lookup(&self, x: *const ObjCg, hit: impl Fn(usize) -> bool) -> Option<usize> {
+        let h = preferred(x);
+        if hit(h) {
+            return Some(h);
+        }
+        let candidates = self.occupied & self.tagged(tag_of(x));
+        if candidates == 0 {
+            return None;
+        }
+        probe_rest(h, candidates, hit)
+    }
+
+    /// The slots whose tag is `tag` (a bit per index): one pass over the
+    /// 32 tag bytes, which the compiler turns into vector compares.
+    #[inline(always)]
+    fn tagged(&self, tag: u8) -> u32 {
+        let mut m = 0u32;
+        for (i, &t) in self.tags.iter().enumerate() {
+            m |= u32::from(t == tag) << i;
+        }
+        m
     }
 
     /// The allocator's charge of one object from slot `i`: its units and
@@ -324,6 +375,7 @@ impl Slots {
         let nr = core::mem::take(&mut self.nr[i]);
         let refs = core::mem::take(&mut self.refs[i]);
         self.keys[i] = core::ptr::null();
+        self.tags[i] = 0;
         self.serials[i] = 0;
         self.occupied &= !(1 << i);
         self.cached[i].take().map(|m| Taken { memcg: m, nr, refs })
@@ -408,6 +460,7 @@ impl Slots {
         };
         self.cached[i] = Some(Arc::clone(memcg));
         self.keys[i] = key;
+        self.tags[i] = tag_of(key);
         self.serials[i] = memcg.objcg_serial();
         self.used |= 1 << i;
         self.occupied |= 1 << i;
