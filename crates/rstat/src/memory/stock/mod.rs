@@ -14,8 +14,9 @@
 //! has more slots (32), found by hashing: a slot's preferred index is a
 //! hash of its group's owner handle address, a new slot takes the first
 //! free index from there on, and a lookup probes from there. A hit usually
-//! costs one probe, whatever the slot count; a miss probes every slot, but
-//! then the page counters are next anyway. The price is memory: each
+//! costs one probe, whatever the slot count; a miss tests only the
+//! occupied slots whose 7-bit tag (of the same hash) matches, after one
+//! pass over the tag bytes. The price is memory: each
 //! CPU's stock grows with the slot count (per memory controller and CPU,
 //! not per group). Details at [`NR_STOCK`].
 //!
