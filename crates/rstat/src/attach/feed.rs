@@ -61,9 +61,9 @@ use crate::sync::Ordering;
 pub enum CpuMode {
     /// Read a clock (the TSC or the vDSO's monotonic clock: no system
     /// call; see [`switch_clock`](crate::attach::switch_clock)) at every
-    /// change of the current group and share the thread's CPU time among its groups by
-    /// wall time at each reconciliation, read from its CPU clock: a
-    /// thread's charges sum to its CPU time to the µs at every
+    /// change of the current group and share the thread's CPU time among
+    /// its groups by wall time at each reconciliation, read from its CPU
+    /// clock: a thread's charges sum to its CPU time to the µs at every
     /// reconciliation, and the split among groups follows the error model
     /// of the [module docs](super#cpu-time) (the default).
     Exact,

@@ -37,9 +37,9 @@ use crate::memory::objcg::ObjCg;
 /// CPU the group never used) costs one pass over the tag bytes.
 ///
 /// **Memory.** Each CPU's stock grows with `NR_STOCK` (a slot is about
-/// eight words and a tag byte: the group, handle address, tag and serial, units, handle
-/// references, stat deltas): per memory controller and CPU, not per
-/// group.
+/// eight words and a tag byte: the group, handle address, tag and serial,
+/// units, handle references, stat deltas): per memory controller and CPU,
+/// not per group.
 pub const NR_STOCK: usize = if cfg!(rstat_loom) { 2 } else { 32 };
 
 /// Bits of a slot index (`NR_STOCK` is a power of two).
@@ -82,20 +82,27 @@ fn tag_of(x: *const ObjCg) -> u8 {
     ((hash(x) >> (u64::BITS - INDEX_BITS - 7)) as u8 & 0x7f) | 0x80
 }
 
-/// The first slot index among `candidates` (a bit per index), probing from
-/// `x`'s preferred index on (wrapping), that satisfies `hit`: the
-/// preferred index inline, whatever `candidates` says (`hit` itself
-/// rejects a slot of the wrong kind), the rest out of line
-/// ([`probe_rest`]). A new slot takes the first free index this way;
-/// lookups go through [`Slots::lookup`], which narrows the rest to the
-/// slots with the handle's tag.
+/// The first slot index among `candidates()` (a bit per index), probing
+/// from `x`'s preferred index on (wrapping), that satisfies `hit`: the
+/// preferred index inline, whatever the candidates (`hit` itself rejects a
+/// slot of the wrong kind), then, only if it missed, the candidates (a
+/// closure, so a hit does not compute them) out of line ([`probe_rest`]).
+/// A new slot takes the first free index this way; lookups
+/// ([`Slots::lookup`]) pass the occupied slots with the handle's tag.
 #[inline(always)]
-fn probe(x: *const ObjCg, candidates: u32, hit: impl Fn(usize) -> bool) -> Option<usize> {
+fn probe(
+    x: *const ObjCg,
+    candidates: impl FnOnce() -> u32,
+    hit: impl Fn(usize) -> bool,
+) -> Option<usize> {
     let h = preferred(x);
     if hit(h) {
         return Some(h);
     }
-    probe_rest(h, candidates, hit)
+    match candidates() {
+        0 => None,
+        c => probe_rest(h, c, hit),
+    }
 }
 
 /// [`probe`] past the preferred index `h`: the other candidates, those
@@ -254,15 +261,7 @@ impl Slots {
     /// so the filter only skips slots `hit` would reject.
     #[inline(always)]
     fn lookup(&self, x: *const ObjCg, hit: impl Fn(usize) -> bool) -> Option<usize> {
-        let h = preferred(x);
-        if hit(h) {
-            return Some(h);
-        }
-        let candidates = self.occupied & self.tagged(tag_of(x));
-        if candidates == 0 {
-            return None;
-        }
-        probe_rest(h, candidates, hit)
+        probe(x, || self.occupied & self.tagged(tag_of(x)), hit)
     }
 
     /// The slots whose tag is `tag` (a bit per index): one pass over the
@@ -450,7 +449,7 @@ impl Slots {
     fn new_slot(&mut self, memcg: &Arc<MemCg>) -> (usize, Option<Taken>) {
         let key = memcg.objcg().as_ptr();
         let free = !self.occupied & ALL_SLOTS;
-        let (i, evicted) = match probe(key, free, |i| self.cached[i].is_none()) {
+        let (i, evicted) = match probe(key, || free, |i| self.cached[i].is_none()) {
             Some(i) => (i, None),
             None => {
                 let i = self.next_evict % NR_STOCK;
