@@ -782,22 +782,30 @@ fn idle_kept_alive_connections_make_room_for_new_ones() {
 
 /// As many connections as the server serves, each pipelining HEAD
 /// requests and never reading the answers: their heads fill the sockets
-/// and the threads block writing them. Such a stalled answer gives way to
+/// and the server's threads block writing them. Such a stalled answer gives way to
 /// a scraper as a stalled GET does (a HEAD's head used to be written
 /// while the slot was `Busy`, which is never evicted: the scrapers were
 /// refused for as long as the writes blocked).
 #[test]
 fn clients_that_pipeline_heads_and_never_read_do_not_keep_a_scrape_out() {
     let rs = Rstat::new();
-    let max_connections = 4;
+    // One slot, so its client's answers get a whole CPU: the server's send
+    // buffer (which TCP autotuning grows to a few MB whatever the client
+    // does) then fills in seconds even in a debug build, where each HEAD,
+    // whose Content-Length comes from a rendered exposition, is slow.
+    let max_connections = 1;
     let srv = start_limited(&rs, max_connections, Duration::from_secs(5));
     // Each answer's head is ~150 bytes: 200,000 of them are far more than
-    // two sockets' buffers hold. The writers block too (the server stops
-    // reading once its writes block), so each writes from its own thread.
+    // two sockets' buffers hold, once the client's receive buffer is
+    // small (TCP autotuning may grow it to tens of MB, which would hold
+    // every answer: the server would never block, only take long). The
+    // writer blocks too (the server stops reading once its writes block),
+    // so it writes from its own thread.
     let reqs = b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(200_000);
     let stalled: Vec<TcpStream> = (0..max_connections)
         .map(|_| {
             let s = TcpStream::connect(srv.addr()).unwrap();
+            small_receive_buffer(&s);
             let mut w = s.try_clone().unwrap();
             let reqs = reqs.clone();
             std::thread::spawn(move || {
@@ -810,6 +818,25 @@ fn clients_that_pipeline_heads_and_never_read_do_not_keep_a_scrape_out() {
     for s in &stalled {
         let _ = s.shutdown(std::net::Shutdown::Both);
     }
+}
+
+/// Cap `s`'s receive buffer at a few KB (no autotuning past it), before
+/// anything arrives on it.
+fn small_receive_buffer(s: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let size: libc::c_int = 4096;
+    // SAFETY: a valid socket descriptor, and an option value of the size
+    // given.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
 }
 
 /// As many connections as the server serves, each trickling a request
