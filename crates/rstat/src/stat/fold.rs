@@ -7,7 +7,16 @@
 //! [`controller`](crate::controller)'s `# A flush that panics`), publish
 //! the totals for lock-free readers, and subtract exactly the
 //! pending-update units now in them (`css.rs`'s `# Synchronization`).
+//!
+//! A fold chases pointers (node, css table, css, per-CPU line, totals)
+//! that a reader sweeping many groups finds cold, and its locked RMWs keep
+//! the next fold's loads from starting early, so each miss would be paid
+//! in turn. The flush asks for the lines of its first folds beforehand
+//! ([`prefetch_css`] before its fence, [`prefetch_slots`] after), so
+//! those misses overlap one another and the fence instead.
 
+#[cfg(not(rstat_loom))]
+use crate::percpu::{prefetch_read, prefetch_write};
 use crate::stat::css::{Css, Slot, CONSUMED, COUNTED, UPDATES};
 use crate::stat::ops::{FlushCtx, NodeOwner, ParentSide};
 use crate::stat::tree::{Domain, TreeNode};
@@ -257,3 +266,99 @@ unsafe fn flush_user(
     }
     retry
 }
+
+/// The css of `node`'s group for each controller of `domain`, loaded
+/// `Relaxed`, for prefetches only (a fold loads them again, `Acquire`,
+/// before it dereferences one).
+///
+/// # Safety
+/// As [`fold_node`].
+#[cfg(not(rstat_loom))]
+unsafe fn css_of_domain<'a>(
+    domain: &'a Domain,
+    node: &'a TreeNode,
+) -> impl Iterator<Item = *const Css> + 'a {
+    // SAFETY: as in `fold_node`.
+    let table = unsafe { &*node.css };
+    let mut ctls = domain.ctls.load(Ordering::Relaxed);
+    core::iter::from_fn(move || loop {
+        if ctls == 0 {
+            return None;
+        }
+        let id = ctls.trailing_zeros() as usize;
+        ctls &= ctls - 1;
+        let css = table.get(id)?.load(Ordering::Relaxed);
+        if !css.is_null() {
+            return Some(css.cast_const());
+        }
+    })
+}
+
+/// A flush's first prefetch, before its fence: the css tables of `nodes`,
+/// then the lines of each of their css of `domain`. The loads of a pass
+/// do not depend on one another, so their misses overlap, where the folds
+/// take them one at a time (each fold's locked RMWs keep the next fold's
+/// loads from starting early). A hint only: nothing here is relied on.
+///
+/// # Safety
+/// The domain lock is held; `nodes` are live nodes of `domain`.
+pub(crate) unsafe fn prefetch_css(domain: &Domain, nodes: &[*const TreeNode]) {
+    // Loom would explore the loads for nothing: a hint has no effect to
+    // check.
+    #[cfg(not(rstat_loom))]
+    {
+        for &n in nodes {
+            // SAFETY: live nodes (caller).
+            let table = unsafe { (*n).css }.cast::<u8>();
+            for line in 0..CSS_TABLE_LINES {
+                prefetch_read(table.wrapping_add(64 * line));
+            }
+        }
+        for &n in nodes {
+            // SAFETY: live nodes of `domain` (caller).
+            for css in unsafe { css_of_domain(domain, &*n) } {
+                for line in 0..CSS_LINES {
+                    prefetch_read(css.cast::<u8>().wrapping_add(64 * line));
+                }
+            }
+        }
+    }
+    #[cfg(rstat_loom)]
+    let _ = (domain, nodes);
+}
+
+/// A flush's last prefetch, after its fence (the updaters may have taken
+/// the lines back since the first): for each css of `nodes` in `domain`,
+/// its stat line of `cpu` and its parent's, which the fold's RMWs write,
+/// and its totals. A hint only.
+///
+/// # Safety
+/// As [`prefetch_css`], and `cpu < nr_cpus`.
+pub(crate) unsafe fn prefetch_slots(domain: &Domain, nodes: &[*const TreeNode], cpu: usize) {
+    #[cfg(not(rstat_loom))]
+    for &n in nodes {
+        // SAFETY: live nodes of `domain` (caller).
+        for css in unsafe { css_of_domain(domain, &*n) } {
+            // SAFETY: installed css are live as long as their group, and a
+            // css keeps its parent's alive; `cpu` is in range (caller);
+            // the lock is held for `totals`.
+            unsafe {
+                let css = &*css;
+                prefetch_write(css.stats.raw(cpu).cast());
+                if let Some(p) = css.parent.as_ref() {
+                    prefetch_write(p.stats.raw(cpu).cast());
+                }
+                css.totals.with(|t| prefetch_write((*t).values_ptr()));
+            }
+        }
+    }
+    #[cfg(rstat_loom)]
+    let _ = (domain, nodes, cpu);
+}
+
+/// Cache lines of a css table and of a css (`Css` keeps its fields in
+/// three lines: see its layout comments).
+#[cfg(not(rstat_loom))]
+const CSS_TABLE_LINES: usize = core::mem::size_of::<crate::stat::css::CssTable>().div_ceil(64);
+#[cfg(not(rstat_loom))]
+const CSS_LINES: usize = core::mem::size_of::<Css>().div_ceil(64);

@@ -312,6 +312,12 @@ impl Totals {
         }
     }
 
+    /// Where the values are (for prefetches).
+    #[cfg_attr(rstat_loom, allow(dead_code))]
+    pub(crate) fn values_ptr(&self) -> *const u8 {
+        self.values.as_ptr().cast()
+    }
+
     /// The number of items: the length of each of the three arrays.
     #[inline]
     pub fn len(&self) -> usize {

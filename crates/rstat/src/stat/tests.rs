@@ -212,3 +212,33 @@ fn a_clock_that_cannot_be_read_makes_no_stamp_look_fresh() {
         );
     }
 }
+
+/// A flush prefetches for its first folds only: each CPU's cut from its
+/// end (the folds take a cut in reverse pre-order), CPU after CPU, up to
+/// the budget.
+#[test]
+fn a_flush_prefetches_for_its_first_folds_only() {
+    use super::tree::TreeNode;
+    use super::tree::{first_folds, PREFETCH_FOLDS};
+    let n = PREFETCH_FOLDS + 40;
+    let order: Vec<*const TreeNode> = (0..n).map(|i| (i + 1) as *const TreeNode).collect();
+    let index = |s: &[*const TreeNode]| s.iter().map(|p| *p as usize - 1).collect::<Vec<_>>();
+    // Three CPUs: 10 nodes, then the budget's rest out of the next cut's
+    // end, and nothing of the third.
+    let cuts = [10, n - 20, n];
+    let got: Vec<Vec<usize>> = first_folds(&order, &cuts).map(index).collect();
+    let rest = PREFETCH_FOLDS - 10;
+    assert_eq!(
+        got,
+        vec![
+            (0..10).collect::<Vec<_>>(),
+            (n - 20 - rest..n - 20).collect()
+        ]
+    );
+    // Small cuts are prefetched whole, empty ones included.
+    let cuts = [0, 3, 3, 7];
+    let got: Vec<Vec<usize>> = first_folds(&order, &cuts).map(index).collect();
+    assert_eq!(got, vec![vec![], vec![0, 1, 2], vec![], vec![3, 4, 5, 6]]);
+    // Nothing to fold, nothing to prefetch.
+    assert_eq!(first_folds(&order, &[]).count(), 0);
+}

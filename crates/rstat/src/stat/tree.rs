@@ -32,7 +32,7 @@ use crate::percpu::arena::PcpuPtr;
 use crate::percpu::CachePadded;
 use crate::stat::backlog::{self, BacklogHead, PcpuLinks};
 use crate::stat::css::CssTable;
-use crate::stat::fold::fold_node;
+use crate::stat::fold::{fold_node, prefetch_css, prefetch_slots};
 use crate::stat::ops::NodeOwner;
 use crate::stat::pace::{self, Clock, Nudge};
 use crate::stat::policy::Coalescer;
@@ -113,6 +113,34 @@ impl TreeNode {
     pub(crate) fn touched_cpus(&self, nr_cpus: usize) -> impl Iterator<Item = usize> + Clone {
         cpus_in(self.touched.load(Ordering::Relaxed), nr_cpus)
     }
+}
+
+/// How many of a flush's first (node, CPU) folds it prefetches for
+/// (`Domain::flush_locked_fenced`): a reader's flush of one group's
+/// subtree is usually far smaller; a root flush of a large tree would
+/// evict the lines of later folds before it reached them.
+pub(super) const PREFETCH_FOLDS: usize = 64;
+
+/// The nodes of the first [`PREFETCH_FOLDS`] folds of a flush whose cuts
+/// are `order` split at `cuts`: one slice per CPU's cut, in the order the
+/// folds take them (CPU after CPU, each cut from its end), ending where
+/// the budget does.
+pub(super) fn first_folds<'a>(
+    order: &'a [*const TreeNode],
+    cuts: &'a [usize],
+) -> impl Iterator<Item = &'a [*const TreeNode]> + 'a {
+    let mut budget = PREFETCH_FOLDS;
+    let mut from = 0;
+    cuts.iter().map_while(move |&to| {
+        if budget == 0 {
+            return None;
+        }
+        let cut = order.get(from..to).unwrap_or(&[]);
+        from = to;
+        let take = cut.len().min(budget);
+        budget -= take;
+        Some(&cut[cut.len() - take..])
+    })
 }
 
 /// Scratch space reused by every flush, so flushing does not allocate once
@@ -401,10 +429,27 @@ impl Domain {
             }
             scratch.cuts.push(scratch.order.len());
         }
+        // The folds' loads chase pointers (node, css table, css, its
+        // per-CPU lines and totals) through lines a reader sweeping many
+        // groups finds cold, and each fold's locked RMWs keep the next
+        // fold's loads from starting early: ask now for those of the
+        // first folds, so their misses overlap one another and the fence.
+        // (Only the first `PREFETCH_FOLDS`: a root flush of a large tree
+        // would have evicted the rest again before folding them.)
+        for nodes in first_folds(&scratch.order, &scratch.cuts) {
+            // SAFETY: lock held; the nodes of the cuts are live.
+            unsafe { prefetch_css(self, nodes) };
+        }
         if fence {
             self.heavy_fence();
         }
         let mut order = core::mem::take(&mut scratch.order);
+        // Their per-CPU lines last, after the fence: the updaters may have
+        // taken them back meanwhile.
+        for (nodes, cpu) in first_folds(&order, &scratch.cuts).zip(cpus.clone()) {
+            // SAFETY: as above; `cpus` are below `nr_cpus`.
+            unsafe { prefetch_slots(self, nodes, cpu) };
+        }
         let mut from = 0;
         for (k, cpu) in cpus.enumerate() {
             let to = scratch.cuts[k];
