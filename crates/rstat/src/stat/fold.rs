@@ -267,9 +267,9 @@ unsafe fn flush_user(
     retry
 }
 
-/// The css of `node`'s group for each controller of `domain`, loaded
-/// `Relaxed`, for prefetches only (a fold loads them again, `Acquire`,
-/// before it dereferences one).
+/// The css of `node`'s group for each controller of `domain`, for the
+/// prefetches, loaded `Acquire` as `fold_node` loads them:
+/// [`prefetch_slots`] reads fields of each.
 ///
 /// # Safety
 /// As [`fold_node`].
@@ -287,7 +287,7 @@ unsafe fn css_of_domain<'a>(
         }
         let id = ctls.trailing_zeros() as usize;
         ctls &= ctls - 1;
-        let css = table.get(id)?.load(Ordering::Relaxed);
+        let css = table.get(id)?.load(Ordering::Acquire);
         if !css.is_null() {
             return Some(css.cast_const());
         }
