@@ -242,3 +242,29 @@ fn a_flush_prefetches_for_its_first_folds_only() {
     // Nothing to fold, nothing to prefetch.
     assert_eq!(first_folds(&order, &[]).count(), 0);
 }
+
+/// A touched mask names slot `c` of `nr_cpus` when bit `c % 64` is set:
+/// walked bit by bit, it gives the slots a pass over `0..nr_cpus` would,
+/// in the same (increasing) order, for any mask and slot count.
+#[test]
+fn a_touched_mask_names_the_slots_a_full_pass_would() {
+    use super::tree::cpus_in;
+    let masks = [
+        0u64,
+        1,
+        1 << 63,
+        0b1010_0110,
+        u64::MAX,
+        0x8000_0000_0000_0001,
+        0x0123_4567_89ab_cdef,
+    ];
+    for mask in masks {
+        for nr_cpus in [0, 1, 2, 7, 63, 64, 65, 127, 128, 130, 200] {
+            let want: Vec<usize> = (0..nr_cpus)
+                .filter(|c| mask & (1u64 << (c % 64)) != 0)
+                .collect();
+            let got: Vec<usize> = cpus_in(mask, nr_cpus).collect();
+            assert_eq!(got, want, "mask {mask:#x}, {nr_cpus} slots");
+        }
+    }
+}

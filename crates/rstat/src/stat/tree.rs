@@ -607,7 +607,37 @@ impl Domain {
 /// The CPU slots below `nr_cpus` of a [`TreeNode::touched`] mask: slot
 /// `c` if bit `c % 64` is set.
 pub(crate) fn cpus_in(mask: u64, nr_cpus: usize) -> impl Iterator<Item = usize> + Clone {
-    (0..nr_cpus).filter(move |c| mask & (1u64 << (c % 64)) != 0)
+    // Bit by bit (a few set bits: the CPUs a group was used on), each bit
+    // naming slots `b`, `b + 64`, ... below `nr_cpus`; in increasing slot
+    // order, as a pass over `0..nr_cpus` would give them.
+    let rounds = nr_cpus.div_ceil(64);
+    (0..rounds).flat_map(move |r| {
+        let below = nr_cpus - r * 64;
+        let m = if below >= 64 {
+            mask
+        } else {
+            mask & ((1u64 << below) - 1)
+        };
+        SetBits(m).map(move |b| r * 64 + b)
+    })
+}
+
+/// The set bits of a mask, lowest first.
+#[derive(Clone)]
+struct SetBits(u64);
+
+impl Iterator for SetBits {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let b = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(b)
+    }
 }
 
 /// Put `node` and its ancestors on `cpu`'s updated tree, bottom-up, stopping
