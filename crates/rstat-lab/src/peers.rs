@@ -15,8 +15,9 @@
 //!
 //! **The contenders** ([`contenders`]): rstat built by
 //! `Rstat::builder().build()` with a byte counter declared in pages (as
-//! the README declares one) and a `StatItem` per leaf, read with the
-//! default `read()`; `prometheus`'s `IntCounterVec` (labels tenant,
+//! the README declares one) and a `StatItem` per leaf, each tenant read
+//! with the default `read()` through a `StatHandle` held per tenant (as
+//! the `prometheus` user holds its children); `prometheus`'s `IntCounterVec` (labels tenant,
 //! service; children cached; a tenant is the sum of its 4 series);
 //! `metrics` + `metrics-util`'s registry with atomic storage (a
 //! `metrics::Counter` per leaf; read from the registry's atomics); the

@@ -6,7 +6,8 @@
 //!
 //! - [`RstatC`]: rstat on its default settings (`Rstat::builder().build()`),
 //!   a byte counter declared in pages as the README shows, a `StatItem` per
-//!   leaf; a tenant is read with the controller's default `read()`.
+//!   leaf; a tenant is read with the default policy's `read()` through
+//!   a `StatHandle` held per tenant.
 //! - [`PromC`]: the `prometheus` crate's `IntCounterVec` with labels
 //!   (tenant, service), the child of each leaf resolved once; a tenant's
 //!   total is the sum of its 4 series.
@@ -22,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use metrics_util::registry::{AtomicStorage, Registry};
-use rstat::{ControllerHandle, Group, Rstat, StatItem};
+use rstat::{ControllerHandle, Group, Rstat, StatHandle, StatItem};
 
 /// Services per tenant: one leaf group under each.
 pub const SERVICES: usize = 4;
@@ -96,6 +97,9 @@ pub trait PerRequest: Send + Sync + 'static {
 /// and the tenants before the engine.
 pub struct RstatC {
     items: Vec<StatItem>,
+    /// One handle per tenant for its reads, held as a `prometheus` user
+    /// holds a metric's children ([`StatHandle::read`]).
+    reads: Vec<StatHandle>,
     tenants: Vec<Group>,
     ctl: ControllerHandle,
     rs: Rstat,
@@ -114,6 +118,7 @@ impl RstatC {
             .map_err(|e| format!("registering the byte counter: {e}"))?;
         let mut items = Vec::with_capacity(shape.leaves());
         let mut tenants = Vec::with_capacity(shape.tenants);
+        let mut reads = Vec::with_capacity(shape.tenants);
         let err = |e: rstat::Error| format!("building the tree: {e}");
         for t in 0..shape.tenants {
             let tg = rs.root().create_child(&tenant_name(t)).map_err(err)?;
@@ -128,10 +133,12 @@ impl RstatC {
                         .map_err(err)?,
                 );
             }
+            reads.push(ctl.stat_handle(&tg).map_err(err)?);
             tenants.push(tg);
         }
         Ok(RstatC {
             items,
+            reads,
             tenants,
             ctl,
             rs,
@@ -154,6 +161,12 @@ impl RstatC {
             .ok_or_else(|| format!("rstat: no tenant {t}"))
     }
 
+    fn read_handle(&self, t: usize) -> Result<&StatHandle, String> {
+        self.reads
+            .get(t)
+            .ok_or_else(|| format!("rstat: no tenant {t}"))
+    }
+
     fn hierarchical(stats: rstat::Result<rstat::GroupStats>, t: usize) -> Result<u64, String> {
         let s = stats.map_err(|e| format!("rstat: reading tenant {t}: {e}"))?;
         let v = s.hierarchical().first().copied().unwrap_or(0);
@@ -168,11 +181,11 @@ impl Contender for RstatC {
     }
 
     fn tenant_total(&self, t: usize) -> Result<u64, String> {
-        Self::hierarchical(self.ctl.read(self.tenant(t)?), t)
+        Self::hierarchical(Ok(self.read_handle(t)?.read()), t)
     }
 
     fn tenant_exact(&self, t: usize) -> Result<u64, String> {
-        Self::hierarchical(self.ctl.read_exact(self.tenant(t)?), t)
+        Self::hierarchical(Ok(self.read_handle(t)?.read_exact()), t)
     }
 }
 

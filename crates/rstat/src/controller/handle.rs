@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::group::EngineInner;
 use crate::group::{Group, GroupInner};
 use crate::stat::css::{Css, Item, Slot};
-use crate::stat::ops::CtlEntry;
+use crate::stat::ops::{CtlEntry, TotalsCopy};
 use crate::stat::policy::{self, FlushPolicy};
 use crate::stat::tree::lock_domain;
 use crate::stat::update::PathCopy;
@@ -349,7 +349,9 @@ impl ControllerHandle {
         Ok(StatHandle {
             group: group.clone(),
             css,
-            nr_stats: self.ctl.nr_stats,
+            // At most `MAX_STAT_ITEMS` (registration checks it).
+            nr_stats: self.ctl.nr_stats as u32,
+            cpu_root: self.is_cpu_root(group),
             nr_cpus: self.engine.nr_cpus,
             path: self.path,
         })
@@ -390,29 +392,31 @@ impl ControllerHandle {
     /// the periodic flusher for a root flush (a flag test, and a wake-up
     /// for the first asker). The copy is returned inline for a controller of
     /// up to two items (no allocation), else in one allocation.
+    ///
+    /// This call first finds `group`'s state for the controller (a line of
+    /// the group). A caller that reads the same groups again and again (a
+    /// dashboard sweeping its tenants) holds a [`StatHandle`] per group and
+    /// reads through [`StatHandle::read`], which starts from the state.
     pub fn read(&self, group: &Group) -> Result<GroupStats> {
         let css = self.css_of(group.inner())?;
         // SAFETY: kept alive by `group`; a controller's domain lives as long
         // as its engine.
         let (css, domain) = unsafe { (&*css, &*self.ctl.domain) };
-        let mut totals = self.flush_policy().read(domain, css);
-        if self.is_cpu_root(group) {
-            let (local, hierarchical) = totals.halves_mut();
-            super::process::root_is_the_process(local, hierarchical, self.attached_cpu_us());
-        }
-        Ok(GroupStats {
-            ctl: Arc::clone(&self.ctl),
-            totals,
-        })
+        let totals = self.flush_policy().read(domain, css);
+        Ok(self.stats_of(group, totals))
+    }
+
+    /// The [`GroupStats`] of a read of `group`: its totals, the root's of
+    /// the cpu controller made the process's.
+    fn stats_of(&self, group: &Group, totals: TotalsCopy) -> GroupStats {
+        let cpu_root = self.is_cpu_root(group).then_some(&*self.engine);
+        GroupStats::of_read(&self.ctl, totals, cpu_root)
     }
 
     /// The engine's feed-charged CPU time (`EngineInner::attached_cpu_us`),
     /// loaded after the totals a root read copied.
     fn attached_cpu_us(&self) -> [u64; 3] {
-        self.engine
-            .attached_cpu_us
-            .each_ref()
-            .map(|a| a.load(Ordering::Relaxed))
+        super::process::attached_cpu_us(&self.engine)
     }
 
     /// Whether `group` is the root and this the engine's `cpu` controller,
@@ -430,15 +434,8 @@ impl ControllerHandle {
         let css = self.css_of(group.inner())?;
         // SAFETY: as in `read`.
         let (css, domain) = unsafe { (&*css, &*self.ctl.domain) };
-        let mut totals = policy::read_flushed(domain, css);
-        if self.is_cpu_root(group) {
-            let (local, hierarchical) = totals.halves_mut();
-            super::process::root_is_the_process(local, hierarchical, self.attached_cpu_us());
-        }
-        Ok(GroupStats {
-            ctl: Arc::clone(&self.ctl),
-            totals,
-        })
+        let totals = policy::read_flushed(domain, css);
+        Ok(self.stats_of(group, totals))
     }
 
     /// Flush the subtree of each group of `flush`, then copy the totals of

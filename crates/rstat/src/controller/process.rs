@@ -38,6 +38,15 @@ fn process_times_us() -> Option<(i64, i64, i64)> {
     Some((i(usage)?, i(user)?, i(system)?))
 }
 
+/// The engine's feed-charged CPU time (`EngineInner::attached_cpu_us`),
+/// loaded after the totals a root read copied.
+pub(crate) fn attached_cpu_us(engine: &crate::group::EngineInner) -> [u64; 3] {
+    engine
+        .attached_cpu_us
+        .each_ref()
+        .map(|a| a.load(crate::sync::Ordering::Relaxed))
+}
+
 /// Make the root's `cpu` totals the process's (module docs), item by
 /// item: each is the process's figure (its CPU clock for `usage_usec`,
 /// that clock split into user and system time in `getrusage`'s

@@ -5,15 +5,25 @@ use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::stat::css::{Css, Item, Slot};
 use crate::stat::ops::CtlEntry;
+use crate::stat::policy::{self, FlushPolicy};
+use crate::sync::Ordering;
+
+use super::stats::GroupStats;
 use crate::stat::update::{ItemPath, PathCopy};
 
-/// A (group, controller) pair resolved once, for the hottest update paths.
-/// Holds a reference on the group.
+/// A (group, controller) pair resolved once, for the hottest update and
+/// read paths. Holds a reference on the group.
 #[derive(Clone)]
 pub struct StatHandle {
     pub(super) group: Group,
     pub(super) css: *const Css,
-    pub(super) nr_stats: usize,
+    /// The controller's item count (registration caps it far below
+    /// `u32::MAX`), beside `cpu_root` in one word: a [`StatItem`] is one
+    /// cache line.
+    pub(super) nr_stats: u32,
+    /// The group is the root and the controller the engine's `cpu`
+    /// controller: its reads are the process's (`process.rs`).
+    pub(super) cpu_root: bool,
     pub(super) nr_cpus: usize,
     /// The engine's update path, so `add` tests it on this handle's line.
     pub(super) path: PathCopy,
@@ -26,6 +36,47 @@ unsafe impl Send for StatHandle {}
 unsafe impl Sync for StatHandle {}
 
 impl StatHandle {
+    /// The group's totals for this controller, as fresh as its
+    /// [flush policy](crate::stat::policy) makes them: the same totals,
+    /// bound and cost as
+    /// [`ControllerHandle::read`](crate::ControllerHandle::read) of this
+    /// handle's group, without resolving the group's state (one cache line
+    /// of the group fewer, the line a reader sweeping many groups finds
+    /// cold). Hold one per group read often (as a `prometheus` user holds
+    /// a metric's children), and read through it. A handle of a removed
+    /// group reads the totals its group had when its last flush ran.
+    pub fn read(&self) -> GroupStats {
+        let css = self.css();
+        // SAFETY: a controller's domain lives as long as its engine, which
+        // the group keeps alive.
+        let domain = unsafe { &*css.ctl.domain };
+        let policy = FlushPolicy::from_u8(css.ctl.policy.load(Ordering::Relaxed) as u8);
+        self.stats(css, policy.read(domain, css))
+    }
+
+    /// Exact totals of the group for this controller, whatever the policy:
+    /// every update that completed before the call is included. As
+    /// [`ControllerHandle::read_exact`](crate::ControllerHandle::read_exact)
+    /// of this handle's group (the controller's flush lock and a flush of
+    /// the group's subtree), without resolving the group's state.
+    pub fn read_exact(&self) -> GroupStats {
+        let css = self.css();
+        // SAFETY: as in `read`.
+        let domain = unsafe { &*css.ctl.domain };
+        self.stats(css, policy::read_flushed(domain, css))
+    }
+
+    fn css(&self) -> &Css {
+        // SAFETY: the css lives as long as its group, which `self` holds.
+        unsafe { &*self.css }
+    }
+
+    fn stats(&self, css: &Css, totals: crate::stat::ops::TotalsCopy) -> GroupStats {
+        // The group's line only for the cpu controller's root.
+        let cpu_root = self.cpu_root.then(|| &*self.group.inner().engine);
+        GroupStats::of_read(&css.ctl, totals, cpu_root)
+    }
+
     /// Add `delta` to stat `item` on this thread's CPU. Same cost,
     /// guarantees and result as
     /// [`ControllerHandle::add`](crate::ControllerHandle::add), minus the
@@ -38,7 +89,7 @@ impl StatHandle {
     /// changed.
     #[inline(always)]
     pub fn add(&self, item: usize, delta: i64) -> Result<()> {
-        let Some(it) = Item::new(item, self.nr_stats) else {
+        let Some(it) = Item::new(item, self.nr_stats as usize) else {
             return Err(self.unknown(item));
         };
         // SAFETY: `self.group` keeps the css alive.
@@ -53,7 +104,7 @@ impl StatHandle {
         Error::UnknownStat {
             controller: self.ctl().name.to_string(),
             index,
-            len: self.nr_stats,
+            len: self.nr_stats as usize,
         }
     }
 
@@ -72,7 +123,7 @@ impl StatHandle {
     ///
     /// Errors: [`Error::UnknownStat`] if the controller has no item `index`.
     pub fn item(&self, index: usize) -> Result<StatItem> {
-        let Some(item) = Item::new(index, self.nr_stats) else {
+        let Some(item) = Item::new(index, self.nr_stats as usize) else {
             return Err(self.unknown(index));
         };
         Ok(StatItem {

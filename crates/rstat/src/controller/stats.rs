@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::group::EngineInner;
 use crate::stat::ops::{CtlEntry, TotalsCopy};
 
 /// One group's totals for one controller, as of a read.
@@ -24,6 +25,28 @@ impl std::fmt::Debug for GroupStats {
 }
 
 impl GroupStats {
+    /// A read's totals of `ctl`'s state of a group; `cpu_root`: the
+    /// engine when the group is its root and `ctl` its `cpu` controller,
+    /// whose root reads the process (`process.rs`).
+    pub(super) fn of_read(
+        ctl: &Arc<CtlEntry>,
+        mut totals: TotalsCopy,
+        cpu_root: Option<&EngineInner>,
+    ) -> GroupStats {
+        if let Some(engine) = cpu_root {
+            let (local, hierarchical) = totals.halves_mut();
+            super::process::root_is_the_process(
+                local,
+                hierarchical,
+                super::process::attached_cpu_us(engine),
+            );
+        }
+        GroupStats {
+            ctl: Arc::clone(ctl),
+            totals,
+        }
+    }
+
     /// Item names, in index order.
     pub fn names(&self) -> &[String] {
         self.ctl.imp.stat_names()
