@@ -1,15 +1,16 @@
 //! A (group, controller) pair resolved once ([`StatHandle`]) and one of
-//! its items checked once ([`StatItem`]): the hot path's handles.
+//! its items checked once ([`StatItem`]): the handles of the hot update
+//! paths and of reads that sweep the same groups again and again.
 
 use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::stat::css::{Css, Item, Slot};
-use crate::stat::ops::CtlEntry;
+use crate::stat::ops::{CtlEntry, TotalsCopy};
 use crate::stat::policy::{self, FlushPolicy};
+use crate::stat::update::{ItemPath, PathCopy};
 use crate::sync::Ordering;
 
 use super::stats::GroupStats;
-use crate::stat::update::{ItemPath, PathCopy};
 
 /// A (group, controller) pair resolved once, for the hottest update and
 /// read paths. Holds a reference on the group.
@@ -71,7 +72,7 @@ impl StatHandle {
         unsafe { &*self.css }
     }
 
-    fn stats(&self, css: &Css, totals: crate::stat::ops::TotalsCopy) -> GroupStats {
+    fn stats(&self, css: &Css, totals: TotalsCopy) -> GroupStats {
         // The group's line only for the cpu controller's root.
         let cpu_root = self.cpu_root.then(|| &*self.group.inner().engine);
         GroupStats::of_read(&css.ctl, totals, cpu_root)
