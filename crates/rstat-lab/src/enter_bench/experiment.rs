@@ -28,7 +28,8 @@ impl Experiment for Enter {
 
     fn measures(&self) -> &'static str {
         "The cost of entering and leaving a group on one thread (each change of the \
-         current group reads the thread's CPU clock once) against two \
+         current group reads a wall clock once: the TSC or the vDSO's monotonic clock, \
+         no system call) against two \
          `clock_gettime(CLOCK_THREAD_CPUTIME_ID)` calls measured in the same run; a \
          `scope`d future's overhead per poll against `tokio-metrics`' `TaskMonitor`'s, \
          both over the same bare poll; the accuracy of a hog's `usage_usec` against \
