@@ -1,12 +1,12 @@
-//! Reads through a [`StatHandle`]: the same totals, bound and errors as
-//! the controller's reads of its group ([`ControllerHandle::read`],
-//! [`ControllerHandle::read_exact`]), for a group with its own state, one
-//! that shares an ancestor's, the cpu controller's root (the process), and
+//! Reads through a [`StatHandle`]: the same totals as the controller's
+//! reads of its group ([`ControllerHandle::read`],
+//! [`ControllerHandle::read_exact`]) under every policy and at every
+//! depth, a removed group's, the cpu controller's root (the process), and
 //! while writers run.
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use common::{engine, engine_with};
 use rstat::{FlushPolicy, StatHandle};
@@ -114,6 +114,9 @@ fn a_handle_reads_are_monotonic_and_exact_while_writers_run() {
         .collect();
     let handle = io.stat_handle(&tenant).unwrap();
     let stop = AtomicBool::new(false);
+    // Reads completed: each writer waits halfway for one, so reads happen
+    // while the writers run however the threads are scheduled.
+    let reads = AtomicU64::new(0);
     const PER: i64 = if cfg!(miri) { 200 } else { 200_000 };
     std::thread::scope(|s| {
         let writers: Vec<_> = (0..2)
@@ -122,16 +125,25 @@ fn a_handle_reads_are_monotonic_and_exact_while_writers_run() {
                     .iter()
                     .map(|l| io.stat_handle(l).unwrap().item(0).unwrap())
                     .collect();
+                let reads = &reads;
                 s.spawn(move || {
                     for i in 0..PER {
+                        if i == PER / 2 {
+                            while reads.load(Ordering::Acquire) == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
                         items[(i as usize + w) % items.len()].add(1);
                     }
                 })
             })
             .collect();
         let reader = s.spawn(|| {
-            let (mut last, mut reads) = (0, 0u64);
-            while !stop.load(Ordering::Relaxed) {
+            let mut last = 0;
+            loop {
+                // Before the reads: a stop seen here comes after the writers
+                // joined, so the last round still reads.
+                let stopping = stop.load(Ordering::Relaxed);
                 let v = handle.read().get("n").unwrap();
                 let e = handle.read_exact().get("n").unwrap();
                 assert!(v >= last, "a bounded read went back: {v} after {last}");
@@ -141,15 +153,17 @@ fn a_handle_reads_are_monotonic_and_exact_while_writers_run() {
                 );
                 assert!(e <= 2 * PER, "more than was added: {e}");
                 last = e;
-                reads += 1;
+                reads.fetch_add(1, Ordering::Release);
+                if stopping {
+                    break;
+                }
             }
-            reads
         });
         for w in writers {
             w.join().unwrap();
         }
         stop.store(true, Ordering::Relaxed);
-        assert!(reader.join().unwrap() > 0, "the reader never read");
+        reader.join().unwrap();
     });
     assert_eq!(handle.read_exact().get("n"), Some(2 * PER));
 }
