@@ -17,8 +17,8 @@
 //! `Rstat::builder().build()` with a byte counter declared in pages (as
 //! the README declares one) and a `StatItem` per leaf, each tenant read
 //! with the default `read()` through a `StatHandle` held per tenant (as
-//! the `prometheus` user holds its children); `prometheus`'s `IntCounterVec` (labels tenant,
-//! service; children cached; a tenant is the sum of its 4 series);
+//! the `prometheus` user holds its children); `prometheus`'s
+//! `IntCounterVec` (labels tenant, service; children cached; a tenant is the sum of its 4 series);
 //! `metrics` + `metrics-util`'s registry with atomic storage (a
 //! `metrics::Counter` per leaf; read from the registry's atomics); the
 //! eager tracker users hand-roll (an atomic per group, each add a

@@ -413,12 +413,6 @@ impl ControllerHandle {
         GroupStats::of_read(&self.ctl, totals, cpu_root)
     }
 
-    /// The engine's feed-charged CPU time (`EngineInner::attached_cpu_us`),
-    /// loaded after the totals a root read copied.
-    fn attached_cpu_us(&self) -> [u64; 3] {
-        super::process::attached_cpu_us(&self.engine)
-    }
-
     /// Whether `group` is the root and this the engine's `cpu` controller,
     /// whose root is the process (`process.rs`).
     fn is_cpu_root(&self, group: &Group) -> bool {
@@ -492,7 +486,11 @@ impl ControllerHandle {
             if self.is_cpu_root(g) {
                 let at = 2 * i * n;
                 let (local, hierarchical) = batch.values[at..at + 2 * n].split_at_mut(n);
-                super::process::root_is_the_process(local, hierarchical, self.attached_cpu_us());
+                super::process::root_is_the_process(
+                    local,
+                    hierarchical,
+                    super::process::attached_cpu_us(&self.engine),
+                );
             }
         }
         Ok(batch)
@@ -510,7 +508,7 @@ impl ControllerHandle {
 
     /// This controller's flush policy.
     pub fn flush_policy(&self) -> FlushPolicy {
-        FlushPolicy::from_u8(self.ctl.policy.load(Ordering::Relaxed) as u8)
+        self.ctl.flush_policy()
     }
 
     /// Change this controller's flush policy; takes effect for reads that

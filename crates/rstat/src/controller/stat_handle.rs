@@ -6,9 +6,8 @@ use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::stat::css::{Css, Item, Slot};
 use crate::stat::ops::{CtlEntry, TotalsCopy};
-use crate::stat::policy::{self, FlushPolicy};
+use crate::stat::policy;
 use crate::stat::update::{ItemPath, PathCopy};
-use crate::sync::Ordering;
 
 use super::stats::GroupStats;
 
@@ -51,8 +50,7 @@ impl StatHandle {
         // SAFETY: a controller's domain lives as long as its engine, which
         // the group keeps alive.
         let domain = unsafe { &*css.ctl.domain };
-        let policy = FlushPolicy::from_u8(css.ctl.policy.load(Ordering::Relaxed) as u8);
-        self.stats(css, policy.read(domain, css))
+        self.stats(css, css.ctl.flush_policy().read(domain, css))
     }
 
     /// Exact totals of the group for this controller, whatever the policy:

@@ -552,6 +552,14 @@ unsafe impl Send for CtlEntry {}
 // SAFETY: as above; the other fields are immutable.
 unsafe impl Sync for CtlEntry {}
 
+impl CtlEntry {
+    /// The controller's flush policy now (set at registration, changed by
+    /// `ControllerHandle::set_flush_policy`).
+    pub(crate) fn flush_policy(&self) -> crate::stat::policy::FlushPolicy {
+        crate::stat::policy::FlushPolicy::from_u8(self.policy.load(sync::Ordering::Relaxed) as u8)
+    }
+}
+
 /// The largest unit an item may declare ([`Controller::stat_units`]): 2^32.
 pub const MAX_STAT_UNIT: u64 = 1 << 32;
 
