@@ -217,7 +217,7 @@ impl StatItem {
         // `nr_cpus` is the handle's.
         unsafe {
             self.path.add(
-                self.handle.css,
+                &self.handle.css,
                 self.handle.path,
                 self.handle.nr_cpus,
                 delta,

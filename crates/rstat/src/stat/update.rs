@@ -32,13 +32,15 @@ pub(crate) struct PathCopy {
 /// One item's update path, resolved from its css once and kept by a
 /// [`StatItem`](crate::StatItem) beside its handle's css pointer and path
 /// copy: CPU 0's addresses of the item's slot and of the node's links (CPU
-/// `c`'s are `unit_offset(c)` further), the item and its boundary shift,
-/// in 24 bytes, so that a `StatItem` is one cache line. An update then
-/// loads these words from the handle and, on the common path, nothing from
-/// the css: the css is reached only to fold a crossing or to queue the
-/// node. (A restartable section's `asm!` may write any memory as far as
-/// the compiler knows, so every word an update needs is reloaded on each
-/// call: the fewer lines, the cheaper.)
+/// `c`'s are `unit_offset(c)` further), the item and its boundary shift
+/// (also capped as the crossing test takes it), in 24 bytes, so that a
+/// `StatItem` is one cache line. An update then loads these words from
+/// the handle and, on the common path, nothing from the css: the css is
+/// reached only to fold a crossing or to queue the node. (A restartable
+/// section's `asm!` may write any memory as far as the compiler knows, so
+/// every word an update needs is reloaded on each call: the fewer lines,
+/// the cheaper; and the handle's css pointer is read where a rare step
+/// needs it, not kept across the section.)
 #[derive(Clone, Copy)]
 pub(crate) struct ItemPath {
     #[cfg_attr(rstat_loom, allow(dead_code))]
@@ -48,6 +50,10 @@ pub(crate) struct ItemPath {
     item: Item,
     #[cfg_attr(rstat_loom, allow(dead_code))]
     shift: u8,
+    /// `shift` capped at 63, as [`may_cross`] takes it: the crossing test
+    /// is then one shift of `old ^ new` by this byte of the handle.
+    #[cfg_attr(rstat_loom, allow(dead_code))]
+    cross: u8,
 }
 
 impl PathCopy {
@@ -73,10 +79,10 @@ impl ItemPath {
     /// one load of this CPU's on-list flag.
     ///
     /// # Safety
-    /// `css` is the css this path was resolved from ([`Css::item_path`]),
+    /// `*css` is the css this path was resolved from ([`Css::item_path`]),
     /// live (its group is held); `path` and `nr_cpus` are its engine's.
     #[inline(always)]
-    pub(crate) unsafe fn add(&self, css: *const Css, path: PathCopy, nr_cpus: usize, delta: i64) {
+    pub(crate) unsafe fn add(&self, css: &*const Css, path: PathCopy, nr_cpus: usize, delta: i64) {
         let rare = Resolved { path: self, css };
         #[cfg(not(any(rstat_loom, miri)))]
         if path.section_limit != 0 {
@@ -91,7 +97,7 @@ impl ItemPath {
         }
         let _ = rare;
         // SAFETY: the css is live (caller).
-        let css = unsafe { &*css };
+        let css = unsafe { &**css };
         css.add(path, || Slot::this_cpu(nr_cpus), self.item, delta)
     }
 
@@ -120,14 +126,16 @@ impl ItemPath {
     }
 }
 
-/// A resolved path with its css: what [`Rare`] needs of a
-/// [`StatItem`](crate::StatItem)'s update.
+/// A resolved path with where its css pointer is: what [`Rare`] needs of
+/// a [`StatItem`](crate::StatItem)'s update. The pointer is read only by
+/// the rare steps: a copy taken before the section would have to be kept
+/// across it (on the stack, a store and a load per update).
 #[derive(Clone, Copy)]
 struct Resolved<'a> {
     #[cfg_attr(rstat_loom, allow(dead_code))]
     path: &'a ItemPath,
     #[cfg_attr(rstat_loom, allow(dead_code))]
-    css: *const Css,
+    css: &'a *const Css,
 }
 
 /// What the rare steps of an update through resolved addresses need (the
@@ -145,15 +153,29 @@ trait Rare: Copy {
     /// # Safety
     /// The css is live.
     unsafe fn shift(self) -> u8;
+    /// Whether an update that changed the slot's bits `changed` (`old ^
+    /// new`) may have crossed one of the item's boundaries
+    /// ([`may_cross`]).
+    ///
+    /// # Safety
+    /// The css is live.
+    unsafe fn may_cross(self, changed: u64) -> bool;
 }
 
 #[cfg(not(rstat_loom))]
 impl Rare for Resolved<'_> {
     fn css(self) -> *const Css {
-        self.css
+        *self.css
     }
     unsafe fn shift(self) -> u8 {
         self.path.shift
+    }
+    /// The shift is in the handle, on the line the update loaded: one
+    /// test, with no batch pre-test (which a byte counter in pages passes
+    /// on nearly every update anyway).
+    #[inline(always)]
+    unsafe fn may_cross(self, changed: u64) -> bool {
+        changed >> u32::from(self.path.cross) != 0
     }
 }
 
@@ -164,6 +186,14 @@ impl Rare for (&Css, Item) {
     }
     unsafe fn shift(self) -> u8 {
         self.0.item_shift(self.1)
+    }
+    /// Every item's boundary is a multiple of B: an update that crosses
+    /// none of those (`changed` below B) crosses none of the item's, and
+    /// does not load the item's shift from the css.
+    #[inline(always)]
+    unsafe fn may_cross(self, changed: u64) -> bool {
+        // SAFETY: the caller's guarantee.
+        changed >> UPDATE_BATCH_SHIFT != 0 && may_cross(changed, unsafe { self.shift() })
     }
 }
 
@@ -219,10 +249,11 @@ unsafe fn section_update(
 
 /// After the add that moved the slot at unit offset `at` from `old` to
 /// `new` (`changed` is `old ^ new`):
-/// if it crossed a batch boundary, the crossing count, then the on-list
-/// check on this CPU's copy of `links` (CPU 0's links of the css's node).
-/// As `Css::count_update`: the shift only past the cheap test, the css
-/// only for a crossing of the item's own boundary or to queue the node.
+/// if it may have crossed one of the item's boundaries ([`Rare::may_cross`]),
+/// the crossing count, then the on-list check on this CPU's copy of
+/// `links` (CPU 0's links of the css's node). As `Css::count_update`; the
+/// css only for a crossing of the item's own boundary or to queue the
+/// node.
 ///
 /// # Safety
 /// The css is live; `links` and `rare` are its for the item; `at` is the
@@ -237,16 +268,10 @@ unsafe fn after_update(
     new: i64,
     changed: u64,
 ) {
-    if changed >> UPDATE_BATCH_SHIFT != 0 {
-        // SAFETY: the css is live.
-        let shift = unsafe { rare.shift() };
-        if may_cross(changed, shift) {
-            let v = units_to_fold(old, new, shift);
-            if v != 0 {
-                // SAFETY: caller's guarantees.
-                unsafe { fold_crossings(rare, at, v) };
-            }
-        }
+    // SAFETY: the css is live.
+    if unsafe { rare.may_cross(changed) } {
+        // SAFETY: caller's guarantees.
+        unsafe { fold_crossings(rare, at, old, new) };
     }
     // SAFETY: `at` is the unit offset of a slot below `nr_cpus`: the links
     // of the css's node there, which outlive the css; the css is reached
@@ -261,16 +286,21 @@ unsafe fn after_update(
     }
 }
 
-/// The fold of [`section_update`]'s crossings, out of line: the css is
-/// loaded here, not on the common path.
+/// The fold of an update's crossings (its slot moved from `old` to `new`),
+/// out of line: the units crossed are counted and the css is loaded here,
+/// not on the common path.
 ///
 /// # Safety
-/// As [`section_update`]; `at` is the unit offset the section returned,
-/// `v` what [`units_to_fold`] gave (not 0).
+/// As [`after_update`]; `at` is the unit offset of the slot updated.
 #[cfg(not(rstat_loom))]
 #[cold]
 #[inline(never)]
-unsafe fn fold_crossings(rare: impl Rare, at: usize, v: u64) {
+unsafe fn fold_crossings(rare: impl Rare, at: usize, old: i64, new: i64) {
+    // SAFETY: the css is live (caller).
+    let v = units_to_fold(old, new, unsafe { rare.shift() });
+    if v == 0 {
+        return;
+    }
     // SAFETY: the css is live (caller), and so is its controller's domain.
     let css = unsafe { &*rare.css() };
     // SAFETY: as above.
@@ -432,6 +462,7 @@ impl Css {
             links: self.links.raw(0).cast(),
             item,
             shift: self.item_shift(item),
+            cross: self.item_shift(item).min(63),
         }
     }
 
