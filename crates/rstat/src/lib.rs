@@ -67,7 +67,7 @@
 //! | the periodic flusher | one root flush (as `read_exact` of the root) per period |
 //! | [`Group`] clone / drop | one per-CPU reference get / put |
 //! | [`Group::enter`] + drop, a [`Group::scope`]d poll | one wall clock read (the TSC, or `clock_gettime(CLOCK_MONOTONIC)` in the vDSO: [`attach::switch_clock`]; no system call) per change of the current group, an uncontended lock and a wall-time segment; the thread's CPU clock is read and apportioned among its groups at reconciliations (every few ms of wall time, after a long segment), so a thread's charges sum to its CPU time exactly there (error model: [`attach`]); nothing but the stack push/pop when the group is already current |
-//! | [`Group::create_child`], [`Group::remove`] | the topology lock (shared: creations and removals run side by side), the parent's children lock, arena allocations / a reference-count switch (the last handle's drop folds the group into its parent: a flush of that group alone) |
+//! | [`Group::create_child`], [`Group::remove`] | the topology lock (shared, one lock per CPU slot: creations and removals on different CPUs run side by side without sharing its line), the parent's children lock, arena allocations from this CPU slot's cache / a reference-count switch (the last handle's drop folds the group into its parent: a flush of that group alone) |
 //!
 //! # At the edges
 //!

@@ -201,7 +201,7 @@ impl ControllerHandle {
         // SAFETY: an installed css lives as long as its group, which the
         // caller holds.
         if let Some(c) = unsafe { css.as_ref() } {
-            if Arc::ptr_eq(&c.ctl, &self.ctl) {
+            if core::ptr::eq(&*c.ctl, &*self.ctl) {
                 return Ok(css);
             }
         }
@@ -410,7 +410,7 @@ impl ControllerHandle {
     /// the cpu controller made the process's.
     fn stats_of(&self, group: &Group, totals: TotalsCopy) -> GroupStats {
         let cpu_root = self.is_cpu_root(group).then_some(&*self.engine);
-        GroupStats::of_read(&self.ctl, totals, cpu_root)
+        GroupStats::of_read(Arc::clone(&self.ctl), totals, cpu_root)
     }
 
     /// Whether `group` is the root and this the engine's `cpu` controller,

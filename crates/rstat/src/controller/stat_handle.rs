@@ -72,8 +72,8 @@ impl StatHandle {
 
     fn stats(&self, css: &Css, totals: TotalsCopy) -> GroupStats {
         // The group's line only for the cpu controller's root.
-        let cpu_root = self.cpu_root.then(|| &*self.group.inner().engine);
-        GroupStats::of_read(&css.ctl, totals, cpu_root)
+        let cpu_root = self.cpu_root.then(|| &**self.group.inner().engine);
+        GroupStats::of_read(css.ctl.to_arc(), totals, cpu_root)
     }
 
     /// Add `delta` to stat `item` on this thread's CPU. Same cost,

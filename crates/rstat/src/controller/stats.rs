@@ -29,7 +29,7 @@ impl GroupStats {
     /// engine when the group is its root and `ctl` its `cpu` controller,
     /// whose root reads the process (`process.rs`).
     pub(super) fn of_read(
-        ctl: &Arc<CtlEntry>,
+        ctl: Arc<CtlEntry>,
         mut totals: TotalsCopy,
         cpu_root: Option<&EngineInner>,
     ) -> GroupStats {
@@ -41,10 +41,7 @@ impl GroupStats {
                 super::process::attached_cpu_us(engine),
             );
         }
-        GroupStats {
-            ctl: Arc::clone(ctl),
-            totals,
-        }
+        GroupStats { ctl, totals }
     }
 
     /// Item names, in index order.

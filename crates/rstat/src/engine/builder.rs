@@ -11,15 +11,16 @@ use super::{
 use crate::controller::CounterSetController;
 use crate::error::{Error, Result};
 use crate::group::ext::ExtList;
-use crate::group::state::Topology;
+use crate::group::state::{Topology, Zombies};
 use crate::group::{EngineInner, Group};
-use crate::percpu::arena::Arena;
 use crate::percpu::cpu;
+use crate::percpu::rwlock::PercpuRwLock;
+use crate::percpu::shared_arena::SharedArena;
 use crate::stat::pace::Clock;
 use crate::stat::policy::{check_pace, check_period, FlushPolicy};
 use crate::stat::tree::Pace;
 use crate::stat::update::UpdatePath;
-use crate::sync::{self, AtomicPtr, AtomicU64, AtomicUsize, Mutex, RwLock};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex};
 
 /// Configures an [`Rstat`].
 #[derive(Clone, Debug)]
@@ -171,7 +172,7 @@ impl Builder {
                 clock: self.clock.unwrap_or_else(|| Clock::real(self.read_pace)),
                 nudge: Arc::default(),
             },
-            zombies: AtomicUsize::new(0),
+            zombies: Zombies::new(nr_cpus),
             cpu_max_used: crate::sync::AtomicBool::new(false),
             next_group_id: AtomicU64::new(ROOT_GROUP_ID),
             removal_watchers: Mutex::new(Vec::new()),
@@ -179,17 +180,20 @@ impl Builder {
             cpu_ctl_id: self.cpu_controller.then_some(CPU_CTL_ID),
             attached_cpu_us: core::array::from_fn(|_| AtomicU64::new(0)),
             deferred: AtomicPtr::new(core::ptr::null_mut()),
-            arena: Mutex::new(Arena::new(nr_cpus)),
-            ref_arena: Mutex::new(Arena::new(nr_cpus)),
-            topo: RwLock::new(Topology {
-                controllers: Vec::new(),
-                domains: Vec::new(),
-            }),
+            arena: SharedArena::new(nr_cpus),
+            ref_arena: SharedArena::new(nr_cpus),
+            topo: PercpuRwLock::new(
+                nr_cpus,
+                Topology {
+                    controllers: Vec::new(),
+                    domains: Vec::new(),
+                },
+            ),
             exts: ExtList::default(),
         });
         if self.unified {
             let d = inner.new_domain()?;
-            sync::write(&inner.topo).domains.push(d);
+            inner.topo.write().domains.push(d);
         }
         let root = Group::new_group(&inner, None, "")?;
         let mut rs = Rstat {

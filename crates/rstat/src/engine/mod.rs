@@ -20,7 +20,7 @@ use crate::stat::ops::{Controller, CtlEntry, FITTING_STAT_ITEMS, MAX_CONTROLLERS
 use crate::stat::policy::check_period;
 use crate::stat::tree::Domain;
 pub use crate::stat::update::UpdatePath;
-use crate::sync::{self, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64};
 
 mod builder;
 #[cfg(not(rstat_loom))]
@@ -232,7 +232,7 @@ impl Rstat {
             ));
         }
         let nr_stats = items.len();
-        let mut topo = sync::write(&self.inner.topo);
+        let mut topo = self.inner.topo.write();
         if topo.controllers.iter().any(|c| *c.name == *name) {
             return Err(Error::ControllerExists { name });
         }
@@ -292,7 +292,7 @@ impl Rstat {
             name: name.clone(),
             reason: e.to_string(),
         })?;
-        let topo = sync::write(&self.inner.topo);
+        let topo = self.inner.topo.write();
         if self.inner.exts.iter().any(|(_, e)| e.ext_name() == name) {
             return Err(Error::ExtensionExists { name });
         }
@@ -351,7 +351,9 @@ impl Rstat {
     /// [`Memory`](crate::memory::Memory) is registered) and user ones.
     /// Cost: the topology lock, three reference counts per controller.
     pub fn controllers(&self) -> Vec<ControllerHandle> {
-        sync::read(&self.inner.topo)
+        self.inner
+            .topo
+            .read()
             .controllers
             .iter()
             .map(|c| {
@@ -479,15 +481,15 @@ impl Rstat {
     /// lazily freed cgroups): they are readable and still count towards
     /// their ancestors, and are freed when their last handle drops.
     pub fn zombie_count(&self) -> usize {
-        self.inner.zombies.load(Ordering::Relaxed)
+        self.inner.zombies.count()
     }
 
     /// Arena counters (for tests, reports and the memory-cost check): the
     /// groups' per-CPU state and their reference counts' slots, which sit
     /// in an arena of their own, together.
     pub fn arena_stats(&self) -> ArenaStats {
-        let a = sync::lock(&self.inner.arena).stats();
-        let r = sync::lock(&self.inner.ref_arena).stats();
+        let a = self.inner.arena.stats();
+        let r = self.inner.ref_arena.stats();
         ArenaStats {
             nr_units: a.nr_units,
             live_allocations: a.live_allocations + r.live_allocations,

@@ -54,7 +54,12 @@ pub(crate) use release::release_deferred;
 pub(crate) use state::EngineInner;
 
 pub(crate) struct GroupInner {
-    pub(crate) engine: Arc<EngineInner>,
+    /// The engine. The root holds a count on it (dropped at its release);
+    /// every other group reaches it through its parent, which it holds up
+    /// to the root, so it takes no count: a group made and released on one
+    /// CPU then writes no line of the engine's that groups on other CPUs
+    /// write too (the count's).
+    pub(crate) engine: core::mem::ManuallyDrop<Arc<EngineInner>>,
     /// A reference on the parent, dropped at this group's release.
     pub(crate) parent: Option<Group>,
     /// Shared with the parent's children map, whose key is this same
@@ -269,8 +274,10 @@ impl Group {
         name: &str,
     ) -> Result<Group> {
         let depth = parent.as_ref().map_or(0, |p| p.depth() + 1);
-        let ref_slots =
-            sync::lock(&engine.ref_arena).alloc::<PercpuRefSlot>(1, |_, _| PercpuRefSlot::new())?;
+        let ref_slots = engine
+            .ref_arena
+            .local()
+            .alloc::<PercpuRefSlot>(1, |_, _| PercpuRefSlot::new())?;
         // SAFETY: one slot per unit of an arena with `nr_cpus` units; freed
         // by the final release only once the count reached zero (no get or
         // put reads them after that, and the ref's drop does not: it does
@@ -279,7 +286,18 @@ impl Group {
             PercpuRef::with_arena_slots(ref_slots, engine.nr_cpus, InitFlags::LOCKED_SLOTS, || {})
         };
         let inner = Box::new(GroupInner {
-            engine: Arc::clone(engine),
+            engine: match &parent {
+                None => core::mem::ManuallyDrop::new(Arc::clone(engine)),
+                Some(_) => {
+                    // SAFETY: `engine` is live, and a child's hold on its
+                    // parent (`parent`, dropped only after the child's
+                    // release is done with the engine) keeps the root, and
+                    // with it the root's count, alive: this `Arc` shares
+                    // that count and is never dropped (`ManuallyDrop`).
+                    let shared = unsafe { Arc::from_raw(Arc::as_ptr(engine)) };
+                    core::mem::ManuallyDrop::new(shared)
+                }
+            },
             parent,
             name: name.into(),
             // Relaxed: only uniqueness matters, which the RMW gives; the id
@@ -316,7 +334,7 @@ impl Group {
     /// failed), so the handle's drop releases it.
     fn abandon(&self) {
         self.inner().online.store(false, Ordering::Release);
-        self.inner().engine.zombies.fetch_add(1, Ordering::Relaxed);
+        self.inner().engine.zombies.add();
         let _ = self.inner().refcnt.kill();
     }
 
@@ -451,15 +469,16 @@ impl Group {
     }
 
     /// Create a child called `name`. Cost: the topology lock's shared side
-    /// (creations and removals run side by side; only registering a
-    /// controller or extension excludes them), this group's children lock,
+    /// (this CPU slot's lock: creations and removals run side by side,
+    /// without sharing a line; only registering a controller or extension
+    /// excludes them), this group's children lock,
     /// one per-CPU arena allocation per controller, per domain and for the
     /// reference count, a few heap allocations.
     pub fn create_child(&self, name: &str) -> Result<Group> {
         validate_name(name)?;
         let engine = &self.inner().engine;
         release_deferred(engine);
-        let topo = sync::read(&engine.topo);
+        let topo = engine.topo.read();
         // Online is checked under the children lock, which `remove` holds
         // while it takes this group offline: no child joins a removed
         // group.
@@ -590,8 +609,8 @@ impl Group {
     /// the zombie itself return its totals; see
     /// [`ControllerHandle::add`](crate::ControllerHandle::add)); then its
     /// final release folds what is left into the parent and frees it.
-    /// Cost: the topology lock's shared side, this group's and its
-    /// parent's children locks (one after the other) and a switch of its
+    /// Cost: the topology lock's shared side (this CPU slot's), this
+    /// group's and its parent's children locks (one after the other) and a switch of its
     /// reference count to atomic mode; no flush and no system call (a
     /// group nobody else holds is released here, which flushes only the
     /// group itself).
@@ -600,7 +619,7 @@ impl Group {
             return Err(Error::RootNotRemovable);
         };
         release_deferred(&self.inner().engine);
-        let topo = sync::read(&self.inner().engine.topo);
+        let topo = self.inner().engine.topo.read();
         {
             // Under this group's children lock, which `create_child` holds
             // while it checks that this group is online and links a child:
@@ -625,7 +644,7 @@ impl Group {
         // it takes a child's. Until this, lookups still find the offline
         // group by name (and skip nothing: it is a zombie, reads go on).
         sync::lock(&parent.inner().children).remove(&*self.inner().name);
-        self.inner().engine.zombies.fetch_add(1, Ordering::Relaxed);
+        self.inner().engine.zombies.add();
         drop(topo);
         // No flush here: the zombie's node stays in its parent's updated
         // tree, so every flush of an ancestor still folds it, and its final
@@ -661,7 +680,7 @@ impl Group {
                 let _ = g.remove();
             }
         }
-        let topo = sync::write(&self.inner().engine.topo);
+        let topo = self.inner().engine.topo.write();
         let was_online = {
             // As in `remove`: under the children lock `create_child` checks
             // online with.

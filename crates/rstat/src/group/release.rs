@@ -12,7 +12,7 @@ use crate::stat::backlog::PcpuLinks;
 use crate::stat::css::{Css, StatSlot};
 use crate::stat::ops::MAX_CONTROLLERS;
 use crate::stat::tree::{cpus_in, TreeNode};
-use crate::sync::{self, Ordering};
+use crate::sync::Ordering;
 
 impl GroupInner {
     /// Final release, part one: nothing references this group any more (no
@@ -55,10 +55,11 @@ impl GroupInner {
                 *n = Some(unsafe { Box::from_raw(p) });
             }
         }
-        // The arena lock only for the arena's own work; the boxes are freed
-        // after it (creations on other threads wait for this lock).
+        // This CPU slot's arena cache only for the arena's own work; the
+        // boxes are freed after it (another thread on this slot waits for
+        // it).
         {
-            let mut arena = sync::lock(&self.engine.arena);
+            let mut arena = self.engine.arena.local();
             let nr_units = arena.nr_units();
             for (c, &t) in css.iter().zip(touched.iter()) {
                 let Some(c) = c else { continue };
@@ -81,7 +82,7 @@ impl GroupInner {
         // the count later does not read them (arena slots are not owned by
         // it).
         // SAFETY: from this arena in `Group::new_group`, freed only here.
-        unsafe { sync::lock(&self.engine.ref_arena).free(self.ref_slots) };
+        unsafe { self.engine.ref_arena.local().free(self.ref_slots) };
         drop(css);
         drop(nodes);
         // SAFETY: allocated by Box with the group; nothing references it now.
@@ -166,10 +167,17 @@ unsafe fn release_untracked(ptr: NonNull<GroupInner>) -> Option<Group> {
     let inner = unsafe { ptr.as_ref() };
     inner.release_state();
     if inner.parent.is_some() && !inner.online.load(Ordering::Acquire) {
-        inner.engine.zombies.fetch_sub(1, Ordering::Relaxed);
+        inner.engine.zombies.sub();
     }
     // SAFETY: allocated by Box in `Group::new_group`; unreferenced.
-    let GroupInner { parent, .. } = *unsafe { Box::from_raw(ptr.as_ptr()) };
+    let GroupInner {
+        parent, mut engine, ..
+    } = *unsafe { Box::from_raw(ptr.as_ptr()) };
+    if parent.is_none() {
+        // SAFETY: the root's count on its engine (`Group::new_group`),
+        // dropped once, here, after everything else of the group.
+        unsafe { core::mem::ManuallyDrop::drop(&mut engine) };
+    }
     parent
 }
 

@@ -11,15 +11,17 @@ use crate::error::Result;
 use crate::group::ext::{ErasedExt, ExtList};
 use crate::group::watch::RemovalQueue;
 use crate::group::{Group, GroupInner};
-use crate::percpu::arena::{Arena, PcpuPtr};
+use crate::percpu::arena::PcpuPtr;
+use crate::percpu::rwlock::PercpuRwLock;
+use crate::percpu::shared_arena::SharedArena;
 use crate::percpu::LineBox;
 use crate::stat::backlog::{BacklogHead, PcpuLinks};
 use crate::stat::css::{Css, StatSlot, EXTRA_SLOTS};
-use crate::stat::ops::{CtlEntry, NodeOwner, MAX_CONTROLLERS};
+use crate::stat::ops::{CtlEntry, CtlRef, NodeOwner, MAX_CONTROLLERS};
 use crate::stat::policy::FlushPolicy;
 use crate::stat::tree::{Domain, Pace, TreeNode};
 use crate::stat::update::UpdatePath;
-use crate::sync::{self, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, RwLock, UnsafeCell};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
 
 /// What registration changes: the controllers and their domains. Behind
 /// [`EngineInner::topo`], a reader-writer lock: registering takes it
@@ -51,18 +53,23 @@ pub(crate) struct EngineInner {
     /// Every group's per-CPU state but its reference count's: written
     /// only on the CPUs a group uses (its links and stat slots start
     /// zeroed, unwritten), so a group's pages there are made resident by
-    /// the CPUs it ran on.
-    pub(crate) arena: Mutex<Arena>,
+    /// the CPUs it ran on. Taken through a CPU slot's cache of freed
+    /// offsets ([`SharedArena`]), so that groups made and released on
+    /// several CPUs do not share its lock and free lists.
+    pub(crate) arena: SharedArena,
     /// The groups' reference counts' slots: 16 bytes per possible CPU per
     /// group, written on every CPU at creation and at removal (a switch
     /// freezes each slot). Kept apart so that those writes do not make
     /// the pages of [`arena`](Self::arena) resident on every CPU.
-    pub(crate) ref_arena: Mutex<Arena>,
-    pub(crate) topo: RwLock<Topology>,
+    pub(crate) ref_arena: SharedArena,
+    /// Read by every group creation and removal on every CPU, written only
+    /// by registrations: a lock per CPU slot, so that creations on
+    /// different CPUs share no lock line.
+    pub(crate) topo: PercpuRwLock<Topology>,
     /// The registered extensions, read without a lock ([`ExtList`]).
     pub(crate) exts: ExtList,
     /// Removed groups whose last reference has not been dropped yet.
-    pub(crate) zombies: AtomicUsize,
+    pub(crate) zombies: Zombies,
     /// Some group of this engine has had a `cpu.max` quota (module
     /// `bandwidth`): polls of groups not marked limited then also look for
     /// a quota up their chain (a group removed before the quota was set is
@@ -122,7 +129,9 @@ impl EngineInner {
     /// says so given the ask.
     #[cfg_attr(rstat_loom, allow(dead_code))]
     fn flush_roots(&self, flush: impl Fn(bool) -> bool) {
-        let domains: Vec<*const Domain> = sync::read(&self.topo)
+        let domains: Vec<*const Domain> = self
+            .topo
+            .read()
             .domains
             .iter()
             .map(|d| &**d as *const Domain)
@@ -137,7 +146,10 @@ impl EngineInner {
     }
 
     pub(crate) fn new_domain(&self) -> Result<Box<Domain>> {
-        let backlog = sync::lock(&self.arena).alloc::<BacklogHead>(1, |_, _| BacklogHead::new())?;
+        let backlog = self
+            .arena
+            .arena()
+            .alloc::<BacklogHead>(1, |_, _| BacklogHead::new())?;
         Ok(Box::new(Domain::new(
             self.nr_cpus,
             self.section_limit,
@@ -181,8 +193,8 @@ impl EngineInner {
         // The domains that need a node, each with its node's allocation:
         // the per-CPU links point back at their node, so its address is
         // fixed (a raw allocation) before the links are built. Made before
-        // the arena lock, so that lock is held only for the arena's own
-        // work (creations on other threads wait for it).
+        // the arena's cache is locked, so that lock is held only for the
+        // arena's own work (another thread on this CPU slot would wait).
         let mut raw: [*mut core::mem::MaybeUninit<TreeNode>; MAX_CONTROLLERS] =
             [core::ptr::null_mut(); MAX_CONTROLLERS];
         for (i, r) in raw.iter_mut().enumerate().take(topo.domains.len()) {
@@ -197,14 +209,15 @@ impl EngineInner {
                 drop(unsafe { Box::from_raw(r) });
             }
         };
-        // Every per-CPU unit, in one hold of the arena lock: each new
+        // Every per-CPU unit, in one hold of this CPU slot's arena cache
+        // (`SharedArena::local`; the arena's own lock only to refill it): each new
         // node's links, and each controller's stat slots (one per item,
         // plus the pending-update counters `COUNTED`, `UPDATES`,
         // `CONSUMED`). On a failure, what this call took goes back.
         let mut links: [Option<PcpuPtr<PcpuLinks>>; MAX_CONTROLLERS] = [None; MAX_CONTROLLERS];
         let mut stats: [Option<PcpuPtr<StatSlot>>; MAX_CONTROLLERS] = [None; MAX_CONTROLLERS];
         {
-            let mut arena = sync::lock(&self.arena);
+            let mut arena = self.arena.local();
             let mut taken = || -> core::result::Result<(), crate::percpu::arena::ArenaError> {
                 for (i, &r) in raw.iter().enumerate() {
                     if !r.is_null() {
@@ -270,7 +283,7 @@ impl EngineInner {
                 p.inner().css[ctl.id].load(Ordering::Relaxed).cast_const()
             });
             // SAFETY: the node was installed above and lives with `g`.
-            let css = LineBox::new(Css::new(Arc::clone(ctl), parent, stats, unsafe { &*node }));
+            let css = LineBox::new(Css::new(CtlRef::new(ctl), parent, stats, unsafe { &*node }));
             g.css[ctl.id].store(LineBox::into_raw(css), Ordering::Release);
         }
         if only.is_none() {
@@ -279,5 +292,46 @@ impl EngineInner {
             }
         }
         Ok(())
+    }
+}
+
+/// The engine's count of zombies (removed groups still held), kept per
+/// CPU slot: a removal adds one on its CPU's counter and the release subtracts
+/// it on its own, so groups removed and released on several CPUs write no
+/// line in common. The count is their sum: exact once no removal or
+/// release is under way.
+pub(crate) struct Zombies(Box<[crate::percpu::CachePadded<crate::sync::AtomicI64>]>);
+
+impl Zombies {
+    /// Counters for `nr_slots` CPU slots (at least one).
+    pub(crate) fn new(nr_slots: usize) -> Zombies {
+        Zombies(
+            (0..nr_slots.max(1))
+                .map(|_| crate::percpu::CachePadded::new(crate::sync::AtomicI64::new(0)))
+                .collect(),
+        )
+    }
+
+    fn this_cpu(&self) -> &crate::sync::AtomicI64 {
+        &self.0[crate::percpu::cpu::fold(crate::percpu::cpu::current(), self.0.len())]
+    }
+
+    /// A group was removed (or abandoned).
+    pub(crate) fn add(&self) {
+        // Relaxed: a count, read as a hint (see `count`).
+        self.this_cpu().fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A zombie was released.
+    pub(crate) fn sub(&self) {
+        // Relaxed: as in `add`.
+        self.this_cpu().fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The zombies now: the counters' sum (never below zero, though one
+    /// counter alone may be).
+    pub(crate) fn count(&self) -> usize {
+        let sum: i64 = self.0.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        usize::try_from(sum).unwrap_or(0)
     }
 }

@@ -6,7 +6,6 @@
 //! any other.
 
 use crate::memory::{Memory, OnOom};
-use crate::sync;
 use crate::testing::{ControllerHandleExt, MemoryExt};
 use crate::Rstat;
 
@@ -46,7 +45,7 @@ fn a_group_writes_only_the_units_of_the_cpu_slots_it_used() {
     let ctl = rs.register_counters("c", &["a", "b"]).unwrap();
     let p = rs.root().create_child("p").unwrap();
     let snapshot = || {
-        let arena = sync::lock(&p.inner().engine.arena);
+        let arena = p.inner().engine.arena.arena();
         (0..SLOTS)
             .map(|c| arena.resident_pages(c))
             .collect::<Vec<_>>()

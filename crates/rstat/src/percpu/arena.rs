@@ -31,7 +31,10 @@
 //! holds grows with those CPUs, not with `nr_units`.
 //!
 //! The arena itself is single-threaded (`&mut self`); the engine keeps it
-//! behind a mutex, taken only when groups are created or freed.
+//! behind a mutex, taken only when groups are created or freed, with a
+//! cache of freed offsets per CPU slot in front of it
+//! (`percpu::shared_arena`), so that groups made and released on
+//! different CPUs do not share the mutex's line.
 
 use core::alloc::Layout;
 use core::marker::PhantomData;
@@ -142,6 +145,22 @@ impl<T> fmt::Debug for PcpuPtr<T> {
 }
 
 impl<T> PcpuPtr<T> {
+    /// The allocation of `len` `T`s whose copy in unit 0 is at `base`
+    /// (an offset [`Arena::take_offset`] gave, for
+    /// [`Arena::rounded_size::<T>(len)`](Arena::rounded_size) bytes).
+    pub(crate) fn from_offset(base: NonNull<u8>, len: usize) -> Self {
+        PcpuPtr {
+            base: base.cast::<T>(),
+            len,
+            _t: PhantomData,
+        }
+    }
+
+    /// The copy in unit 0, as the offset [`Arena::give_offset`] takes back.
+    pub(crate) fn offset(&self) -> NonNull<u8> {
+        self.base.cast::<u8>()
+    }
+
     /// Number of `T`s per CPU.
     pub fn len(&self) -> usize {
         self.len
@@ -300,31 +319,28 @@ impl Arena {
             "arena values are 16-byte aligned at most"
         );
         let ptr = self.take::<T>(len, false)?;
-        for cpu in 0..self.nr_units {
-            let unit = ptr.raw(cpu) as *mut T;
-            if len == 1 {
-                // The common one-value case (a reference count's slot) as
-                // one store per unit: the loop below becomes a `memset`
-                // call per unit for small zero values.
-                // SAFETY: as below, for value 0.
-                unsafe { unit.write(init(cpu, 0)) };
-                continue;
-            }
-            for i in 0..len {
-                // SAFETY: `unit` is this allocation's copy in unit `cpu`,
-                // inside a live chunk, aligned to GRANULE >= align_of::<T>(),
-                // with room for `len` values; the slot is uninitialised (fresh
-                // or freed, and `free` dropped its old values).
-                unsafe { unit.add(i).write(init(cpu, i)) };
-            }
-        }
+        // SAFETY: a fresh or freed offset of `len` `T`s in every unit, whose
+        // old values `free` dropped.
+        unsafe { init_units(ptr, self.nr_units, &mut init) };
         Ok(ptr)
     }
 
-    /// An offset for `len` `T`s, counted in use: a freed one of the size
-    /// (for `zeroed`, one freed zeroed, else one zeroed here), or a bump.
+    /// An offset for `len` `T`s, counted in use (see
+    /// [`take_offset`](Self::take_offset)).
     fn take<T>(&mut self, len: usize, zeroed: bool) -> Result<PcpuPtr<T>, ArenaError> {
-        let size = Self::rounded_size::<T>(len);
+        let base = self.take_offset(Self::rounded_size::<T>(len), zeroed)?;
+        Ok(PcpuPtr::from_offset(base, len))
+    }
+
+    /// An offset of `size` bytes (a [`rounded_size`](Self::rounded_size)),
+    /// counted in use: a freed one of the size (for `zeroed`, one freed
+    /// zeroed, else one zeroed here), or a bump. For `zeroed`, its bytes
+    /// are zero in every unit.
+    pub(crate) fn take_offset(
+        &mut self,
+        size: usize,
+        zeroed: bool,
+    ) -> Result<NonNull<u8>, ArenaError> {
         if size > UNIT_SIZE {
             return Err(ArenaError::TooLarge { bytes: size });
         }
@@ -352,11 +368,7 @@ impl Arena {
         };
         self.live_allocations += 1;
         self.bytes_in_use_per_unit += size;
-        Ok(PcpuPtr {
-            base: base.cast::<T>(),
-            len,
-            _t: PhantomData,
-        })
+        Ok(base)
     }
 
     /// Allocate `len` values of `T` in every unit, all bytes zero, without
@@ -376,53 +388,6 @@ impl Arena {
         self.take(len, true)
     }
 
-    /// `len` values of `T` in every unit, each `init()`, whose bytes are all
-    /// zero: outside loom, [`alloc_zeroed`](Self::alloc_zeroed) (unwritten:
-    /// a unit's pages stay untouched until its CPU uses them); under loom,
-    /// whose atomics are objects of its model, built by `init`.
-    ///
-    /// # Safety
-    /// `init()`'s value is all-zero bytes, and `T` needs no drop.
-    pub(crate) unsafe fn alloc_zero_state<T>(
-        &mut self,
-        len: usize,
-        init: impl Fn() -> T,
-    ) -> Result<PcpuPtr<T>, ArenaError> {
-        #[cfg(rstat_loom)]
-        return self.alloc(len, |_, _| init());
-        #[cfg(not(rstat_loom))]
-        {
-            let _ = init;
-            // SAFETY: the caller's guarantee.
-            unsafe { self.alloc_zeroed(len) }
-        }
-    }
-
-    /// Free values of [`alloc_zero_state`](Self::alloc_zero_state), zeroing
-    /// them in the units of `dirty` only (under loom, dropping them).
-    ///
-    /// # Safety
-    /// As [`free_zeroed`](Self::free_zeroed): `ptr` came from
-    /// `alloc_zero_state` on this arena, nothing references it, and no
-    /// unit outside `dirty` was written.
-    pub(crate) unsafe fn free_zero_state<T>(
-        &mut self,
-        ptr: PcpuPtr<T>,
-        dirty: impl Iterator<Item = usize>,
-    ) {
-        #[cfg(rstat_loom)]
-        {
-            let _ = dirty;
-            // SAFETY: the caller's guarantees.
-            unsafe { self.free(ptr) }
-        }
-        // SAFETY: the caller's guarantees.
-        #[cfg(not(rstat_loom))]
-        unsafe {
-            self.free_zeroed(ptr, dirty)
-        }
-    }
-
     /// Free an allocation of [`alloc_zeroed`](Self::alloc_zeroed), zeroing
     /// it in the units of `dirty` only, so that the next `alloc_zeroed` of
     /// its size takes it as it is. Cost: the zeroing of those units; a
@@ -433,33 +398,15 @@ impl Arena {
     /// all-zero bytes (checked in debug builds, but not under Miri, where a
     /// scan of every unit is slow); `T` needs no drop.
     pub unsafe fn free_zeroed<T>(&mut self, ptr: PcpuPtr<T>, dirty: impl Iterator<Item = usize>) {
-        let size = Self::rounded_size::<T>(ptr.len);
-        let bytes = core::mem::size_of::<T>() * ptr.len;
-        for cpu in dirty.filter(|&c| c < self.nr_units) {
-            // SAFETY: the caller guarantees the values are live and
-            // unreferenced, with no drop; `cpu` is a unit of the arena.
-            unsafe { zero_unit(ptr.raw(cpu).cast::<u8>().cast_mut(), bytes) };
-        }
-        #[cfg(all(debug_assertions, not(miri)))]
-        for cpu in 0..self.nr_units {
-            // A page never touched is zero; reading it would map one (and
-            // make the check itself touch every unit).
-            if !maybe_touched(ptr.raw(cpu).cast::<u8>(), size) {
-                continue;
-            }
-            // SAFETY: as above: `size` bytes of a live chunk's unit.
-            let unit = unsafe { core::slice::from_raw_parts(ptr.raw(cpu).cast::<u8>(), size) };
-            assert!(
-                unit.iter().all(|&b| b == 0),
-                "free_zeroed: unit {cpu} was written but not named dirty"
-            );
-        }
-        self.give_back(ptr.base.cast::<u8>(), size, true);
+        // SAFETY: the caller's guarantees.
+        unsafe { scrub_units(ptr, dirty, self.nr_units) };
+        self.give_offset(ptr.offset(), Self::rounded_size::<T>(ptr.len), true);
     }
 
     /// Make a freed offset of `size` bytes reusable (on the zeroed list
-    /// for `zeroed`), counted out of use: `take`'s inverse.
-    fn give_back(&mut self, base: NonNull<u8>, size: usize, zeroed: bool) {
+    /// for `zeroed`, whose bytes must then be zero in every unit), counted
+    /// out of use: [`take_offset`](Self::take_offset)'s inverse.
+    pub(crate) fn give_offset(&mut self, base: NonNull<u8>, size: usize, zeroed: bool) {
         let list = if zeroed {
             &mut self.free_zero
         } else {
@@ -504,17 +451,9 @@ impl Arena {
     /// `ptr` came from this arena's `alloc` and has not been freed, and no
     /// reference obtained through it is used afterwards.
     pub unsafe fn free<T>(&mut self, ptr: PcpuPtr<T>) {
-        for cpu in 0..self.nr_units {
-            let unit = ptr.raw(cpu) as *mut T;
-            // SAFETY: the caller guarantees these `len` values are live and
-            // unreferenced.
-            unsafe { core::ptr::drop_in_place(core::ptr::slice_from_raw_parts_mut(unit, ptr.len)) };
-        }
-        self.give_back(
-            ptr.base.cast::<u8>(),
-            Self::rounded_size::<T>(ptr.len),
-            false,
-        );
+        // SAFETY: the caller's guarantees.
+        unsafe { drop_units(ptr, self.nr_units) };
+        self.give_offset(ptr.offset(), Self::rounded_size::<T>(ptr.len), false);
     }
 
     /// The pages of unit `cpu`, over every chunk, that the system holds
@@ -553,6 +492,89 @@ impl Arena {
             chunks: self.chunks.len(),
             chunk_bytes: self.chunks.iter().map(|c| c.layout.size()).sum(),
             resident_bytes: self.resident_bytes(),
+        }
+    }
+}
+
+/// Write `init(cpu, i)` into every value of `ptr` in each of the first
+/// `nr_units` units (the values of a fresh or freed offset).
+///
+/// # Safety
+/// `ptr` is an offset of `len` `T`s in a live chunk of `nr_units` units,
+/// whose values are uninitialised (fresh, or dropped by the last free).
+pub(crate) unsafe fn init_units<T>(
+    ptr: PcpuPtr<T>,
+    nr_units: usize,
+    init: &mut impl FnMut(usize, usize) -> T,
+) {
+    for cpu in 0..nr_units {
+        let unit = ptr.raw(cpu) as *mut T;
+        if ptr.len == 1 {
+            // The common one-value case (a reference count's slot) as one
+            // store per unit: the loop below becomes a `memset` call per
+            // unit for small zero values.
+            // SAFETY: as below, for value 0.
+            unsafe { unit.write(init(cpu, 0)) };
+            continue;
+        }
+        for i in 0..ptr.len {
+            // SAFETY: `unit` is this allocation's copy in unit `cpu`, inside
+            // a live chunk, aligned to GRANULE >= align_of::<T>(), with room
+            // for `len` values; the slot is uninitialised (caller).
+            unsafe { unit.add(i).write(init(cpu, i)) };
+        }
+    }
+}
+
+/// Drop every value of `ptr` in each of the first `nr_units` units.
+///
+/// # Safety
+/// `ptr` is a live allocation of [`Arena::alloc`] (or of the same offset
+/// and initialisation) in a chunk of `nr_units` units, and no reference
+/// obtained through it is used afterwards.
+pub(crate) unsafe fn drop_units<T>(ptr: PcpuPtr<T>, nr_units: usize) {
+    for cpu in 0..nr_units {
+        let unit = ptr.raw(cpu) as *mut T;
+        // SAFETY: the caller guarantees these `len` values are live and
+        // unreferenced.
+        unsafe { core::ptr::drop_in_place(core::ptr::slice_from_raw_parts_mut(unit, ptr.len)) };
+    }
+}
+
+/// Zero `ptr`'s values in the units of `dirty` (those at or above
+/// `nr_units` ignored), so that its offset is all zero again (checked in
+/// debug builds, but not under Miri: a scan of every unit is slow there).
+///
+/// # Safety
+/// `ptr` is a live allocation of [`Arena::alloc_zeroed`] (or of an
+/// offset as zeroed) in a chunk of `nr_units` units, nothing references
+/// it, `T` needs no drop, and no unit outside `dirty` was written.
+pub(crate) unsafe fn scrub_units<T>(
+    ptr: PcpuPtr<T>,
+    dirty: impl Iterator<Item = usize>,
+    nr_units: usize,
+) {
+    let bytes = core::mem::size_of::<T>() * ptr.len;
+    for cpu in dirty.filter(|&c| c < nr_units) {
+        // SAFETY: the caller guarantees the values are live and
+        // unreferenced, with no drop; `cpu` is a unit of the arena.
+        unsafe { zero_unit(ptr.raw(cpu).cast::<u8>().cast_mut(), bytes) };
+    }
+    #[cfg(all(debug_assertions, not(miri)))]
+    {
+        let size = Arena::rounded_size::<T>(ptr.len);
+        for cpu in 0..nr_units {
+            // A page never touched is zero; reading it would map one (and
+            // make the check itself touch every unit).
+            if !maybe_touched(ptr.raw(cpu).cast::<u8>(), size) {
+                continue;
+            }
+            // SAFETY: as above: `size` bytes of a live chunk's unit.
+            let unit = unsafe { core::slice::from_raw_parts(ptr.raw(cpu).cast::<u8>(), size) };
+            assert!(
+                unit.iter().all(|&b| b == 0),
+                "free_zeroed: unit {cpu} was written but not named dirty"
+            );
         }
     }
 }

@@ -6,10 +6,14 @@ pub mod arena;
 mod cache_padded;
 pub mod cpu;
 pub(crate) mod rseq;
+pub(crate) mod rwlock;
+pub(crate) mod shared_arena;
 #[cfg(all(test, not(rstat_loom)))]
 pub(crate) mod testing;
 #[cfg(test)]
 mod tests_line_box;
+#[cfg(all(test, not(rstat_loom)))]
+mod tests_shared_arena;
 
 pub use cache_padded::{CachePadded, LineBox, CACHE_LINE};
 

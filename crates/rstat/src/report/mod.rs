@@ -117,7 +117,6 @@ use crate::group::EngineInner;
 use crate::group::Group;
 use crate::memory::{Limit, Memory, MemoryError, MemoryEvents};
 use crate::page_counter::PAGE_COUNTER_MAX;
-use crate::sync;
 
 pub use snapshot::{ControllerInfo, GroupSnapshot, MemorySnapshot, Snapshot, StatValues};
 
@@ -182,7 +181,9 @@ impl Reporter {
     /// Every registered controller, in registration order.
     pub fn controllers(&self) -> Vec<ControllerHandle> {
         let engine = self.engine();
-        sync::read(&engine.topo)
+        engine
+            .topo
+            .read()
             .controllers
             .iter()
             .map(|c| ControllerHandle::new(Arc::clone(engine), Arc::clone(c), self.root.clone()))

@@ -199,12 +199,12 @@ impl PcpuLinks {
 
     /// A node's links in every unit, off list and off every tree, taken
     /// zeroed from the arena and unwritten
-    /// ([`Arena::alloc_zero_state`]), so a CPU that never updates or
+    /// ([`Local::alloc_zero_state`]), so a CPU that never updates or
     /// flushes the node never writes its page.
     ///
-    /// [`Arena::alloc_zero_state`]: crate::percpu::arena::Arena::alloc_zero_state
+    /// [`Local::alloc_zero_state`]: crate::percpu::shared_arena::Local::alloc_zero_state
     pub(crate) fn alloc_in(
-        arena: &mut crate::percpu::arena::Arena,
+        arena: &mut crate::percpu::shared_arena::Local<'_>,
     ) -> Result<crate::percpu::arena::PcpuPtr<PcpuLinks>, crate::percpu::arena::ArenaError> {
         // SAFETY: `PcpuLinks::new()` is two null atomic pointers and two
         // cells of null pointers: all-zero bytes; links need no drop.
@@ -222,7 +222,7 @@ impl PcpuLinks {
     /// that links or cuts it there, comes after `mark_touched` of that CPU
     /// or is to a node already on that CPU's tree).
     pub(crate) unsafe fn free_in(
-        arena: &mut crate::percpu::arena::Arena,
+        arena: &mut crate::percpu::shared_arena::Local<'_>,
         links: crate::percpu::arena::PcpuPtr<PcpuLinks>,
         dirty: impl Iterator<Item = usize>,
     ) {

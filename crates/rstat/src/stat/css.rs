@@ -28,11 +28,9 @@
 //! Everything else in a css (`prev`, `totals`) is behind its domain's
 //! flush lock.
 
-use std::sync::Arc;
-
 use crate::percpu::arena::PcpuPtr;
 use crate::stat::backlog::{BacklogHead, PcpuLinks};
-use crate::stat::ops::{CtlEntry, Totals, TotalsCopy};
+use crate::stat::ops::{CtlRef, Totals, TotalsCopy};
 use crate::stat::tree::TreeNode;
 use crate::sync::{self, AtomicI64, Ordering, UnsafeCell};
 
@@ -172,11 +170,11 @@ impl Default for StatSlot {
 impl StatSlot {
     /// A css's `len` slots in every unit, all at their default (zero):
     /// taken zeroed from the arena, unwritten
-    /// ([`Arena::alloc_zero_state`]).
+    /// ([`Local::alloc_zero_state`]).
     ///
-    /// [`Arena::alloc_zero_state`]: crate::percpu::arena::Arena::alloc_zero_state
+    /// [`Local::alloc_zero_state`]: crate::percpu::shared_arena::Local::alloc_zero_state
     pub(crate) fn alloc_in(
-        arena: &mut crate::percpu::arena::Arena,
+        arena: &mut crate::percpu::shared_arena::Local<'_>,
         len: usize,
     ) -> Result<PcpuPtr<StatSlot>, crate::percpu::arena::ArenaError> {
         // SAFETY: a `StatSlot` is two integers, its default all zero
@@ -192,7 +190,7 @@ impl StatSlot {
     /// `slots` came from `alloc_in` on this arena, nothing references them,
     /// and no unit outside `dirty` was written.
     pub(crate) unsafe fn free_in(
-        arena: &mut crate::percpu::arena::Arena,
+        arena: &mut crate::percpu::shared_arena::Local<'_>,
         slots: PcpuPtr<StatSlot>,
         dirty: impl Iterator<Item = usize>,
     ) {
@@ -237,7 +235,7 @@ pub(crate) struct Css {
     #[cfg_attr(any(rstat_loom, miri), allow(dead_code))]
     pub(crate) rseq_off: i32,
     // Line 1: what a lock-free read loads.
-    pub(crate) ctl: Arc<CtlEntry>,
+    pub(crate) ctl: CtlRef,
     /// This group's node in the controller's domain.
     pub(crate) node: *const TreeNode,
     /// The last folded totals, for reads that do not take the lock (see
@@ -300,7 +298,7 @@ unsafe impl Sync for Css {}
 
 impl Css {
     pub(crate) fn new(
-        ctl: Arc<CtlEntry>,
+        ctl: CtlRef,
         parent: *const Css,
         stats: PcpuPtr<StatSlot>,
         node: &TreeNode,

@@ -547,6 +547,55 @@ pub(crate) struct CtlEntry {
     pub(crate) flush_panics: AtomicU64,
 }
 
+/// A registered controller as a css holds it: without a count. An
+/// engine's topology keeps every entry registered (an `Arc` each, never
+/// removed) for the engine's life, which outlasts every css of it (a
+/// group releases its css before its hold on the engine goes), so the css
+/// needs no count of its own; taking one would make every group's
+/// creation and release write the entry's count line, which the groups
+/// made on other CPUs write too.
+#[derive(Clone, Copy)]
+pub(crate) struct CtlRef(core::ptr::NonNull<CtlEntry>);
+
+// SAFETY: a shared reference to a `Sync` entry.
+unsafe impl Send for CtlRef {}
+// SAFETY: as above.
+unsafe impl Sync for CtlRef {}
+
+impl CtlRef {
+    /// A reference to `ctl`, which the caller's engine keeps registered
+    /// (in its topology) for as long as the result is used.
+    pub(crate) fn new(ctl: &std::sync::Arc<CtlEntry>) -> CtlRef {
+        // The `Arc`'s own pointer (not a reference to the entry), so that
+        // `to_arc` may reach the counts beside the entry.
+        let p = std::sync::Arc::as_ptr(ctl).cast_mut();
+        // SAFETY: an `Arc`'s pointer is never null.
+        CtlRef(unsafe { core::ptr::NonNull::new_unchecked(p) })
+    }
+
+    /// A counted reference to the entry, for a value that may outlive the
+    /// css (a read's [`GroupStats`](crate::GroupStats)).
+    pub(crate) fn to_arc(self) -> std::sync::Arc<CtlEntry> {
+        let p = self.0.as_ptr().cast_const();
+        // SAFETY: `p` is the pointer of an `Arc` the engine's topology
+        // holds (`new`), still live (this css's engine is): one more
+        // strong count on it, then an `Arc` that owns that count.
+        unsafe {
+            std::sync::Arc::increment_strong_count(p);
+            std::sync::Arc::from_raw(p)
+        }
+    }
+}
+
+impl core::ops::Deref for CtlRef {
+    type Target = CtlEntry;
+    #[inline(always)]
+    fn deref(&self) -> &CtlEntry {
+        // SAFETY: live while the css (or other holder) is (`new`).
+        unsafe { self.0.as_ref() }
+    }
+}
+
 // SAFETY: `domain` points into the engine, which outlives every entry's use.
 unsafe impl Send for CtlEntry {}
 // SAFETY: as above; the other fields are immutable.

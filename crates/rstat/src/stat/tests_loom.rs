@@ -29,7 +29,7 @@ use super::backlog::{BacklogHead, PcpuLinks};
 use super::css::{
     Css, CssTable, Item, Slot, StatSlot, EXTRA_SLOTS, UPDATE_BATCH, UPDATE_BATCH_SHIFT,
 };
-use super::ops::{Controller, CtlEntry, FlushCtx, NodeOwner, TotalsCopy};
+use super::ops::{Controller, CtlEntry, CtlRef, FlushCtx, NodeOwner, TotalsCopy};
 use super::pace::{Clock, ManualTime};
 use super::policy::{self, FlushPolicy};
 use super::tree::{Domain, Pace, TreeNode};
@@ -245,7 +245,7 @@ impl Model {
             .expect("a model's stat slots fit the arena");
         // SAFETY: the node was written above and lives until `drop`.
         let css = Box::into_raw(Box::new(Css::new(
-            Arc::clone(&self.ctl),
+            CtlRef::new(&self.ctl),
             parent_css,
             stats,
             unsafe { &*me },
