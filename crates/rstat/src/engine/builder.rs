@@ -174,7 +174,7 @@ impl Builder {
             },
             zombies: Zombies::new(nr_cpus),
             cpu_max_used: crate::sync::AtomicBool::new(false),
-            next_group_id: AtomicU64::new(ROOT_GROUP_ID),
+            next_group_id: crate::percpu::CachePadded::new(AtomicU64::new(ROOT_GROUP_ID)),
             removal_watchers: Mutex::new(Vec::new()),
             removal_watch_depth: AtomicUsize::new(0),
             cpu_ctl_id: self.cpu_controller.then_some(CPU_CTL_ID),

@@ -76,7 +76,9 @@ pub(crate) struct EngineInner {
     /// not in the marked subtree).
     pub(crate) cpu_max_used: crate::sync::AtomicBool,
     /// The next group id ([`Group::id`]); ids are never reused.
-    pub(crate) next_group_id: AtomicU64,
+    /// On a line of its own: every creation writes it, on any CPU, and
+    /// the fields around it are read by every creation.
+    pub(crate) next_group_id: crate::percpu::CachePadded<AtomicU64>,
     /// Queues told of every group removal ([`Rstat::watch_removals`](crate::Rstat::watch_removals)).
     pub(crate) removal_watchers: Mutex<Vec<std::sync::Weak<RemovalQueue>>>,
     /// The largest `max_depth` of any removal watch ever created (0: none;
@@ -312,20 +314,31 @@ impl Zombies {
         )
     }
 
-    fn this_cpu(&self) -> &crate::sync::AtomicI64 {
-        &self.0[crate::percpu::cpu::fold(crate::percpu::cpu::current(), self.0.len())]
+    /// CPU `cpu`'s counter (folded into the slots).
+    fn on(&self, cpu: usize) -> &crate::sync::AtomicI64 {
+        &self.0[crate::percpu::cpu::fold(cpu, self.0.len())]
     }
 
     /// A group was removed (or abandoned).
     pub(crate) fn add(&self) {
-        // Relaxed: a count, read as a hint (see `count`).
-        self.this_cpu().fetch_add(1, Ordering::Relaxed);
+        self.add_on(crate::percpu::cpu::current());
     }
 
     /// A zombie was released.
     pub(crate) fn sub(&self) {
-        // Relaxed: as in `add`.
-        self.this_cpu().fetch_sub(1, Ordering::Relaxed);
+        self.sub_on(crate::percpu::cpu::current());
+    }
+
+    /// [`add`](Self::add) on CPU `cpu`'s counter.
+    pub(crate) fn add_on(&self, cpu: usize) {
+        // Relaxed: a count, read as a hint (see `count`).
+        self.on(cpu).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// [`sub`](Self::sub) on CPU `cpu`'s counter.
+    pub(crate) fn sub_on(&self, cpu: usize) {
+        // Relaxed: as in `add_on`.
+        self.on(cpu).fetch_sub(1, Ordering::Relaxed);
     }
 
     /// The zombies now: the counters' sum (never below zero, though one

@@ -86,3 +86,22 @@ fn a_group_writes_only_the_units_of_the_cpu_slots_it_used() {
     );
     assert_eq!(ctl.read_exact(&p).unwrap().hierarchical()[0], 5 * 300);
 }
+
+/// A removal counted on one CPU slot and its release on another cancel
+/// out in the engine's zombie count, which never reads below zero (a
+/// release may be counted before the removal it follows is seen).
+#[test]
+fn zombies_counted_on_one_cpu_and_released_on_another_sum_up() {
+    let z = crate::group::state::Zombies::new(4);
+    z.add_on(0);
+    z.add_on(1);
+    z.sub_on(3);
+    assert_eq!(z.count(), 1);
+    z.add_on(6); // folded into slot 2
+    assert_eq!(z.count(), 2);
+    z.sub_on(2);
+    z.sub_on(2);
+    assert_eq!(z.count(), 0);
+    z.sub_on(1);
+    assert_eq!(z.count(), 0, "a sum below zero reads as zero");
+}

@@ -61,9 +61,9 @@ impl<T> PercpuRwLock<T> {
         let slot = cpu::fold(slot, self.slots.len());
         let held = sync::read(&self.slots[slot]);
         ReadGuard {
-            // SAFETY: a read lock of a slot is held: no writer runs.
-            data: unsafe { &*self.data.get() },
+            data: self.data.get(),
             _held: held,
+            _ref: core::marker::PhantomData,
         }
     }
 
@@ -73,42 +73,52 @@ impl<T> PercpuRwLock<T> {
         // The engine's memory, not the caller's group's.
         let held = sync::untracked(|| self.slots.iter().map(|s| sync::write(s)).collect());
         WriteGuard {
-            // SAFETY: every slot is write-locked: no reader or other
-            // writer runs.
-            data: unsafe { &mut *self.data.get() },
+            data: self.data.get(),
             _held: held,
+            _ref: core::marker::PhantomData,
         }
     }
 }
 
-/// Shared access to a [`PercpuRwLock`]'s value.
+/// Shared access to a [`PercpuRwLock`]'s value. The value as a pointer,
+/// not a reference: the lock is released inside the guard's drop, while
+/// a reference field would still be live (and a writer could take the
+/// lock and write meanwhile).
 pub(crate) struct ReadGuard<'a, T> {
-    data: &'a T,
+    data: *mut T,
     _held: RwHeld<RwLockReadGuard<'a, ()>>,
+    _ref: core::marker::PhantomData<&'a T>,
 }
 
 impl<T> Deref for ReadGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        self.data
+        // SAFETY: a slot's read lock is held while `self` lives: no
+        // writer runs.
+        unsafe { &*self.data }
     }
 }
 
-/// Exclusive access to a [`PercpuRwLock`]'s value.
+/// Exclusive access to a [`PercpuRwLock`]'s value (a pointer, as in
+/// [`ReadGuard`]).
 pub(crate) struct WriteGuard<'a, T> {
-    data: &'a mut T,
+    data: *mut T,
     _held: Vec<RwHeld<RwLockWriteGuard<'a, ()>>>,
+    _ref: core::marker::PhantomData<&'a mut T>,
 }
 
 impl<T> Deref for WriteGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        self.data
+        // SAFETY: every slot's write lock is held while `self` lives: no
+        // reader or other writer runs.
+        unsafe { &*self.data }
     }
 }
 
 impl<T> DerefMut for WriteGuard<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
-        self.data
+        // SAFETY: as in `deref`.
+        unsafe { &mut *self.data }
     }
 }
