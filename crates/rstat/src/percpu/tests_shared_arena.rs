@@ -11,7 +11,7 @@ use super::shared_arena::{SharedArena, CACHED, CLASSES, REFILL};
 
 /// Iterations of the threaded tests: fewer under Miri, which runs them
 /// slowly.
-const ROUNDS: usize = if cfg!(miri) { 200 } else { 20_000 };
+const ROUNDS: usize = if cfg!(miri) { 60 } else { 20_000 };
 
 #[test]
 fn cached_offsets_count_as_free() {
