@@ -9,7 +9,10 @@ pub const MAX_NAME_LEN: usize = 255;
 
 /// Check a group name: 1..=255 bytes, no `/`, no NUL, not `.` or `..`.
 pub fn validate_name(name: &str) -> Result<()> {
-    let reason = if name.contains('/') {
+    // Byte tests here and in `name_problem` ('/' and NUL are ASCII, so a
+    // byte test is exact in UTF-8): names are short, and `str::contains`
+    // of a char sets up a searcher per call.
+    let reason = if name.bytes().any(|b| b == b'/') {
         "it contains '/' (use create on the parent group to nest)"
     } else {
         match name_problem(name) {
@@ -30,7 +33,7 @@ pub(super) fn name_problem(name: &str) -> Option<&'static str> {
         Some("it is empty")
     } else if name.len() > MAX_NAME_LEN {
         Some("it is longer than 255 bytes")
-    } else if name.contains('\0') {
+    } else if name.bytes().any(|b| b == 0) {
         Some("it contains a NUL byte")
     } else if name == "." || name == ".." {
         Some("'.' and '..' are reserved")

@@ -381,10 +381,7 @@ impl Arena {
     /// # Safety
     /// All-zero bytes are a valid `T`, and `T` needs no drop.
     pub unsafe fn alloc_zeroed<T>(&mut self, len: usize) -> Result<PcpuPtr<T>, ArenaError> {
-        assert!(
-            core::mem::align_of::<T>() <= GRANULE && !core::mem::needs_drop::<T>(),
-            "zeroed arena values are 16-byte aligned at most and need no drop"
-        );
+        check_zeroed::<T>();
         self.take(len, true)
     }
 
@@ -926,4 +923,17 @@ mod tests {
         unsafe { a.free(p) };
         assert_eq!(Arc::strong_count(&token), 1);
     }
+}
+
+/// The types an arena hands out zeroed and unwritten (`alloc_zeroed`, and
+/// the shared arena's zero-state allocations): at most [`GRANULE`]-aligned,
+/// so an offset of the arena is aligned for them, and without drop, so
+/// freeing one runs no code on its bytes. Panics otherwise (a bug in the
+/// caller's type, not in its input).
+#[inline(always)]
+pub(crate) fn check_zeroed<T>() {
+    assert!(
+        core::mem::align_of::<T>() <= GRANULE && !core::mem::needs_drop::<T>(),
+        "zeroed arena values are 16-byte aligned at most and need no drop"
+    );
 }

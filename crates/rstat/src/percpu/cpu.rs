@@ -176,6 +176,13 @@ pub fn fold(id: usize, nr: usize) -> usize {
     }
 }
 
+/// This thread's CPU folded into `0..nr` (`nr > 0`): the slot a per-CPU
+/// structure of `nr` slots uses for it ([`current`], then [`fold`]).
+#[inline(always)]
+pub fn current_in(nr: usize) -> usize {
+    fold(current(), nr)
+}
+
 /// The number of CPU ids to provide slots for: the highest possible CPU id
 /// plus one, from `/sys/devices/system/cpu/possible` (ids can be sparse, so
 /// a count of CPUs is not enough), else `sysconf(_SC_NPROCESSORS_CONF)`; at

@@ -138,7 +138,7 @@ impl SharedArena {
     /// first free one after it; if all are held, this slot's, waited for.
     pub(crate) fn local(&self) -> Local<'_> {
         let n = self.caches.len();
-        let home = cpu::fold(cpu::current(), n);
+        let home = cpu::current_in(n);
         let cache = (0..n)
             .find_map(|k| sync::try_lock(&self.caches[(home + k) % n]))
             .unwrap_or_else(|| sync::lock(&self.caches[home]));
@@ -211,8 +211,9 @@ impl Local<'_> {
         self.give(ptr.offset(), Arena::rounded_size::<T>(ptr.len()), false);
     }
 
-    /// As `Arena::alloc_zero_state`: zeroed and unwritten, except under
-    /// loom, whose atomics are objects of its model, built by `init`.
+    /// `len` values of `T`, zeroed and unwritten (as
+    /// [`Arena::alloc_zeroed`]), except under loom, whose atomics are
+    /// objects of its model, built by `init`.
     ///
     /// # Safety
     /// `init()`'s value is all-zero bytes, and `T` needs no drop.
@@ -226,17 +227,15 @@ impl Local<'_> {
         #[cfg(not(rstat_loom))]
         {
             let _ = init;
-            assert!(
-                core::mem::align_of::<T>() <= arena::GRANULE && !core::mem::needs_drop::<T>(),
-                "zeroed arena values are 16-byte aligned at most and need no drop"
-            );
+            arena::check_zeroed::<T>();
             let base = self.take(Arena::rounded_size::<T>(len), true)?;
             Ok(PcpuPtr::from_offset(base, len))
         }
     }
 
-    /// As `Arena::free_zero_state`: zero the units of `dirty`, then cache
-    /// the offset as zeroed (under loom, drop the values).
+    /// Free an allocation of [`alloc_zero_state`](Self::alloc_zero_state):
+    /// zero the units of `dirty`, then cache the offset as zeroed (as
+    /// [`Arena::free_zeroed`]; under loom, drop the values).
     ///
     /// # Safety
     /// As [`Arena::free_zeroed`], for an allocation of

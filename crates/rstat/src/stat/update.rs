@@ -170,12 +170,13 @@ impl Rare for Resolved<'_> {
     unsafe fn shift(self) -> u8 {
         self.path.shift
     }
-    /// The shift is in the handle, on the line the update loaded: one
-    /// test, with no batch pre-test (which a byte counter in pages passes
-    /// on nearly every update anyway).
+    /// The batch pre-test first (a shift by a constant: an update that
+    /// moves the slot within one multiple of B, as most small deltas do,
+    /// loads nothing more), then the item's own boundary from the capped
+    /// shift in the handle, on the line the update loaded.
     #[inline(always)]
     unsafe fn may_cross(self, changed: u64) -> bool {
-        changed >> u32::from(self.path.cross) != 0
+        changed >> UPDATE_BATCH_SHIFT != 0 && changed >> u32::from(self.path.cross) != 0
     }
 }
 

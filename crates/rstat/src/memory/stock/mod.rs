@@ -305,7 +305,7 @@ impl Stocks {
     /// folded into the stocks' CPU count.
     #[inline(always)]
     pub(crate) fn this_cpu(&self) -> usize {
-        crate::percpu::cpu::fold(crate::percpu::cpu::current(), self.cpus.len())
+        crate::percpu::cpu::current_in(self.cpus.len())
     }
 
     /// This CPU's lock, else any other CPU's that is free, else wait for
