@@ -162,7 +162,7 @@ impl Memory {
     /// This CPU's stock index.
     #[inline(always)]
     pub(super) fn this_cpu(&self) -> usize {
-        self.fold_cpu(crate::percpu::cpu::current())
+        crate::percpu::cpu::current_in(self.inner.nr_cpus)
     }
 
     /// `cpu` folded into the stock indices (CPU ids past them share them),

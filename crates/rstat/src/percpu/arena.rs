@@ -314,10 +314,7 @@ impl Arena {
         len: usize,
         mut init: impl FnMut(usize, usize) -> T,
     ) -> Result<PcpuPtr<T>, ArenaError> {
-        assert!(
-            core::mem::align_of::<T>() <= GRANULE,
-            "arena values are 16-byte aligned at most"
-        );
+        check_aligned::<T>();
         let ptr = self.take::<T>(len, false)?;
         // SAFETY: a fresh or freed offset of `len` `T`s in every unit, whose
         // old values `free` dropped.
@@ -925,15 +922,27 @@ mod tests {
     }
 }
 
+/// The types an arena can hold at all: at most [`GRANULE`]-aligned, so an
+/// offset of the arena is aligned for them. Panics otherwise (a bug in the
+/// caller's type, not in its input).
+#[inline(always)]
+pub(crate) fn check_aligned<T>() {
+    assert!(
+        core::mem::align_of::<T>() <= GRANULE,
+        "arena values are 16-byte aligned at most"
+    );
+}
+
 /// The types an arena hands out zeroed and unwritten (`alloc_zeroed`, and
-/// the shared arena's zero-state allocations): at most [`GRANULE`]-aligned,
-/// so an offset of the arena is aligned for them, and without drop, so
-/// freeing one runs no code on its bytes. Panics otherwise (a bug in the
+/// the shared arena's zero-state allocations): held at all
+/// ([`check_aligned`]) and without drop, so freeing one runs no code on
+/// its bytes. Panics otherwise (a bug in the
 /// caller's type, not in its input).
 #[inline(always)]
 pub(crate) fn check_zeroed<T>() {
+    check_aligned::<T>();
     assert!(
-        core::mem::align_of::<T>() <= GRANULE && !core::mem::needs_drop::<T>(),
-        "zeroed arena values are 16-byte aligned at most and need no drop"
+        !core::mem::needs_drop::<T>(),
+        "zeroed arena values need no drop"
     );
 }

@@ -189,10 +189,7 @@ impl Local<'_> {
         len: usize,
         mut init: impl FnMut(usize, usize) -> T,
     ) -> Result<PcpuPtr<T>, ArenaError> {
-        assert!(
-            core::mem::align_of::<T>() <= arena::GRANULE,
-            "arena values are 16-byte aligned at most"
-        );
+        arena::check_aligned::<T>();
         let ptr = PcpuPtr::from_offset(self.take(Arena::rounded_size::<T>(len), false)?, len);
         // SAFETY: an offset of `len` `T`s in every unit of a live chunk,
         // fresh or freed by `free` (which dropped its values).

@@ -154,8 +154,8 @@ trait Rare: Copy {
     /// The css is live.
     unsafe fn shift(self) -> u8;
     /// Whether an update that changed the slot's bits `changed` (`old ^
-    /// new`) may have crossed one of the item's boundaries
-    /// ([`may_cross`]).
+    /// new`), at least one of them at or above bit `UPDATE_BATCH_SHIFT`,
+    /// may have crossed one of the item's own boundaries ([`may_cross`]).
     ///
     /// # Safety
     /// The css is live.
@@ -170,13 +170,10 @@ impl Rare for Resolved<'_> {
     unsafe fn shift(self) -> u8 {
         self.path.shift
     }
-    /// The batch pre-test first (a shift by a constant: an update that
-    /// moves the slot within one multiple of B, as most small deltas do,
-    /// loads nothing more), then the item's own boundary from the capped
-    /// shift in the handle, on the line the update loaded.
+    /// From the capped shift in the handle, on the line the update loaded.
     #[inline(always)]
     unsafe fn may_cross(self, changed: u64) -> bool {
-        changed >> UPDATE_BATCH_SHIFT != 0 && changed >> u32::from(self.path.cross) != 0
+        changed >> u32::from(self.path.cross) != 0
     }
 }
 
@@ -188,13 +185,11 @@ impl Rare for (&Css, Item) {
     unsafe fn shift(self) -> u8 {
         self.0.item_shift(self.1)
     }
-    /// Every item's boundary is a multiple of B: an update that crosses
-    /// none of those (`changed` below B) crosses none of the item's, and
-    /// does not load the item's shift from the css.
+    /// From the item's shift in the css.
     #[inline(always)]
     unsafe fn may_cross(self, changed: u64) -> bool {
         // SAFETY: the caller's guarantee.
-        changed >> UPDATE_BATCH_SHIFT != 0 && may_cross(changed, unsafe { self.shift() })
+        may_cross(changed, unsafe { self.shift() })
     }
 }
 
@@ -250,7 +245,8 @@ unsafe fn section_update(
 
 /// After the add that moved the slot at unit offset `at` from `old` to
 /// `new` (`changed` is `old ^ new`):
-/// if it may have crossed one of the item's boundaries ([`Rare::may_cross`]),
+/// if it may have crossed one of the item's boundaries (the batch
+/// pre-test, then [`Rare::may_cross`]),
 /// the crossing count, then the on-list check on this CPU's copy of
 /// `links` (CPU 0's links of the css's node). As `Css::count_update`; the
 /// css only for a crossing of the item's own boundary or to queue the
@@ -269,8 +265,12 @@ unsafe fn after_update(
     new: i64,
     changed: u64,
 ) {
+    // Every item's boundary is a multiple of B: an update that crosses
+    // none of those (`changed` below bit `UPDATE_BATCH_SHIFT`, as for most
+    // small deltas) crosses none of the item's, and loads nothing more (a
+    // shift by a constant, before the item's own test).
     // SAFETY: the css is live.
-    if unsafe { rare.may_cross(changed) } {
+    if changed >> UPDATE_BATCH_SHIFT != 0 && unsafe { rare.may_cross(changed) } {
         // SAFETY: caller's guarantees.
         unsafe { fold_crossings(rare, at, old, new) };
     }
