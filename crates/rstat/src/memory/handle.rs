@@ -166,8 +166,7 @@ impl Memory {
     }
 
     /// `cpu` folded into the stock indices (CPU ids past them share them),
-    /// for this CPU's index or a caller that picks the slot
-    /// (`rstat::testing`).
+    /// for a caller that picks the slot (`rstat::testing`).
     #[inline(always)]
     pub(crate) fn fold_cpu(&self, cpu: usize) -> usize {
         crate::percpu::cpu::fold(cpu, self.inner.nr_cpus)

@@ -58,6 +58,18 @@ pub(super) fn units_to_fold(old: i64, new: i64, shift: u8) -> u64 {
 }
 
 /// Whether an update whose old and new slot values differ in the bits
+/// `changed` (`old ^ new`) may have crossed a multiple of B
+/// ([`UPDATE_BATCH`]): whether they differ at or above bit
+/// `UPDATE_BATCH_SHIFT`. Every item's boundary is such a multiple, so an
+/// update that crosses none (most small deltas) crosses none of its
+/// item's, and the test (a shift by a constant) loads nothing: the
+/// cheap pre-test before [`may_cross`], which needs the item's shift.
+#[inline(always)]
+pub(crate) fn may_cross_a_batch(changed: u64) -> bool {
+    changed >> UPDATE_BATCH_SHIFT != 0
+}
+
+/// Whether an update whose old and new slot values differ in the bits
 /// `changed` (`old ^ new`) may have crossed a boundary of an item whose
 /// boundaries are the multiples of `1 << shift` (B × its unit, the shift
 /// [`units_to_fold`] takes): whether they differ at or above that bit. Sound for every delta: an `i64` delta moves the
@@ -367,10 +379,8 @@ impl Css {
     #[inline(always)]
     pub(crate) fn count_update(&self, at: Slot, item: Item, old: i64, delta: i64) {
         let new = old.wrapping_add(delta);
-        // Every item's boundary is a multiple of B: crossing none of those
-        // crosses none of the item's (`old >> 6 == new >> 6`).
         let changed = (old ^ new) as u64;
-        if changed >> UPDATE_BATCH_SHIFT == 0 {
+        if !may_cross_a_batch(changed) {
             return;
         }
         let shift = self.item_shift(item);

@@ -15,7 +15,7 @@ use crate::stat::backlog;
 #[cfg(not(rstat_loom))]
 use crate::stat::backlog::PcpuLinks;
 #[cfg(not(rstat_loom))]
-use crate::stat::css::{may_cross, units_to_fold, UPDATE_BATCH_SHIFT};
+use crate::stat::css::{may_cross, may_cross_a_batch, units_to_fold};
 use crate::stat::css::{Css, Item, Slot};
 use crate::sync::Ordering;
 
@@ -154,8 +154,8 @@ trait Rare: Copy {
     /// The css is live.
     unsafe fn shift(self) -> u8;
     /// Whether an update that changed the slot's bits `changed` (`old ^
-    /// new`), at least one of them at or above bit `UPDATE_BATCH_SHIFT`,
-    /// may have crossed one of the item's own boundaries ([`may_cross`]).
+    /// new`), which passed [`may_cross_a_batch`], may have crossed one of
+    /// the item's own boundaries ([`may_cross`]).
     ///
     /// # Safety
     /// The css is live.
@@ -245,8 +245,8 @@ unsafe fn section_update(
 
 /// After the add that moved the slot at unit offset `at` from `old` to
 /// `new` (`changed` is `old ^ new`):
-/// if it may have crossed one of the item's boundaries (the batch
-/// pre-test, then [`Rare::may_cross`]),
+/// if it may have crossed one of the item's boundaries
+/// ([`may_cross_a_batch`], then [`Rare::may_cross`]),
 /// the crossing count, then the on-list check on this CPU's copy of
 /// `links` (CPU 0's links of the css's node). As `Css::count_update`; the
 /// css only for a crossing of the item's own boundary or to queue the
@@ -265,12 +265,8 @@ unsafe fn after_update(
     new: i64,
     changed: u64,
 ) {
-    // Every item's boundary is a multiple of B: an update that crosses
-    // none of those (`changed` below bit `UPDATE_BATCH_SHIFT`, as for most
-    // small deltas) crosses none of the item's, and loads nothing more (a
-    // shift by a constant, before the item's own test).
     // SAFETY: the css is live.
-    if changed >> UPDATE_BATCH_SHIFT != 0 && unsafe { rare.may_cross(changed) } {
+    if may_cross_a_batch(changed) && unsafe { rare.may_cross(changed) } {
         // SAFETY: caller's guarantees.
         unsafe { fold_crossings(rare, at, old, new) };
     }
