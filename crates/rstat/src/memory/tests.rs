@@ -204,6 +204,40 @@ fn many_groups_taking_turns_on_one_cpu_keep_their_stock() {
     assert_eq!(mem.current(rs.root()).unwrap(), 0);
 }
 
+/// A group's drain (its removal's) looks for its slot only on the CPUs it
+/// was stocked on (by the bit `cpu % 64` of its CPU mask), however many
+/// CPUs the stocks have, and still finds every slot: here on CPUs 3 and
+/// 67 of 70 (one bit), then none for a group never stocked.
+#[test]
+fn a_drain_of_one_group_looks_only_on_the_cpus_it_was_stocked_on() {
+    use super::memcg::MemCg;
+    use super::stock::Stocks;
+    const BATCH: u64 = 4;
+    let stocks = Stocks::new(70, BATCH, usize::MAX);
+    let m = Arc::new(MemCg::new_in(None, 0, core::ptr::null()));
+    let idle = Arc::new(MemCg::new_in(None, 0, core::ptr::null()));
+    for cpu in [3, 67] {
+        m.counter.charge(BATCH).unwrap();
+        stocks.refill(cpu, &m, BATCH);
+    }
+    assert_eq!(stocks.stocked(&m), 2 * BATCH);
+    let before = Stocks::drain_lookups();
+    assert_eq!(stocks.drain_one(&m), 2 * BATCH);
+    assert_eq!(
+        Stocks::drain_lookups() - before,
+        2,
+        "lookups on CPUs 3 and 67 only"
+    );
+    assert_eq!((stocks.stocked(&m), m.counter.usage()), (0, 0));
+    let before = Stocks::drain_lookups();
+    assert_eq!(stocks.drain_one(&idle), 0);
+    assert_eq!(
+        Stocks::drain_lookups() - before,
+        0,
+        "no lookup for a group never stocked"
+    );
+}
+
 /// Two groups whose owner handles hash to the same preferred slot both
 /// get slots on one CPU (the second at the next index) and are both found
 /// there by every lookup: by group (explicit charges), by handle serial

@@ -9,6 +9,11 @@ use crate::memory::memcg::MemCg;
 #[cfg(all(rstat_loom, test))]
 use crate::memory::objcg::ObjCg;
 
+#[cfg(all(test, not(rstat_loom)))]
+thread_local! {
+    static DRAIN_LOOKUPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 impl Stocks {
     /// Empty, on every CPU, the slots whose group satisfies `pred`, into
     /// their page counters. Waits for each CPU's lock in turn. Returns the
@@ -39,14 +44,25 @@ impl Stocks {
 
     /// [`drain`](Self::drain) of one group's slots: on every CPU, empty
     /// `memcg`'s slot, found by its lookup (one probe when it has a slot
-    /// there, [`NR_STOCK`] when not) rather than by testing every slot.
-    /// What a group going offline (or the root, at its engine's drop) pays
-    /// per CPU. Returns the units uncharged.
+    /// there) rather than by testing every slot, and looked up only on the
+    /// CPUs whose stock ever made a slot for it (`MemCg::may_be_stocked_on`,
+    /// read under the CPU's lock, where it is exact): a group used on a few
+    /// CPUs costs a lock per CPU and a lookup per CPU it used. What a group
+    /// going offline (or the root, at its engine's drop) pays. Every CPU's
+    /// lock is still taken: that is also the owner handles' grace period
+    /// (see `objcg`). Returns the units uncharged.
     pub(crate) fn drain_one(&self, memcg: &MemCg) -> u64 {
         let mut total = 0u64;
-        for cpu in self.cpus.iter() {
+        for (c, cpu) in self.cpus.iter().enumerate() {
             let mut h = cpu.lock();
-            let t = h.with(|s| s.find(memcg).and_then(|i| s.take(i)));
+            if !memcg.may_be_stocked_on(c) {
+                continue;
+            }
+            let t = h.with(|s| {
+                #[cfg(all(test, not(rstat_loom)))]
+                DRAIN_LOOKUPS.with(|n| n.set(n.get() + 1));
+                s.find(memcg).and_then(|i| s.take(i))
+            });
             drop(h);
             if let Some(t) = t {
                 total = total.saturating_add(t.give_back());
@@ -104,6 +120,13 @@ impl Stocks {
                 s.keys[i] = addr;
             }
         });
+    }
+
+    /// How many slot lookups this thread's [`drain_one`](Self::drain_one)
+    /// calls made so far (tests of the drain).
+    #[cfg(all(test, not(rstat_loom)))]
+    pub(crate) fn drain_lookups() -> usize {
+        DRAIN_LOOKUPS.with(std::cell::Cell::get)
     }
 
     /// The preferred slot index of `memcg` (tests of the lookup).

@@ -32,7 +32,10 @@
 //! - **drain**: empty chosen slots on every CPU into their page counters:
 //!   on `memory.max`/`memory.high` writes and under the limit before
 //!   reclaiming and before declaring OOM (a subtree's slots), and when a
-//!   group goes offline or is released (its slots).
+//!   group goes offline or is released (its slots: looked up only on the
+//!   CPUs whose stock ever made one, a mask in the group's state set under
+//!   that CPU's lock, though every CPU's lock is still taken, for the
+//!   owner handles' grace period).
 //!
 //! **The accounting allocator's extras** ([`crate::alloc`]). A slot also
 //! keeps, for its group, references on the group's owner handle

@@ -33,8 +33,9 @@ use crate::memory::objcg::ObjCg;
 /// at an empty index; instead each slot keeps a 7-bit tag of its handle's
 /// hash, and a lookup that misses the preferred index tests only the
 /// occupied slots with its tag: a miss (a group with no slot on this CPU,
-/// as for a new group, a free on another CPU, or a removal's drain of a
-/// CPU the group never used) costs one pass over the tag bytes.
+/// as for a new group or a free on another CPU) costs one pass over the
+/// tag bytes. A removal's drain does not look on a CPU whose stock never
+/// made a slot for the group (`MemCg::may_be_stocked_on`).
 ///
 /// **Memory.** Each CPU's stock grows with `NR_STOCK` (a slot is about
 /// eight words and a tag byte: the group, handle address, tag and serial,
@@ -457,6 +458,7 @@ impl Slots {
                 (i, self.take(i))
             }
         };
+        memcg.note_stocked_on(self.cpu);
         self.cached[i] = Some(Arc::clone(memcg));
         self.keys[i] = key;
         self.tags[i] = tag_of(key);
