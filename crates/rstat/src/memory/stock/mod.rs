@@ -122,6 +122,15 @@
 //!   unlock and the refill's `Acquire` lock), so the refill sees `false`
 //!   and uncharges instead; if before, the drain finds the refill's units.
 //!   Either way no slot names the group after the drain.
+//! - **Which CPUs a group's drain looks on.** A slot is made for a group on
+//!   CPU *c* only under *c*'s lock, which first sets bit `c % 64` of the
+//!   group's `stocked_on` mask (never cleared). The drain of one group
+//!   (`drain_one`) reads that bit under *c*'s lock too, so the lock orders
+//!   every slot made before it after the bit's store: a clear bit means no
+//!   slot there, and the drain skips the lookup (the lock is still taken:
+//!   it is the owner handles' grace period). Read outside the lock, the
+//!   mask could miss a slot a racing refill makes before the drain reaches
+//!   *c*: the loom model `refill_vs_offline` fails then.
 
 // The files, lowest first: `slots` (one CPU's table), `lock` (its lock),
 // this file (the stocks and the charge path's operations), then `heap`
