@@ -6,10 +6,11 @@
 //! heap). With the
 //! built-in `cpu` controller (3 items) and one 4-item counter set, per group:
 //!
-//! - per CPU: 2 tree nodes' links (2 x 32 B) + (3 + 3) x 16 B + (4 + 3) x
-//!   16 B (each controller's stat slots plus its three pending-update
-//!   slots: `counted`, the per-CPU pending counter and the units consumed
-//!   by children's flushes) + the reference count's slot (16 B) = 288 B;
+//! - per CPU: 2 tree nodes' links (2 x 48 B: five words, the arena's
+//!   16-byte granule) + (3 + 3) x 16 B + (4 + 3) x 16 B (each controller's
+//!   stat slots plus its three pending-update slots: `counted`, the
+//!   per-CPU pending counter and the units consumed by children's flushes)
+//!   + the reference count's slot (16 B) = 320 B;
 //! - constant: the group (name, children map, controller, node and
 //!   extension tables, and its percpu_ref, whose shared count sits alone on a
 //!   128-byte line), two controller states (192 B each: three cache lines,
@@ -82,7 +83,7 @@ fn per_group_cost_is_per_cpu_bytes_times_cpus_plus_a_small_constant() {
     let per_cpu = (arena1.bytes_in_use_per_unit - arena0.bytes_in_use_per_unit) / groups;
     assert_eq!(
         per_cpu,
-        2 * 32 + (3 + 3) * 16 + (4 + 3) * 16 + 16,
+        2 * 48 + (3 + 3) * 16 + (4 + 3) * 16 + 16,
         "per-CPU bytes per group"
     );
     let chunk_delta = arena1.chunk_bytes - arena0.chunk_bytes;

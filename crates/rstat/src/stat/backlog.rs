@@ -177,9 +177,14 @@ pub(crate) struct PcpuLinks {
     /// list; the node itself for a tree root on the tree; null when the node
     /// is not on this CPU's updated tree. Domain lock.
     pub(crate) updated_next: UnsafeCell<*const TreeNode>,
+    /// Previous sibling in the parent's `updated_children`; null for the
+    /// list's head. Meaningful only while `updated_next` is a sibling or
+    /// the parent (the node is in its parent's list), so that a final
+    /// release unlinks the node without walking its siblings. Domain lock.
+    pub(crate) updated_prev: UnsafeCell<*const TreeNode>,
 }
 
-// SAFETY: `lnext` and `node` are atomic; the two cells are only accessed
+// SAFETY: `lnext` and `node` are atomic; the three cells are only accessed
 // with the owning domain's lock held.
 unsafe impl Sync for PcpuLinks {}
 // SAFETY: as above.
@@ -194,6 +199,7 @@ impl PcpuLinks {
             node: AtomicPtr::new(ptr::null_mut()),
             updated_children: UnsafeCell::new(ptr::null()),
             updated_next: UnsafeCell::new(ptr::null()),
+            updated_prev: UnsafeCell::new(ptr::null()),
         }
     }
 
@@ -206,7 +212,7 @@ impl PcpuLinks {
     pub(crate) fn alloc_in(
         arena: &mut crate::percpu::shared_arena::Local<'_>,
     ) -> Result<crate::percpu::arena::PcpuPtr<PcpuLinks>, crate::percpu::arena::ArenaError> {
-        // SAFETY: `PcpuLinks::new()` is two null atomic pointers and two
+        // SAFETY: `PcpuLinks::new()` is two null atomic pointers and three
         // cells of null pointers: all-zero bytes; links need no drop.
         unsafe { arena.alloc_zero_state(1, PcpuLinks::new) }
     }

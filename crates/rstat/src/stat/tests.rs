@@ -272,3 +272,64 @@ fn a_touched_mask_names_the_slots_a_full_pass_would() {
         }
     }
 }
+
+/// A group's final release unlinks its node from its parent's list of
+/// updated children in constant time, whatever the node's place in the
+/// list: with N (100) updated siblings under each of two parents, removing
+/// them oldest first under one and newest first under the other (so that
+/// one of the two orders always finds its node at the far end of a
+/// singly linked list) visits at most 2 links per removal. Counted by
+/// the flushes of this thread (the releases run here).
+#[cfg(not(rstat_loom))]
+#[test]
+fn a_release_unlinks_its_node_without_walking_its_siblings() {
+    use crate::testing::ControllerHandleExt;
+    // Under Miri fewer (a walk would still visit 66 links for 12 nodes).
+    const N: usize = if cfg!(miri) { 12 } else { 100 };
+    let rs = crate::Rstat::builder()
+        .nr_cpus(2)
+        .periodic_flush(None)
+        .build()
+        .unwrap();
+    let c = rs.register_counters("c", &["n"]).unwrap();
+    let parents = [
+        rs.root().create_child("a").unwrap(),
+        rs.root().create_child("b").unwrap(),
+    ];
+    let kids: Vec<Vec<crate::Group>> = parents
+        .iter()
+        .map(|p| {
+            (0..N)
+                .map(|i| p.create_child(&format!("k{i}")).unwrap())
+                .collect()
+        })
+        .collect();
+    for k in kids.iter().flatten() {
+        c.add_on_cpu(k, 0, 0, 1).unwrap();
+    }
+    // A flush of one child drains the backlog: every child is now linked
+    // in its parent's list (the flushed one stays linked too).
+    c.read_exact(&kids[0][0]).unwrap();
+    let before = super::tree::unlink_visits();
+    for (k, newest_first) in kids.into_iter().zip([false, true]) {
+        let order: Vec<crate::Group> = if newest_first {
+            k.into_iter().rev().collect()
+        } else {
+            k
+        };
+        for g in order {
+            g.remove().unwrap();
+            drop(g);
+        }
+    }
+    let visits = super::tree::unlink_visits() - before;
+    assert!(
+        visits <= 2 * 2 * N,
+        "{visits} links visited to unlink {} nodes",
+        2 * N
+    );
+    // Nothing was lost on the way: the parents hold every child's add.
+    for p in &parents {
+        assert_eq!(c.read_exact(p).unwrap().hierarchical()[0], N as i64);
+    }
+}

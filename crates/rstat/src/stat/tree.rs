@@ -365,13 +365,17 @@ impl Domain {
     ///
     /// A read's flush runs the heavy half of the update path's asymmetric
     /// fence, and leaves `root` linked in its parent's list of updated
-    /// children (emptied of its own): unlinking it would walk that list,
-    /// one cache miss per sibling that changed (all of a busy parent's
-    /// children, for a reader sweeping them), and `root` is as good a path
-    /// node as any (a later flush of an ancestor folds it once more, for
-    /// nothing if nothing changed). A final release runs no fence (every
-    /// update to the group happened before it: each updater's handle drop
-    /// did), and unlinks `root`, which is freed next.
+    /// children (emptied of its own): unlinking it would write its
+    /// neighbours' links in that list (two more lines, on every read of a
+    /// reader sweeping a busy parent's children), and `root` is as good a
+    /// path node as any (a later flush of an ancestor folds it once more,
+    /// for nothing if nothing changed). A final release runs no fence
+    /// (every update to the group happened before it: each updater's
+    /// handle drop did), and unlinks `root`, which is freed next: in
+    /// constant time, whatever the number of its siblings on the list
+    /// (the list is doubly linked), so removing one of many groups updated
+    /// under one parent (a group per request under its tenant) does not
+    /// cost a walk over the others.
     ///
     /// # Safety
     /// As [`flush_locked`](Self::flush_locked).
@@ -535,7 +539,7 @@ impl Domain {
     /// Remove `root`'s subtree from `cpu`'s updated tree, leaving its nodes in
     /// pre-order (each node before its descendants) in `scratch.order`.
     /// With `detach`, `root` itself leaves the tree too (unlinked from its
-    /// parent's list of updated children, a walk of that list); without,
+    /// parent's list of updated children, in constant time); without,
     /// a `root` with a parent stays linked there, with no children, as a
     /// path node (its ancestors stay on the tree in any case).
     ///
@@ -555,31 +559,30 @@ impl Domain {
             if rl.updated_next.with(|p| (*p).is_null()) {
                 return; // nothing under `root` changed on this CPU
             }
-            // Unlink `root` from its parent's list of updated children. The
-            // parent stays on the tree: it may hold pending deltas from us.
+            // Unlink `root` from its parent's list of updated children (in
+            // constant time: the list is doubly linked). The parent stays on
+            // the tree: it may hold pending deltas from us.
             let detach = detach || root.parent.is_null();
             if let (true, Some(parent)) = (detach, root.parent.as_ref()) {
                 let pl = parent.links(cpu);
-                let me = root as *const TreeNode;
-                let mut cur = pl.updated_children.with(|p| *p);
-                if cur == me {
-                    let next = rl.updated_next.with(|p| *p);
-                    pl.updated_children.with_mut(|p| *p = next);
-                } else {
-                    loop {
+                let next = rl.updated_next.with(|p| *p);
+                let prev = rl.updated_prev.with(|p| *p);
+                #[cfg(all(test, not(rstat_loom)))]
+                UNLINK_VISITS.with(|v| v.set(v.get() + 1));
+                match prev.as_ref() {
+                    None => {
                         debug_assert!(
-                            !core::ptr::eq(cur, parent),
-                            "a node on the tree is missing from its parent's list"
+                            pl.updated_children.with(|p| core::ptr::eq(*p, root)),
+                            "a node without a previous sibling heads its parent's list"
                         );
-                        let cl = (*cur).links(cpu);
-                        let next = cl.updated_next.with(|p| *p);
-                        if next == me {
-                            let after = rl.updated_next.with(|p| *p);
-                            cl.updated_next.with_mut(|p| *p = after);
-                            break;
-                        }
-                        cur = next;
+                        pl.updated_children.with_mut(|p| *p = next);
                     }
+                    Some(prev) => prev.links(cpu).updated_next.with_mut(|p| *p = next),
+                }
+                // The parent ends the list; a sibling after us now follows
+                // our predecessor.
+                if !core::ptr::eq(next, parent) {
+                    (*next).links(cpu).updated_prev.with_mut(|p| *p = prev);
                 }
             }
             scratch.stack.push(root);
@@ -602,6 +605,18 @@ impl Domain {
             }
         }
     }
+}
+
+#[cfg(all(test, not(rstat_loom)))]
+thread_local! {
+    static UNLINK_VISITS: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+}
+
+/// How many sibling links this thread's final releases visited to unlink
+/// their nodes from their parents' lists (tests of the unlink).
+#[cfg(all(test, not(rstat_loom)))]
+pub(super) fn unlink_visits() -> usize {
+    UNLINK_VISITS.with(core::cell::Cell::get)
 }
 
 /// The CPU slots below `nr_cpus` of a [`TreeNode::touched`] mask: slot
@@ -670,6 +685,10 @@ unsafe fn link_updated(node: &TreeNode, cpu: usize) {
                         h => h,
                     };
                     l.updated_next.with_mut(|p| *p = head);
+                    l.updated_prev.with_mut(|p| *p = ptr::null());
+                    if !core::ptr::eq(head, parent) {
+                        (*head).links(cpu).updated_prev.with_mut(|p| *p = cur);
+                    }
                     pl.updated_children.with_mut(|p| *p = cur);
                     cur = parent;
                 }
