@@ -139,7 +139,7 @@ impl GroupTables {
             // Never on a backlog or tree: nothing to fold or unlink, no
             // lock to take (`TreeNode::touched`; every update and every
             // flush that linked it happened before this release).
-            if node.touched.load(Ordering::Relaxed) == 0 {
+            if node.touched.bits() == 0 {
                 continue;
             }
             let mut scratch = lock_domain(domain);

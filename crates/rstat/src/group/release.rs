@@ -42,7 +42,7 @@ impl GroupInner {
                 // unreachable now.
                 let b = unsafe { LineBox::from_raw(p) };
                 // SAFETY: a css's node is live until this release frees it.
-                *t = unsafe { &*b.node }.touched.load(Ordering::Relaxed);
+                *t = unsafe { &*b.node }.touched.bits();
                 b.release_units(*t);
                 *c = Some(b);
             }
@@ -72,7 +72,7 @@ impl GroupInner {
             for n in nodes.iter().flatten() {
                 // Likewise for the node's links: only the CPUs it went on
                 // wrote them (`PcpuLinks::free_in`).
-                let t = n.touched.load(Ordering::Relaxed);
+                let t = n.touched.bits();
                 // SAFETY: from `PcpuLinks::alloc_in` on this arena; as above.
                 unsafe { PcpuLinks::free_in(&mut arena, n.links, cpus_in(t, nr_units)) };
             }

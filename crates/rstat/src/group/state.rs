@@ -12,6 +12,7 @@ use crate::group::ext::{ErasedExt, ExtList};
 use crate::group::watch::RemovalQueue;
 use crate::group::{Group, GroupInner};
 use crate::percpu::arena::PcpuPtr;
+use crate::percpu::cpu::CpuMask;
 use crate::percpu::rwlock::PercpuRwLock;
 use crate::percpu::shared_arena::SharedArena;
 use crate::percpu::LineBox;
@@ -267,7 +268,7 @@ impl EngineInner {
                     owner: g as &dyn NodeOwner,
                     releasing: UnsafeCell::new(false),
                     flushed_at: AtomicU64::new(0),
-                    touched: AtomicU64::new(0),
+                    touched: CpuMask::new(),
                     domain: &**domain,
                     links,
                 })

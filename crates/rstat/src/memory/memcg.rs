@@ -15,8 +15,9 @@ use super::events::{Events, MemoryEvent};
 use super::objcg::ObjCg;
 use super::reclaim::{OomHandler, ReclaimCursor, ReclaimerList};
 use crate::page_counter::PageCounter;
+use crate::percpu::cpu::CpuMask;
 use crate::stat::css::{Item, Slot};
-use crate::sync::{self, AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Mutex, Ordering};
+use crate::sync::{self, AtomicBool, AtomicPtr, AtomicU8, Mutex, Ordering};
 
 /// One group's memory state (the kernel's `struct mem_cgroup`, for this
 /// controller). Shared by the group, stock slots naming it, and in-flight
@@ -26,12 +27,12 @@ pub(crate) struct MemCg {
     pub(crate) parent: Option<Arc<MemCg>>,
     /// False once the group is removed (see the stock's offline protocol).
     pub(super) online: AtomicBool,
-    /// The CPUs whose stock has held a slot of this group: bit `c % 64`
-    /// for CPU `c`, set by the slot's creation under that CPU's stock lock
-    /// and never cleared, so a drain of this group that holds CPU `c`'s
-    /// lock and finds the bit clear knows there is no slot to look for
-    /// (see the stock's `drain_one`).
-    stocked_on: AtomicU64,
+    /// The CPUs whose stock has held a slot of this group, marked by the
+    /// slot's creation under that CPU's stock lock: so a test of CPU `c`
+    /// under `c`'s lock is exact, and a lookup of the group's slot there
+    /// (`Stocks::drain_one`, `Stocks::stocked`) can be skipped when it
+    /// says no.
+    pub(crate) stocked_on: CpuMask,
     /// Possibly above its `memory.max` (see the stock's "Over the limit").
     pub(crate) over: AtomicBool,
     pub(crate) events: Events,
@@ -108,7 +109,7 @@ impl MemCg {
             counter: Arc::new(PageCounter::new(parent.map(|p| Arc::clone(&p.counter)))),
             parent: parent.cloned(),
             online: AtomicBool::new(true),
-            stocked_on: AtomicU64::new(0),
+            stocked_on: CpuMask::new(),
             over: AtomicBool::new(false),
             events: Events::new(),
             reclaimers: Mutex::new(ReclaimerList::default()),
@@ -215,28 +216,6 @@ impl MemCg {
     #[inline(always)]
     pub(crate) fn is_online(&self) -> bool {
         self.online.load(Ordering::Relaxed)
-    }
-
-    /// Note that CPU `cpu`'s stock made a slot for this group. Called
-    /// under that CPU's stock lock; one load once the bit is set.
-    #[inline]
-    pub(crate) fn note_stocked_on(&self, cpu: usize) {
-        let bit = 1u64 << (cpu % 64);
-        // Relaxed: bit `cpu % 64` is read only under a stock lock of a CPU
-        // it stands for (`may_be_stocked_on`), and set only under such a
-        // lock too; for one CPU the lock orders the set before the read.
-        if self.stocked_on.load(Ordering::Relaxed) & bit == 0 {
-            self.stocked_on.fetch_or(bit, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether CPU `cpu`'s stock may hold a slot of this group: false only
-    /// if it never did. Exact only under CPU `cpu`'s stock lock (a slot
-    /// made there before the lock was taken has set the bit).
-    #[inline]
-    pub(crate) fn may_be_stocked_on(&self, cpu: usize) -> bool {
-        // Relaxed: see `note_stocked_on`.
-        self.stocked_on.load(Ordering::Relaxed) & (1u64 << (cpu % 64)) != 0
     }
 
     /// Uncharge `n` from the page counter (and every ancestor's). Stock

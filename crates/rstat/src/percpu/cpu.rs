@@ -176,6 +176,42 @@ pub fn fold(id: usize, nr: usize) -> usize {
     }
 }
 
+/// A set of CPU slots in one word: bit `c % 64` stands for slot `c` (and
+/// for `c + 64`, `c + 128`, ...), so a set over any number of slots fits,
+/// read as a superset. Marked slot by slot, never cleared, `Relaxed`
+/// throughout: whatever orders a mark before a test of it (a lock held
+/// around both, a release the reader follows) is the user's. Walk it with
+/// `stat::tree::cpus_in`.
+pub(crate) struct CpuMask(crate::sync::AtomicU64);
+
+impl CpuMask {
+    /// The empty set.
+    pub(crate) fn new() -> Self {
+        CpuMask(crate::sync::AtomicU64::new(0))
+    }
+
+    /// Add slot `cpu`: a load, and an RMW the first time only.
+    #[inline]
+    pub(crate) fn mark(&self, cpu: usize) {
+        let bit = 1u64 << (cpu % 64);
+        if self.0.load(crate::sync::Ordering::Relaxed) & bit == 0 {
+            self.0.fetch_or(bit, crate::sync::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether slot `cpu` may be in the set: false only if it never was.
+    #[inline]
+    pub(crate) fn may_hold(&self, cpu: usize) -> bool {
+        self.bits() & (1u64 << (cpu % 64)) != 0
+    }
+
+    /// The word: bit `c % 64` for each slot `c` marked.
+    #[inline]
+    pub(crate) fn bits(&self) -> u64 {
+        self.0.load(crate::sync::Ordering::Relaxed)
+    }
+}
+
 /// This thread's CPU folded into `0..nr` (`nr > 0`): the slot a per-CPU
 /// structure of `nr` slots uses for it ([`current`], then [`fold`]).
 #[inline(always)]

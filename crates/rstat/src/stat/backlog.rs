@@ -225,7 +225,7 @@ impl PcpuLinks {
     /// `links` came from `alloc_in` on this arena, nothing references them,
     /// and no unit outside `dirty` was written: the node's `touched` CPUs
     /// (every write to a node's links on a CPU, by a claim or by a flush
-    /// that links or cuts it there, comes after `mark_touched` of that CPU
+    /// that links or cuts it there, comes after the mark of that CPU in `touched`
     /// or is to a node already on that CPU's tree).
     pub(crate) unsafe fn free_in(
         arena: &mut crate::percpu::shared_arena::Local<'_>,
@@ -281,7 +281,7 @@ unsafe fn claim_and_push(links: &PcpuLinks, head: &BacklogHead, cpu: usize, node
     // Before the push: a final release that does not see this CPU's bit
     // finds the node on no backlog of this CPU (`TreeNode::touched`).
     // SAFETY: caller's guarantee.
-    unsafe { (*node).mark_touched(cpu) };
+    unsafe { (*node).touched.mark(cpu) };
     // For the drain; published by the push below.
     links.node.store(node.cast_mut(), Ordering::Relaxed);
     let me = links as *const PcpuLinks as *mut PcpuLinks;

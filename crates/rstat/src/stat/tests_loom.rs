@@ -233,7 +233,7 @@ impl Model {
                 links,
                 releasing: UnsafeCell::new(false),
                 flushed_at: AtomicU64::new(0),
-                touched: AtomicU64::new(0),
+                touched: crate::percpu::cpu::CpuMask::new(),
             })
         };
         if parent.is_none() {

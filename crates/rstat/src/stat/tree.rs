@@ -29,6 +29,7 @@ use core::ptr;
 use std::sync::Arc;
 
 use crate::percpu::arena::PcpuPtr;
+use crate::percpu::cpu::CpuMask;
 use crate::percpu::CachePadded;
 use crate::stat::backlog::{self, BacklogHead, PcpuLinks};
 use crate::stat::css::CssTable;
@@ -75,7 +76,7 @@ pub(crate) struct TreeNode {
     /// Every setter's write happens before the final release (an updater's
     /// through its handle's drop, a flush through the lock it releases
     /// before the child that made it link this node drops its reference).
-    pub(crate) touched: AtomicU64,
+    pub(crate) touched: CpuMask,
 }
 
 // SAFETY: `flushed_at` and `touched` are atomic, the other fields are immutable after
@@ -95,23 +96,13 @@ impl TreeNode {
         unsafe { self.links.elem(cpu, 0) }
     }
 
-    /// Record that this node goes on `cpu`'s backlog or tree (see
-    /// [`touched`](Self::touched)): a load, and an RMW the first time only.
-    #[inline]
-    pub(crate) fn mark_touched(&self, cpu: usize) {
-        let bit = 1u64 << (cpu % 64);
-        if self.touched.load(Ordering::Relaxed) & bit == 0 {
-            self.touched.fetch_or(bit, Ordering::Relaxed);
-        }
-    }
-
     /// The CPU slots below `nr_cpus` this node may be on a backlog or tree
     /// of (a superset of those it ever was on): see
     /// [`touched`](Self::touched). Complete for a node no updater can
     /// reach (its final release), or for its trees once the backlogs were
     /// drained under the lock.
     pub(crate) fn touched_cpus(&self, nr_cpus: usize) -> impl Iterator<Item = usize> + Clone {
-        cpus_in(self.touched.load(Ordering::Relaxed), nr_cpus)
+        cpus_in(self.touched.bits(), nr_cpus)
     }
 }
 
@@ -407,7 +398,7 @@ impl Domain {
         // the CPUs the drains left `root` touched on (its subtree is on a
         // CPU's tree only if `root` is: trees are closed under parents).
         let drained = if detach {
-            root.touched.load(Ordering::Relaxed)
+            root.touched.bits()
         } else {
             u64::MAX
         };
@@ -670,7 +661,7 @@ unsafe fn link_updated(node: &TreeNode, cpu: usize) {
             if !l.updated_next.with(|p| (*p).is_null()) {
                 return;
             }
-            n.mark_touched(cpu);
+            n.touched.mark(cpu);
             match n.parent.as_ref() {
                 None => {
                     l.updated_next.with_mut(|p| *p = cur);

@@ -45,8 +45,8 @@ impl Stocks {
     /// [`drain`](Self::drain) of one group's slots: on every CPU, empty
     /// `memcg`'s slot, found by its lookup (one probe when it has a slot
     /// there) rather than by testing every slot, and looked up only on the
-    /// CPUs whose stock ever made a slot for it (`MemCg::may_be_stocked_on`,
-    /// read under the CPU's lock, where it is exact): a group used on a few
+    /// CPUs whose stock ever made a slot for it (`MemCg::stocked_on`, read
+    /// under the CPU's lock, where it is exact): a group used on a few
     /// CPUs costs a lock per CPU and a lookup per CPU it used. What a group
     /// going offline (or the root, at its engine's drop) pays. Every CPU's
     /// lock is still taken: that is also the owner handles' grace period
@@ -55,7 +55,7 @@ impl Stocks {
         let mut total = 0u64;
         for (c, cpu) in self.cpus.iter().enumerate() {
             let mut h = cpu.lock();
-            if !memcg.may_be_stocked_on(c) {
+            if !memcg.stocked_on.may_hold(c) {
                 continue;
             }
             let t = h.with(|s| {
@@ -142,12 +142,16 @@ impl Stocks {
         self.cpus[cpu].lock().with(|s| s.find(memcg))
     }
 
-    /// Units of `memcg` in all stocks. Takes every CPU's lock in turn.
+    /// Units of `memcg` in all stocks. Takes every CPU's lock in turn, and
+    /// looks up the group's slot only where it ever had one (as
+    /// [`drain_one`](Self::drain_one)).
     pub(crate) fn stocked(&self, memcg: &MemCg) -> u64 {
         let mut total = 0u64;
-        for cpu in self.cpus.iter() {
+        for (c, cpu) in self.cpus.iter().enumerate() {
             let mut h = cpu.lock();
-            total += h.with(|s| s.find(memcg).map_or(0, |i| s.nr[i]));
+            if memcg.stocked_on.may_hold(c) {
+                total += h.with(|s| s.find(memcg).map_or(0, |i| s.nr[i]));
+            }
         }
         total
     }

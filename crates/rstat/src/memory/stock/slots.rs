@@ -35,7 +35,7 @@ use crate::memory::objcg::ObjCg;
 /// occupied slots with its tag: a miss (a group with no slot on this CPU,
 /// as for a new group or a free on another CPU) costs one pass over the
 /// tag bytes. A removal's drain does not look on a CPU whose stock never
-/// made a slot for the group (`MemCg::may_be_stocked_on`).
+/// made a slot for the group (`MemCg::stocked_on`).
 ///
 /// **Memory.** Each CPU's stock grows with `NR_STOCK` (a slot is about
 /// eight words and a tag byte: the group, handle address, tag and serial,
@@ -458,7 +458,8 @@ impl Slots {
                 (i, self.take(i))
             }
         };
-        memcg.note_stocked_on(self.cpu);
+        // Under this CPU's lock (see `MemCg::stocked_on`).
+        memcg.stocked_on.mark(self.cpu);
         self.cached[i] = Some(Arc::clone(memcg));
         self.keys[i] = key;
         self.tags[i] = tag_of(key);
