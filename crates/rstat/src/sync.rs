@@ -374,12 +374,3 @@ pub(crate) fn boxed<T>(value: T) -> Box<T> {
     core::hint::black_box(&mut b);
     Box::write(b, value)
 }
-
-/// `n` values from `f` in a boxed slice, allocated with the allocator's
-/// `alloc`, never its `alloc_zeroed` (see [`boxed`]).
-pub(crate) fn boxed_slice<T>(n: usize, f: impl FnMut() -> T) -> Box<[T]> {
-    let mut v = Vec::with_capacity(n);
-    core::hint::black_box(&mut v);
-    v.resize_with(n, f);
-    v.into_boxed_slice()
-}

@@ -286,7 +286,7 @@ impl EngineInner {
                 p.inner().css[ctl.id].load(Ordering::Relaxed).cast_const()
             });
             // SAFETY: the node was installed above and lives with `g`.
-            let css = LineBox::new(Css::new(CtlRef::new(ctl), parent, stats, unsafe { &*node }));
+            let css = Css::boxed(CtlRef::new(ctl), parent, stats, unsafe { &*node });
             g.css[ctl.id].store(LineBox::into_raw(css), Ordering::Release);
         }
         if only.is_none() {

@@ -94,8 +94,10 @@ impl<T: fmt::Debug> fmt::Debug for CachePadded<T> {
 /// chunk's ends), and the engine makes a few such objects per group it
 /// creates. A `LineBox` asks for `size + align` bytes at the allocator's
 /// plain alignment instead, puts the value at the first aligned address
-/// past a header word, and keeps the allocation's start in that word.
-/// The cost is up to `align` bytes of slack per object.
+/// two header words past the start, and keeps the allocation's start and
+/// size in those words. The cost is up to `align` bytes of slack per
+/// object. A value may take arrays of its own into the same allocation
+/// ([`new_with_tail`](Self::new_with_tail)).
 pub struct LineBox<T> {
     ptr: core::ptr::NonNull<T>,
     _owns: core::marker::PhantomData<T>,
@@ -110,39 +112,74 @@ impl<T> LineBox<T> {
     /// The plain alignment asked of the allocator (what `malloc` gives).
     const BASE_ALIGN: usize = 16;
 
-    /// The allocation behind a value: `size_of::<T>() + align` bytes, so an
-    /// aligned address at least one header word past the start always fits.
-    fn layout() -> core::alloc::Layout {
-        let align = core::mem::align_of::<T>().max(Self::BASE_ALIGN);
-        let size = core::mem::size_of::<T>() + align;
-        match core::alloc::Layout::from_size_align(size, Self::BASE_ALIGN) {
-            Ok(l) => l,
-            Err(_) => panic!("LineBox: a type too large to allocate"),
-        }
+    /// The value's alignment, at least [`BASE_ALIGN`](Self::BASE_ALIGN):
+    /// room for the two header words before it.
+    const ALIGN: usize = if core::mem::align_of::<T>() > Self::BASE_ALIGN {
+        core::mem::align_of::<T>()
+    } else {
+        Self::BASE_ALIGN
+    };
+
+    /// The allocation behind a value with a tail of `tail` bytes:
+    /// `size_of::<T>() + align + tail` bytes, so an aligned address at
+    /// least two header words past the start always fits the value and
+    /// its tail. `None` if that overflows.
+    fn layout(tail: usize) -> Option<core::alloc::Layout> {
+        let size = core::mem::size_of::<T>()
+            .checked_add(Self::ALIGN)?
+            .checked_add(tail)?;
+        core::alloc::Layout::from_size_align(size, Self::BASE_ALIGN).ok()
     }
 
     /// Move `value` to the heap.
     pub fn new(value: T) -> Self {
-        let layout = Self::layout();
-        // SAFETY: the layout's size is at least `align` > 0.
+        Self::new_with_tail(0, |_| value)
+    }
+
+    /// A value followed, in the same allocation, by `tail` bytes of its
+    /// own (uninitialised: `make` writes what it reads of them): `make`
+    /// gets the tail's address and returns the value,
+    /// which may keep pointers into the tail; the tail lives exactly as
+    /// long as the value. The tail starts where the value ends, so it is
+    /// aligned for anything whose alignment divides `T`'s size (every
+    /// integer and atomic, for a `T` of 64-byte alignment). One allocation
+    /// where a value and its arrays would otherwise take one each.
+    ///
+    /// Panics (as `Box` does) if the size overflows; aborts through
+    /// `handle_alloc_error` if the allocator fails.
+    pub fn new_with_tail(tail: usize, make: impl FnOnce(*mut u8) -> T) -> Self {
+        let Some(layout) = Self::layout(tail) else {
+            panic!("LineBox: a value and tail too large to allocate ({tail} tail bytes)");
+        };
+        // SAFETY: the layout's size is at least `ALIGN` > 0.
         let base = unsafe { std::alloc::alloc(layout) };
         if base.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
-        let align = core::mem::align_of::<T>().max(Self::BASE_ALIGN);
-        // The first aligned address at least a word past `base`: within
-        // `align` bytes of it (`base` is `BASE_ALIGN`-aligned), so the
-        // value ends inside the allocation.
-        let word = core::mem::size_of::<*mut u8>();
-        let off = (base as usize + word).next_multiple_of(align) - base as usize;
-        debug_assert!(off >= word && off <= align);
-        // SAFETY: `off + size_of::<T>() <= layout.size()` (above).
+        // Opaque to the optimiser: `make` may zero its tail, and an
+        // allocation then zeroed may be turned into `alloc_zeroed`, a
+        // slower path of glibc's malloc (`crate::sync::boxed`).
+        let base = core::hint::black_box(base);
+        // The first aligned address at least two words past `base`: within
+        // `ALIGN` bytes of it (`base` is `BASE_ALIGN`-aligned and `ALIGN` is
+        // a multiple of `BASE_ALIGN` = two words), so the value and its
+        // tail end inside the allocation.
+        let word = core::mem::size_of::<usize>();
+        let off = (base as usize + 2 * word).next_multiple_of(Self::ALIGN) - base as usize;
+        debug_assert!(off >= 2 * word && off <= Self::ALIGN);
+        // SAFETY: `off + size_of::<T>() + tail <= layout.size()` (above).
         let at = unsafe { base.add(off) };
-        // SAFETY: `at - word .. at` lies in the allocation, past `base`;
-        // written unaligned-safe (it is word-aligned: `at` is a multiple of
-        // `align` ≥ 16).
-        unsafe { at.sub(word).cast::<*mut u8>().write(base) };
+        // SAFETY: the two words before `at` lie in the allocation, past
+        // `base`, word-aligned (`at` is a multiple of `ALIGN` >= 16): the
+        // allocation's start and size, for the drop.
+        unsafe {
+            at.sub(word).cast::<*mut u8>().write(base);
+            at.sub(2 * word).cast::<usize>().write(layout.size());
+        }
         let ptr = at.cast::<T>();
+        // SAFETY: the tail is the `tail` bytes right after the value, in
+        // the allocation.
+        let value = make(unsafe { at.add(core::mem::size_of::<T>()) });
         // SAFETY: `ptr` is aligned for `T` and has room for it.
         unsafe { ptr.write(value) };
         LineBox {
@@ -185,15 +222,18 @@ impl<T> Deref for LineBox<T> {
 impl<T> Drop for LineBox<T> {
     fn drop(&mut self) {
         let at = self.ptr.as_ptr().cast::<u8>();
-        // SAFETY: `new` wrote the allocation's start one word before the
-        // value, and the value is ours to drop, once.
+        let word = core::mem::size_of::<usize>();
+        // SAFETY: `new_with_tail` wrote the allocation's start one word
+        // before the value and its size one more word before, and the
+        // value is ours to drop, once (before its tail is freed with it).
         unsafe {
-            let base = at
-                .sub(core::mem::size_of::<*mut u8>())
-                .cast::<*mut u8>()
-                .read();
+            let base = at.sub(word).cast::<*mut u8>().read();
+            let size = at.sub(2 * word).cast::<usize>().read();
             core::ptr::drop_in_place(self.ptr.as_ptr());
-            std::alloc::dealloc(base, Self::layout());
+            std::alloc::dealloc(
+                base,
+                core::alloc::Layout::from_size_align_unchecked(size, Self::BASE_ALIGN),
+            );
         }
     }
 }

@@ -47,3 +47,48 @@ fn a_value_is_dropped_once_also_after_a_raw_round_trip() {
     drop(back);
     assert_eq!(drops.get(), 2);
 }
+
+/// A value with a tail of `n` words right after it, in its own allocation:
+/// the value starts its line, the tail starts where the value ends, holds
+/// what the maker wrote through the pointer it was given, and both are
+/// freed with the box (Miri checks the layout the drop frees with).
+#[test]
+fn a_tail_follows_its_value_in_one_allocation() {
+    struct WithTail {
+        line: Line64,
+        tail: *const u64,
+        len: usize,
+    }
+    for n in [0usize, 1, 7, 64] {
+        let b = LineBox::new_with_tail(n * 8, |tail: *mut u8| {
+            let tail = tail.cast::<u64>();
+            for i in 0..n {
+                // SAFETY: `new_with_tail` gives `n * 8` writable bytes,
+                // aligned for the value's alignment (64), so for `u64`.
+                unsafe { tail.add(i).write(i as u64 * 3) };
+            }
+            WithTail {
+                line: Line64([n as u8; 100]),
+                tail,
+                len: n,
+            }
+        });
+        let at = core::ptr::from_ref::<WithTail>(&b) as usize;
+        assert_eq!(at % 64, 0, "n {n}: value at {at:#x}");
+        assert_eq!(
+            b.tail as usize,
+            at + core::mem::size_of::<WithTail>(),
+            "n {n}"
+        );
+        assert!(b.line.0.iter().all(|&x| usize::from(x) == n));
+        // SAFETY: the tail lives as long as the box and holds `len` words.
+        let tail = unsafe { core::slice::from_raw_parts(b.tail, b.len) };
+        assert!(
+            tail.iter().enumerate().all(|(i, &v)| v == i as u64 * 3),
+            "n {n}"
+        );
+        let raw = LineBox::into_raw(b);
+        // SAFETY: from `into_raw` just above, taken back once.
+        drop(unsafe { LineBox::from_raw(raw) });
+    }
+}

@@ -28,11 +28,15 @@
 //! Everything else in a css (`prev`, `totals`) is behind its domain's
 //! flush lock.
 
+use core::mem::{align_of, size_of};
+use core::ptr;
+
 use crate::percpu::arena::PcpuPtr;
+use crate::percpu::LineBox;
 use crate::stat::backlog::{BacklogHead, PcpuLinks};
 use crate::stat::ops::{CtlRef, Totals, TotalsCopy};
 use crate::stat::tree::TreeNode;
-use crate::sync::{self, AtomicI64, Ordering, UnsafeCell};
+use crate::sync::{AtomicI64, Ordering, UnsafeCell};
 
 /// The pending units an update from `old` to `new` adds: [`UPDATE_BATCH`]
 /// per boundary it crossed, the boundaries being the multiples of
@@ -222,7 +226,9 @@ impl StatSlot {
 ///   touches this one line of its css. Flushes write it; no update reads
 ///   it;
 /// - line 2 is the flushes': the parent and the totals (the domain
-///   lock's), whose arrays are allocations of their own.
+///   lock's);
+/// - past the css, in the same allocation ([`Css::boxed`]), the totals'
+///   values and the published values that do not fit inline.
 ///
 /// So a flush does not take the line every update reads (the
 /// pending-update counters that crossings write are per CPU, in the
@@ -275,18 +281,47 @@ const _: () = assert!(
 /// A css's published totals: `local` in `[..n]`, `hierarchical` in
 /// `[n..2n]`, and `Totals::overflows` (as `u64` bits) at `[2n]`, for a
 /// controller of `n` items. Inline, on the line a read already loads, when
-/// they fit; else one allocation of their own.
+/// they fit; else in the tail of the css's allocation ([`Css::boxed`]).
 pub(crate) struct Published {
     inline: [AtomicI64; INLINE_PUBLISHED],
-    spilled: Option<Box<[AtomicI64]>>,
+    /// The values in the css's tail when they do not fit inline: built
+    /// there by [`Published::in_tail`] and dropped by this value's drop
+    /// (the tail is freed with the css, after it).
+    spilled: Option<ptr::NonNull<[AtomicI64]>>,
 }
 
 impl Published {
-    pub(super) fn new(n: usize) -> Self {
+    /// How many values a controller of `n` items publishes, and how many
+    /// of them go to the css's tail (0: all inline).
+    pub(super) fn spill_len(n: usize) -> usize {
         let len = 2 * n + 1;
+        if len > INLINE_PUBLISHED {
+            len
+        } else {
+            0
+        }
+    }
+
+    /// The published values of a controller of `n` items, in the inline
+    /// array or, past it, built in the `spill_len(n)` atomics at `tail`.
+    ///
+    /// # Safety
+    /// If `spill_len(n)` is not 0, `tail` is valid for writes of that many
+    /// `AtomicI64`, aligned, and is this value's alone for as long as it
+    /// lives.
+    pub(super) unsafe fn in_tail(n: usize, tail: *mut AtomicI64) -> Self {
+        let len = Self::spill_len(n);
+        let spilled = (len > 0).then(|| {
+            for i in 0..len {
+                // SAFETY: the caller's guarantee; `i < len`.
+                unsafe { tail.add(i).write(AtomicI64::new(0)) };
+            }
+            // SAFETY: non-null (the caller's guarantee); written above.
+            unsafe { ptr::NonNull::new_unchecked(ptr::slice_from_raw_parts_mut(tail, len)) }
+        });
         Published {
             inline: core::array::from_fn(|_| AtomicI64::new(0)),
-            spilled: (len > INLINE_PUBLISHED).then(|| sync::boxed_slice(len, || AtomicI64::new(0))),
+            spilled,
         }
     }
 
@@ -296,8 +331,19 @@ impl Published {
     #[inline]
     pub(crate) fn values(&self) -> &[AtomicI64] {
         match &self.spilled {
-            Some(v) => v,
+            // SAFETY: built by `in_tail`, live until this value drops.
+            Some(v) => unsafe { v.as_ref() },
             None => &self.inline,
+        }
+    }
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        if let Some(v) = self.spilled.take() {
+            // SAFETY: built by `in_tail` and dropped only here, once (a
+            // no-op for the machine's atomics; loom's keep state).
+            unsafe { ptr::drop_in_place(v.as_ptr()) };
         }
     }
 }
@@ -309,13 +355,51 @@ unsafe impl Send for Css {}
 unsafe impl Sync for Css {}
 
 impl Css {
-    pub(crate) fn new(
+    /// A css in its own allocation, followed there by its arrays (the
+    /// totals, and the published values past the inline ones): one
+    /// allocation per group and controller, where a `Box` of the css and
+    /// one of each array would take three.
+    pub(crate) fn boxed(
         ctl: CtlRef,
         parent: *const Css,
         stats: PcpuPtr<StatSlot>,
         node: &TreeNode,
-    ) -> Self {
+    ) -> LineBox<Css> {
         let n = ctl.nr_stats;
+        let spill = Published::spill_len(n);
+        // The totals' `3n` values, then the spilled published ones, each
+        // array aligned: the tail starts at the css's end (its size is a
+        // multiple of its alignment, 64), the second array after `3n`
+        // eight-byte values.
+        const _: () = assert!(
+            size_of::<Css>().is_multiple_of(align_of::<Css>())
+                && align_of::<i64>() <= align_of::<Css>()
+                && align_of::<AtomicI64>() <= align_of::<i64>()
+        );
+        let bytes = 3 * n * size_of::<i64>() + spill * size_of::<AtomicI64>();
+        LineBox::new_with_tail(bytes, |tail| {
+            let values = tail.cast::<i64>();
+            // SAFETY: the tail holds `3n` `i64` then `spill` atomics, each
+            // aligned (above), and is the css's alone: the totals take the
+            // first array, the published values the second.
+            let (totals, published) = unsafe {
+                (
+                    Totals::zeroed_at(values, n),
+                    Published::in_tail(n, values.add(3 * n).cast::<AtomicI64>()),
+                )
+            };
+            Css::new(ctl, parent, stats, node, totals, published)
+        })
+    }
+
+    fn new(
+        ctl: CtlRef,
+        parent: *const Css,
+        stats: PcpuPtr<StatSlot>,
+        node: &TreeNode,
+        totals: Totals,
+        published: Published,
+    ) -> Self {
         // SAFETY: a node's domain outlives it.
         let domain = unsafe { &*node.domain };
         let backlog = domain.backlog;
@@ -332,8 +416,8 @@ impl Css {
             node,
             links: node.links,
             backlog,
-            totals: UnsafeCell::new(Totals::zeroed(n)),
-            published: Published::new(n),
+            totals: UnsafeCell::new(totals),
+            published,
             unit_shifts,
             // The engine checked both fit (`choose_update_path`).
             section_limit: domain.section_limit as u32,

@@ -283,7 +283,7 @@ impl FlushCtx<'_> {
 
 /// Per-group totals of one controller (protected by its flush lock): for
 /// each of its `n` items a local total, a hierarchical total and a pending
-/// value, in one allocation of `3n` values, and the clamp count.
+/// value, `3n` values in the css's own allocation, and the clamp count.
 ///
 /// A custom [`Controller::flush`] reaches the three arrays through
 /// [`local_mut`](Self::local_mut), [`hierarchical_mut`](Self::hierarchical_mut),
@@ -293,21 +293,61 @@ impl FlushCtx<'_> {
 /// changes values, never the shape (there is no public constructor, nor
 /// `Clone` or `Default`, so a flush has no other `Totals` to put in this
 /// one's place).
-#[derive(Debug, PartialEq, Eq)]
 pub struct Totals {
     /// `local` in `[..n]`, `hierarchical` in `[n..2n]`, `pending` in
-    /// `[2n..3n]`: one allocation per group and controller rather than
-    /// three, as a group's creation makes one of these per controller.
-    values: Box<[i64]>,
+    /// `[2n..3n]`: in the tail of the css's allocation
+    /// ([`Css::boxed`](crate::stat::css::Css::boxed)), so a group's
+    /// creation makes one allocation per controller for the css and both
+    /// its arrays. Owned by these totals alone, as a `Box<[i64]>` would
+    /// be, for as long as they live.
+    values: core::ptr::NonNull<[i64]>,
     /// Additions into these totals (or into `pending`) that were clamped at
     /// `i64::MIN`/`i64::MAX`; see the module's `# Overflow`. Never reset.
     pub overflows: u64,
 }
 
+// SAFETY: `values` is owned exclusively by the totals (see the field), so
+// they move and share as a `Box<[i64]>` and a `u64` would.
+unsafe impl Send for Totals {}
+// SAFETY: as above.
+unsafe impl Sync for Totals {}
+
+impl core::fmt::Debug for Totals {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Totals")
+            .field("local", &self.local())
+            .field("hierarchical", &self.hierarchical())
+            .field("pending", &self.pending())
+            .field("overflows", &self.overflows)
+            .finish()
+    }
+}
+
+impl PartialEq for Totals {
+    fn eq(&self, other: &Self) -> bool {
+        self.values() == other.values() && self.overflows == other.overflows
+    }
+}
+
+impl Eq for Totals {}
+
 impl Totals {
-    pub(crate) fn zeroed(n: usize) -> Self {
+    /// Zeroed totals of `n` items in the `3n` values at `values`.
+    ///
+    /// # Safety
+    /// `values` is valid for writes of `3n` `i64`s, aligned, and the
+    /// memory is the returned totals' alone for as long as they live.
+    pub(crate) unsafe fn zeroed_at(values: *mut i64, n: usize) -> Self {
+        // SAFETY: the caller's guarantee.
+        unsafe { values.write_bytes(0, 3 * n) };
         Totals {
-            values: sync::boxed_slice(3 * n, || 0),
+            // SAFETY: non-null (the caller's guarantee), and written above.
+            values: unsafe {
+                core::ptr::NonNull::new_unchecked(core::ptr::slice_from_raw_parts_mut(
+                    values,
+                    3 * n,
+                ))
+            },
             overflows: 0,
         }
     }
@@ -316,6 +356,21 @@ impl Totals {
     #[cfg_attr(rstat_loom, allow(dead_code))]
     pub(crate) fn values_ptr(&self) -> *const u8 {
         self.values.as_ptr().cast()
+    }
+
+    /// The values, shared.
+    #[inline(always)]
+    fn all(&self) -> &[i64] {
+        // SAFETY: owned by these totals, live as long as they are (see
+        // `values`).
+        unsafe { self.values.as_ref() }
+    }
+
+    /// The values, exclusively.
+    #[inline(always)]
+    fn all_mut(&mut self) -> &mut [i64] {
+        // SAFETY: as above, and `&mut self` is the only access.
+        unsafe { self.values.as_mut() }
     }
 
     /// The number of items: the length of each of the three arrays.
@@ -327,47 +382,47 @@ impl Totals {
     /// Whether the controller has no items (never, for a registered one).
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.values.len() == 0
     }
 
     /// The group's own updates.
     #[inline]
     pub fn local(&self) -> &[i64] {
-        &self.values[..self.len()]
+        &self.all()[..self.len()]
     }
 
     /// The group's and all its descendants' (including removed ones).
     #[inline]
     pub fn hierarchical(&self) -> &[i64] {
-        &self.values[self.len()..2 * self.len()]
+        &self.all()[self.len()..2 * self.len()]
     }
 
     /// Deltas handed up by flushed children, not yet in
     /// [`hierarchical`](Self::hierarchical).
     #[inline]
     pub fn pending(&self) -> &[i64] {
-        &self.values[2 * self.len()..]
+        &self.all()[2 * self.len()..]
     }
 
     /// [`local`](Self::local), to fold into.
     #[inline]
     pub fn local_mut(&mut self) -> &mut [i64] {
         let n = self.len();
-        &mut self.values[..n]
+        &mut self.all_mut()[..n]
     }
 
     /// [`hierarchical`](Self::hierarchical), to fold into.
     #[inline]
     pub fn hierarchical_mut(&mut self) -> &mut [i64] {
         let n = self.len();
-        &mut self.values[n..2 * n]
+        &mut self.all_mut()[n..2 * n]
     }
 
     /// [`pending`](Self::pending), to take from.
     #[inline]
     pub fn pending_mut(&mut self) -> &mut [i64] {
         let n = self.len();
-        &mut self.values[2 * n..]
+        &mut self.all_mut()[2 * n..]
     }
 
     /// `(local, hierarchical, pending)`, all three to write at once (as a
@@ -375,7 +430,7 @@ impl Totals {
     #[inline]
     pub fn split_mut(&mut self) -> (&mut [i64], &mut [i64], &mut [i64]) {
         let n = self.len();
-        let (local, rest) = self.values.split_at_mut(n);
+        let (local, rest) = self.all_mut().split_at_mut(n);
         let (hierarchical, pending) = rest.split_at_mut(n);
         (local, hierarchical, pending)
     }
@@ -384,18 +439,21 @@ impl Totals {
     /// child's flush may touch of its parent's totals.
     pub(super) fn pending_and_overflows_mut(&mut self) -> (&mut [i64], &mut u64) {
         let n = self.len();
-        (&mut self.values[2 * n..], &mut self.overflows)
+        // SAFETY: as `all_mut`; the values' memory is apart from the
+        // `overflows` field borrowed beside it.
+        let values = unsafe { self.values.as_mut() };
+        (&mut values[2 * n..], &mut self.overflows)
     }
 
     /// All `3n` values (local, hierarchical, pending), for the panic
     /// containment's save and restore.
     pub(super) fn values_mut(&mut self) -> &mut [i64] {
-        &mut self.values
+        self.all_mut()
     }
 
     /// As [`values_mut`](Self::values_mut), to read.
     pub(super) fn values(&self) -> &[i64] {
-        &self.values
+        self.all()
     }
 }
 

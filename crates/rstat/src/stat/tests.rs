@@ -40,12 +40,18 @@ fn css_keeps_the_updates_line_apart_from_the_counters_folds_write() {
             "{field} at {at}..{end}: off the reads' line"
         );
     }
-    // ... inline: the values lie inside the css's own bytes.
+    // ... inline: the values lie inside the css's own bytes; past the
+    // inline room, in the tail of its allocation.
     for n in [0, 1, 2] {
-        let p = Published::new(n);
+        let mut tail = [const { crate::sync::AtomicI64::new(0) }; 8];
+        // SAFETY: the array has room for `spill_len(2)` = 5 atomics and
+        // outlives `p`.
+        let p = unsafe { Published::in_tail(n, tail.as_mut_ptr()) };
         let (at, base) = (p.values().as_ptr() as usize, &p as *const _ as usize);
         let inline = (base..base + size_of::<Published>()).contains(&at);
         assert_eq!(inline, 2 * n < INLINE_PUBLISHED, "n {n}");
+        assert_eq!(inline, Published::spill_len(n) == 0, "n {n}");
+        assert_eq!(!inline, at == tail.as_ptr() as usize, "n {n}");
         assert!(p.values().len() > 2 * n, "n {n}: no room for the overflows");
     }
 }

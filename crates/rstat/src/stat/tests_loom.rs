@@ -35,6 +35,7 @@ use super::policy::{self, FlushPolicy};
 use super::tree::{Domain, Pace, TreeNode};
 use super::update::UpdatePath;
 use crate::percpu::arena::Arena;
+use crate::percpu::LineBox;
 use crate::sync::UnsafeCell;
 use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use loom::thread;
@@ -244,12 +245,12 @@ impl Model {
             .alloc::<StatSlot>(self.ctl.nr_stats + EXTRA_SLOTS, |_, _| StatSlot::default())
             .expect("a model's stat slots fit the arena");
         // SAFETY: the node was written above and lives until `drop`.
-        let css = Box::into_raw(Box::new(Css::new(
+        let css = LineBox::into_raw(Css::boxed(
             CtlRef::new(&self.ctl),
             parent_css,
             stats,
             unsafe { &*me },
-        )));
+        ));
         owner.css[self.ctl.id].store(css, Ordering::Release);
         self.groups.push(owner);
         self.nodes.push(me);
@@ -290,9 +291,10 @@ impl Model {
 impl Drop for Model {
     fn drop(&mut self) {
         for (&css, &node) in self.csses.iter().zip(&self.nodes) {
-            // SAFETY: from `Box::into_raw` in `attach`; every thread of the
-            // model is joined, so nothing references them any more.
-            let (css, node) = unsafe { (Box::from_raw(css), Box::from_raw(node)) };
+            // SAFETY: from `LineBox::into_raw` and `Box::into_raw` in
+            // `attach`; every thread of the model is joined, so nothing
+            // references them any more.
+            let (css, node) = unsafe { (LineBox::from_raw(css), Box::from_raw(node)) };
             // SAFETY: allocated from this arena; no reference remains.
             unsafe {
                 self.arena.free(css.stats);
