@@ -289,8 +289,14 @@ pub struct Report {
     /// rstat: ns per tenant `read_exact()` while 2 writers run on 256
     /// leaves (the exact-read phase).
     pub exact_read_ns: f64,
-    /// ns per `membarrier` call, timed during the exact-read phase.
+    /// ns per `membarrier` call, timed during the exact-read phase by the
+    /// reader thread right after each of its sweeps: the state its reads'
+    /// own fences run in.
     pub membarrier_ns: Option<f64>,
+    /// ns per `membarrier` call timed by another thread between the
+    /// reader's sweeps (the reader asleep: one busy CPU fewer to
+    /// interrupt), for comparison.
+    pub membarrier_between_sweeps_ns: Option<f64>,
     /// The command timed (`null` where the kernel offers none).
     pub membarrier_cmd: Option<&'static str>,
     /// `exact_read_ns - membarrier_ns` (target <= 1000).
@@ -430,11 +436,13 @@ pub fn table(r: &Report) -> String {
     let opt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |x| format!("{x:.0}"));
     s += &format!(
         "\nrstat, 2 writers on 256 leaves: tenant read() {:.0} ns, read_exact() {:.0} ns; one \
-         membarrier ({}) {} ns\n",
+         membarrier ({}) {} ns by the reader after its sweeps, {} ns by another thread between \
+         them\n",
         r.bounded_read_ns,
         r.exact_read_ns,
         r.membarrier_cmd.unwrap_or("none"),
-        opt(r.membarrier_ns)
+        opt(r.membarrier_ns),
+        opt(r.membarrier_between_sweeps_ns)
     );
     s += &format!(
         "create + remove a group: {:.0} ns (2 slots), {:.0} ns (16), {:.0} ns (64)\n\

@@ -20,10 +20,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use metrics_util::registry::{AtomicStorage, Registry};
 use rstat::{ControllerHandle, Group, Rstat, StatHandle, StatItem};
+
+use super::costs::Membarrier;
 
 /// Services per tenant: one leaf group under each.
 pub const SERVICES: usize = 4;
@@ -70,6 +72,11 @@ pub trait Contender: Send + Sync + 'static {
     fn tenant_exact(&self, t: usize) -> Result<u64, String> {
         self.tenant_total(t)
     }
+
+    /// Called by the reader thread right after each timed sweep, off the
+    /// sweep's clock: nothing, but for a contender that measures something
+    /// in the reader's own state ([`ExactReads`]).
+    fn after_sweep(&self) {}
 }
 
 /// One contender serving a group per request: create a group under a
@@ -190,21 +197,62 @@ impl Contender for RstatC {
 }
 
 /// [`RstatC`] read with `read_exact` while writers run (the exact-read
-/// phase).
-pub struct ExactReads(pub RstatC);
+/// phase), and the fence such a read pays, timed where it pays it: after
+/// each sweep the reader thread itself calls `membarrier` a few times, in
+/// the state its reads' own fences run in (the writers running, the
+/// reader on a CPU). Timed from another thread between sweeps, the call
+/// costs less: its barrier then interrupts fewer busy CPUs.
+pub struct ExactReads {
+    rstat: RstatC,
+    fence: Option<Membarrier>,
+    /// ns per call, every call of every sweep.
+    fences: Mutex<Vec<f64>>,
+}
+
+/// `membarrier` calls timed after each sweep.
+const FENCES_PER_SWEEP: usize = 4;
+
+impl ExactReads {
+    /// rstat on the default settings over `shape`, with `fence` timed by
+    /// the reader (none: nothing timed).
+    pub fn new(shape: Shape, fence: Option<Membarrier>) -> Result<Self, String> {
+        Ok(ExactReads {
+            rstat: RstatC::new(shape)?,
+            fence,
+            fences: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The calls timed so far, ns each.
+    pub fn fences(&self) -> Vec<f64> {
+        self.fences
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
 
 impl Contender for ExactReads {
     #[inline(always)]
     fn add(&self, leaf: usize, bytes: u64) {
-        self.0.add(leaf, bytes);
+        self.rstat.add(leaf, bytes);
     }
 
     fn tenant_total(&self, t: usize) -> Result<u64, String> {
-        self.0.tenant_exact(t)
+        self.rstat.tenant_exact(t)
     }
 
     fn tenant_exact(&self, t: usize) -> Result<u64, String> {
-        self.0.tenant_exact(t)
+        self.rstat.tenant_exact(t)
+    }
+
+    fn after_sweep(&self) {
+        let Some(m) = self.fence else { return };
+        let timed: Vec<f64> = (0..FENCES_PER_SWEEP).filter_map(|_| m.call()).collect();
+        self.fences
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(timed);
     }
 }
 

@@ -201,7 +201,16 @@ fn view(f: &Fig) -> View {
     let costs: Vec<Vec<String>> = [
         ("tenant `read()` under load, ns", "/bounded_read_ns", 1),
         ("tenant `read_exact()` under load, ns", "/exact_read_ns", 1),
-        ("one `membarrier`, ns", "/membarrier_ns", 1),
+        (
+            "one `membarrier` by the reader, after its sweeps, ns",
+            "/membarrier_ns",
+            1,
+        ),
+        (
+            "one `membarrier` by another thread, between sweeps, ns",
+            "/membarrier_between_sweeps_ns",
+            1,
+        ),
         (
             "`read_exact()` less one `membarrier`, ns",
             "/exact_read_minus_membarrier_ns",
@@ -268,7 +277,11 @@ fn view(f: &Fig) -> View {
         notes: format!(
             "Each figure is the median of {} interleaved samples of {} ms (the contenders' \
              order rotating each sample); {} tenant totals were checked exact. Membarrier \
-             command: {}. Bytes per group: {}. The targets are where rstat must get on its \
+             command: {}; the fence a `read_exact()` pays is timed by the reader thread right \
+             after each of its sweeps, in the state its reads' own fences run in (writers on \
+             both CPUs, the reader on one), and `read_exact()` less one `membarrier` uses that \
+             figure; the same call timed by another thread between sweeps (the reader asleep, \
+             one busy CPU fewer to interrupt) is shown beside it. Bytes per group: {}. The targets are where rstat must get on its \
              default settings (flush policy {}); they are expected to be missed until the \
              engine work of the same issue lands.",
             f.s("/samples"),

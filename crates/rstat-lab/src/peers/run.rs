@@ -150,16 +150,22 @@ fn run_variant(v: &Variant, cfg: &Config, checks: &mut u64) -> Result<VariantRow
 struct ExactPhase {
     /// Median ns per tenant `read_exact`.
     read_ns: f64,
-    /// Median ns per membarrier, and the command, if the kernel has one.
+    /// Median ns per membarrier timed by the reader after its sweeps, and
+    /// the command, if the kernel has one.
     fence: Option<(f64, &'static str)>,
+    /// Median ns per membarrier timed by the main thread between sweeps
+    /// (the reader asleep).
+    fence_between: Option<f64>,
 }
 
 /// The exact-read phase: rstat's `read_exact` of every tenant per reader
-/// period while 2 writers run on 256 leaves, and 4 membarriers timed by
-/// the main thread per period.
+/// period while 2 writers run on 256 leaves; after each sweep the reader
+/// times a few membarriers (`ExactReads`), and the main thread times 4
+/// per period, between the sweeps.
 fn exact_phase(cfg: &Config, checks: &mut u64) -> Result<ExactPhase, String> {
     let shape = Shape { tenants: 64 };
-    let c = Arc::new(ExactReads(RstatC::new(shape)?));
+    let fence = Membarrier::register();
+    let c = Arc::new(ExactReads::new(shape, fence)?);
     let load = Load {
         shape,
         threads: 2,
@@ -167,20 +173,21 @@ fn exact_phase(cfg: &Config, checks: &mut u64) -> Result<ExactPhase, String> {
         duration: cfg.exact_phase,
         period: cfg.period,
     };
-    let fence = Membarrier::register();
-    let mut fences = Vec::new();
+    let mut between = Vec::new();
     let mut expected = vec![0; shape.tenants];
     let r = workload::sample(&c, "rstat read_exact", &load, 0, &mut expected, || {
         if let Some(m) = fence {
-            fences.extend((0..4).filter_map(|_| m.call()));
+            between.extend((0..4).filter_map(|_| m.call()));
         }
     })?;
     *checks += r.exact_checks;
+    let by_reader = c.fences();
     Ok(ExactPhase {
         read_ns: round(median(r.read_ns), 1),
         fence: fence
-            .filter(|_| !fences.is_empty())
-            .map(|m| (round(median(fences), 1), m.name)),
+            .filter(|_| !by_reader.is_empty())
+            .map(|m| (round(median(by_reader), 1), m.name)),
+        fence_between: (!between.is_empty()).then(|| round(median(between), 1)),
     })
 }
 
@@ -221,6 +228,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let ExactPhase {
         read_ns: exact_read_ns,
         fence,
+        fence_between,
     } = exact_phase(cfg, &mut checks)?;
     let membarrier_ns = fence.map(|f| f.0);
 
@@ -257,6 +265,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         bounded_read_ns,
         exact_read_ns,
         membarrier_ns,
+        membarrier_between_sweeps_ns: fence_between,
         membarrier_cmd: fence.map(|f| f.1),
         exact_read_minus_membarrier_ns: membarrier_ns.map(|m| round(exact_read_ns - m, 1)),
         create_remove_ns_2: create_remove[0],

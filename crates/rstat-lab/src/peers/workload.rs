@@ -209,6 +209,7 @@ pub fn sample<C: Contender>(
                     }
                 }
                 read_ns.push(t0.elapsed().as_nanos() as f64 / last.len().max(1) as f64);
+                c.after_sweep();
                 sweeps.fetch_add(1, Ordering::Release);
             }
             Reader {
