@@ -146,7 +146,8 @@ impl<T> LineBox<T> {
     /// where a value and its arrays would otherwise take one each.
     ///
     /// Panics (as `Box` does) if the size overflows; aborts through
-    /// `handle_alloc_error` if the allocator fails.
+    /// `handle_alloc_error` if the allocator fails. A `make` that panics
+    /// leaks the allocation (nothing was written to free).
     pub fn new_with_tail(tail: usize, make: impl FnOnce(*mut u8) -> T) -> Self {
         let Some(layout) = Self::layout(tail) else {
             panic!("LineBox: a value and tail too large to allocate ({tail} tail bytes)");

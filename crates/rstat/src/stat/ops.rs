@@ -358,21 +358,6 @@ impl Totals {
         self.values.as_ptr().cast()
     }
 
-    /// The values, shared.
-    #[inline(always)]
-    fn all(&self) -> &[i64] {
-        // SAFETY: owned by these totals, live as long as they are (see
-        // `values`).
-        unsafe { self.values.as_ref() }
-    }
-
-    /// The values, exclusively.
-    #[inline(always)]
-    fn all_mut(&mut self) -> &mut [i64] {
-        // SAFETY: as above, and `&mut self` is the only access.
-        unsafe { self.values.as_mut() }
-    }
-
     /// The number of items: the length of each of the three arrays.
     #[inline]
     pub fn len(&self) -> usize {
@@ -388,41 +373,41 @@ impl Totals {
     /// The group's own updates.
     #[inline]
     pub fn local(&self) -> &[i64] {
-        &self.all()[..self.len()]
+        &self.values()[..self.len()]
     }
 
     /// The group's and all its descendants' (including removed ones).
     #[inline]
     pub fn hierarchical(&self) -> &[i64] {
-        &self.all()[self.len()..2 * self.len()]
+        &self.values()[self.len()..2 * self.len()]
     }
 
     /// Deltas handed up by flushed children, not yet in
     /// [`hierarchical`](Self::hierarchical).
     #[inline]
     pub fn pending(&self) -> &[i64] {
-        &self.all()[2 * self.len()..]
+        &self.values()[2 * self.len()..]
     }
 
     /// [`local`](Self::local), to fold into.
     #[inline]
     pub fn local_mut(&mut self) -> &mut [i64] {
         let n = self.len();
-        &mut self.all_mut()[..n]
+        &mut self.values_mut()[..n]
     }
 
     /// [`hierarchical`](Self::hierarchical), to fold into.
     #[inline]
     pub fn hierarchical_mut(&mut self) -> &mut [i64] {
         let n = self.len();
-        &mut self.all_mut()[n..2 * n]
+        &mut self.values_mut()[n..2 * n]
     }
 
     /// [`pending`](Self::pending), to take from.
     #[inline]
     pub fn pending_mut(&mut self) -> &mut [i64] {
         let n = self.len();
-        &mut self.all_mut()[2 * n..]
+        &mut self.values_mut()[2 * n..]
     }
 
     /// `(local, hierarchical, pending)`, all three to write at once (as a
@@ -430,7 +415,7 @@ impl Totals {
     #[inline]
     pub fn split_mut(&mut self) -> (&mut [i64], &mut [i64], &mut [i64]) {
         let n = self.len();
-        let (local, rest) = self.all_mut().split_at_mut(n);
+        let (local, rest) = self.values_mut().split_at_mut(n);
         let (hierarchical, pending) = rest.split_at_mut(n);
         (local, hierarchical, pending)
     }
@@ -439,21 +424,26 @@ impl Totals {
     /// child's flush may touch of its parent's totals.
     pub(super) fn pending_and_overflows_mut(&mut self) -> (&mut [i64], &mut u64) {
         let n = self.len();
-        // SAFETY: as `all_mut`; the values' memory is apart from the
+        // SAFETY: as `values_mut`; the values' memory is apart from the
         // `overflows` field borrowed beside it.
         let values = unsafe { self.values.as_mut() };
         (&mut values[2 * n..], &mut self.overflows)
     }
 
-    /// All `3n` values (local, hierarchical, pending), for the panic
-    /// containment's save and restore.
+    /// All `3n` values (local, hierarchical, pending), for the accessors
+    /// above and the panic containment's save and restore.
+    #[inline(always)]
     pub(super) fn values_mut(&mut self) -> &mut [i64] {
-        self.all_mut()
+        // SAFETY: owned by these totals, live as long as they are (see
+        // `values`), and `&mut self` is the only access.
+        unsafe { self.values.as_mut() }
     }
 
     /// As [`values_mut`](Self::values_mut), to read.
+    #[inline(always)]
     pub(super) fn values(&self) -> &[i64] {
-        self.all()
+        // SAFETY: owned by these totals, live as long as they are.
+        unsafe { self.values.as_ref() }
     }
 }
 
